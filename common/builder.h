@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/* Builds one new version of a captured path: chunks in, manifest published. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache.h"
+#include "manifest.h"
+#include "policy.h"
+
+struct stg_builder;
+
+struct stg_builder_stats {
+	uint32_t chunks;       /* chunks in the version */
+	uint32_t new_chunks;   /* chunk objects this version stored */
+	uint32_t dedup_prev;   /* identical to the previous version's chunk */
+	uint32_t dedup_cache;  /* already in the cache from another version or file */
+	uint32_t zero_chunks;  /* holes and all-zero chunks, nothing stored */
+	uint64_t stored_bytes; /* payload bytes written */
+};
+
+/* Starts a version of path under rule. Pins the cache against collection until
+ * freed. Returns 0 or -errno. */
+int stg_builder_new(struct stg_cache *c, const char *path, const struct stg_path_rule *rule,
+		    struct stg_builder **ret);
+
+void stg_builder_free(struct stg_builder *b);
+
+/* The chunk size of the version being built. */
+uint32_t stg_builder_chunk_size(const struct stg_builder *b);
+
+/* Records chunk index with its bytes (len == chunk size, except the last chunk):
+ * hashes, deduplicates, compresses and stores it. Returns 0 or -errno. */
+int stg_builder_add(struct stg_builder *b, uint64_t index, const void *data, size_t len);
+
+/* Records chunk index as len zero bytes (a hole). */
+int stg_builder_add_zero(struct stg_builder *b, uint64_t index, size_t len);
+
+/* Publishes the version: size bytes, every chunk below size recorded. Makes it
+ * durable first when durability is local, prunes beyond keep. Returns the new
+ * version number (> 0) or -errno. */
+int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, int64_t mtime_ns);
+
+const struct stg_builder_stats *stg_builder_stats(const struct stg_builder *b);
+
+/* Stages the whole content of fd (size bytes) as a new version of path; holes
+ * are found with SEEK_DATA and not read. Returns the version or -errno. */
+int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_path_rule *rule,
+		      int fd, uint64_t size, uint32_t mode, int64_t mtime_ns);

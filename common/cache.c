@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: MIT */
+/* The node-local cache directory and its content-addressed chunk objects. */
+#include "cache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+
+#define FORMAT_FILE "FORMAT"
+#define FORMAT_TEXT "stagehand-cache 1\n"
+
+static int open_subdir(int dirfd, const char *name)
+{
+	if (mkdirat(dirfd, name, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+static int check_format(int dirfd)
+{
+	uint8_t *data;
+	size_t len;
+	int r = stg_read_file(dirfd, FORMAT_FILE, 4096, &data, &len);
+	if (r == -ENOENT)
+		return stg_write_file_atomic(dirfd, FORMAT_FILE, FORMAT_TEXT, strlen(FORMAT_TEXT),
+					     true);
+	if (r < 0)
+		return r;
+	bool ok = len == strlen(FORMAT_TEXT) && memcmp(data, FORMAT_TEXT, len) == 0;
+	free(data);
+	return ok ? 0 : -EPROTO;
+}
+
+int stg_cache_open(const char *dir, struct stg_cache **ret_cache)
+{
+	int r = stg_mkdir_p(dir, 0700);
+	if (r < 0)
+		return r;
+	struct stg_cache *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->chunks_fd = c->files_fd = c->tmp_fd = -1;
+	c->dir = strdup(dir);
+	c->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (!c->dir || c->dirfd < 0) {
+		r = c->dir ? -errno : -ENOMEM;
+		goto out_free;
+	}
+	/* Writable? The shim must know now, not at the first close(). */
+	if (faccessat(c->dirfd, ".", W_OK | X_OK, AT_EACCESS) < 0) {
+		r = -errno;
+		goto out_free;
+	}
+	r = check_format(c->dirfd);
+	if (r < 0)
+		goto out_free;
+	if ((r = c->chunks_fd = open_subdir(c->dirfd, "chunks")) < 0 ||
+	    (r = c->files_fd = open_subdir(c->dirfd, "files")) < 0 ||
+	    (r = c->tmp_fd = open_subdir(c->dirfd, "tmp")) < 0)
+		goto out_free;
+	*ret_cache = c;
+	return 0;
+out_free:
+	stg_cache_free(c);
+	return r;
+}
+
+void stg_cache_free(struct stg_cache *c)
+{
+	if (!c)
+		return;
+	int fds[] = {c->dirfd, c->chunks_fd, c->files_fd, c->tmp_fd};
+	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	free(c->dir);
+	free(c);
+}
+
+void stg_cache_chunk_relpath(const struct stg_hash *h, char out[64])
+{
+	char hex[STG_HASH_HEX_LEN + 1];
+	stg_hash_hex(h, hex);
+	snprintf(out, 64, "chunks/%.2s/%s", hex, hex);
+}
+
+static void object_name(const struct stg_hash *h, char out[64])
+{
+	char hex[STG_HASH_HEX_LEN + 1];
+	stg_hash_hex(h, hex);
+	snprintf(out, 64, "%.2s/%s", hex, hex);
+}
+
+int stg_cache_chunk_stat(struct stg_cache *c, const struct stg_hash *h, uint32_t raw_len,
+			 struct stg_chunk_header *ret_header)
+{
+	char name[64];
+	object_name(h, name);
+	int fd = openat(c->chunks_fd, name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	uint8_t hdr[STG_CHUNK_HEADER_SIZE];
+	struct stat st;
+	struct stg_chunk_header ch;
+	int r = stg_pread_all(fd, hdr, sizeof(hdr), 0);
+	if (r == 0 && fstat(fd, &st) < 0)
+		r = -errno;
+	close(fd);
+	if (r == -ENODATA)
+		return 0;
+	if (r < 0)
+		return r;
+	if (stg_chunk_header_decode(hdr, sizeof(hdr), h, raw_len, &ch) < 0 ||
+	    (uint64_t)st.st_size != STG_CHUNK_HEADER_SIZE + (uint64_t)ch.stored_len)
+		return 0; /* damaged: the caller stores a good copy over it */
+	if (ret_header)
+		*ret_header = ch;
+	return 1;
+}
+
+int stg_cache_chunk_put(struct stg_cache *c, const struct stg_hash *h, const uint8_t *obj,
+			size_t len)
+{
+	static unsigned counter;
+	char name[64], tmp[96];
+	object_name(h, name);
+	snprintf(tmp, sizeof(tmp), "%.2s/.tmp.%d.%u", name, (int)getpid(),
+		 __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
+	int fd = openat(c->chunks_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0 && errno == ENOENT) {
+		char sub[3] = {name[0], name[1], '\0'};
+		if (mkdirat(c->chunks_fd, sub, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		fd = openat(c->chunks_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	}
+	if (fd < 0)
+		return -errno;
+	int r = stg_write_all(fd, obj, len);
+	if (close(fd) < 0 && r == 0)
+		r = -errno;
+	if (r == 0 && renameat(c->chunks_fd, tmp, c->chunks_fd, name) < 0)
+		r = -errno;
+	if (r < 0)
+		unlinkat(c->chunks_fd, tmp, 0);
+	return r;
+}
+
+int stg_cache_chunk_read(struct stg_cache *c, const struct stg_hash *h, uint32_t raw_len,
+			 uint8_t *out, uint8_t *scratch)
+{
+	char name[64];
+	object_name(h, name);
+	int fd = openat(c->chunks_fd, name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	int r = 0;
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		goto out_close;
+	}
+	if ((uint64_t)st.st_size > stg_chunk_bound(raw_len) ||
+	    st.st_size < STG_CHUNK_HEADER_SIZE) {
+		r = -EBADMSG;
+		goto out_close;
+	}
+	r = stg_pread_all(fd, scratch, (size_t)st.st_size, 0);
+	if (r == -ENODATA)
+		r = -EBADMSG;
+	if (r == 0)
+		r = stg_chunk_decode(scratch, (size_t)st.st_size, h, raw_len, out);
+out_close:
+	close(fd);
+	return r;
+}
+
+int stg_cache_sync(struct stg_cache *c)
+{
+	return syncfs(c->dirfd) < 0 ? -errno : 0;
+}

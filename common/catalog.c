@@ -1,0 +1,371 @@
+/* SPDX-License-Identifier: MIT */
+/* The catalog: per captured path, its versions (manifests) and visibility. */
+#include "catalog.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#define PATH_FILE "path"
+#define DELETED_FILE "deleted"
+#define MANIFEST_MAX (64u << 20)
+
+void stg_catalog_file_id(const char *path, char out[STG_HASH_HEX_LEN + 1])
+{
+	struct stg_hash h;
+	stg_hash_compute(path, strlen(path), &h);
+	stg_hash_hex(&h, out);
+}
+
+static void manifest_name(uint64_t version, char out[40])
+{
+	snprintf(out, 40, "v%020" PRIu64 ".mf", version);
+}
+
+static bool parse_manifest_name(const char *name, uint64_t *ret)
+{
+	if (name[0] != 'v' || strlen(name) != 24 || strcmp(name + 21, ".mf") != 0)
+		return false;
+	uint64_t v = 0;
+	for (int i = 1; i < 21; i++) {
+		if (name[i] < '0' || name[i] > '9')
+			return false;
+		v = v * 10 + (uint64_t)(name[i] - '0');
+	}
+	*ret = v;
+	return v > 0;
+}
+
+int stg_catalog_lock(struct stg_cache *c, const char *path, bool create,
+		     struct stg_catalog_file *ret)
+{
+	char id[STG_HASH_HEX_LEN + 1];
+	stg_catalog_file_id(path, id);
+	int fd = openat(c->files_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT && create) {
+		if (mkdirat(c->files_fd, id, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		fd = openat(c->files_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	}
+	if (fd < 0)
+		return -errno;
+	while (flock(fd, LOCK_EX) < 0) {
+		if (errno != EINTR) {
+			int r = -errno;
+			close(fd);
+			return r;
+		}
+	}
+	if (create && faccessat(fd, PATH_FILE, F_OK, 0) < 0) {
+		int r = stg_write_file_atomic(fd, PATH_FILE, path, strlen(path), false);
+		if (r < 0) {
+			close(fd);
+			return r;
+		}
+	}
+	ret->dirfd = fd;
+	memcpy(ret->id, id, sizeof(id));
+	return 0;
+}
+
+void stg_catalog_unlock(struct stg_catalog_file *f)
+{
+	if (f->dirfd >= 0)
+		close(f->dirfd); /* releases the flock */
+	f->dirfd = -1;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+int stg_catalog_versions(int filedirfd, uint64_t **ret_versions, size_t *ret_n)
+{
+	int fd = openat(filedirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		int r = -errno;
+		close(fd);
+		return r;
+	}
+	uint64_t *v = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		uint64_t ver;
+		if (!parse_manifest_name(de->d_name, &ver))
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 16;
+			uint64_t *nv = realloc(v, cap * sizeof(*v));
+			if (!nv) {
+				free(v);
+				closedir(d);
+				return -ENOMEM;
+			}
+			v = nv;
+		}
+		v[n++] = ver;
+	}
+	closedir(d);
+	qsort(v, n, sizeof(*v), cmp_u64);
+	*ret_versions = v;
+	*ret_n = n;
+	return 0;
+}
+
+int stg_catalog_read(int filedirfd, uint64_t version, struct stg_manifest *ret)
+{
+	char name[40];
+	manifest_name(version, name);
+	uint8_t *data;
+	size_t len;
+	int r = stg_read_file(filedirfd, name, MANIFEST_MAX, &data, &len);
+	if (r == -EFBIG)
+		return -EBADMSG;
+	if (r < 0)
+		return r;
+	r = stg_manifest_decode(data, len, ret);
+	free(data);
+	if (r == 0 && ret->version != version) {
+		stg_manifest_done(ret);
+		r = -EBADMSG;
+	}
+	return r;
+}
+
+int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
+			const struct stg_manifest *m, bool sync)
+{
+	(void)path;
+	size_t len = stg_manifest_encoded_size(m);
+	uint8_t *buf = malloc(len);
+	if (!buf)
+		return -ENOMEM;
+	stg_manifest_encode(m, buf);
+	char name[40];
+	manifest_name(m->version, name);
+	int r = stg_write_file_atomic(f->dirfd, name, buf, len, sync);
+	free(buf);
+	if (r < 0)
+		return r;
+	if (stg_catalog_is_deleted(f->dirfd))
+		r = stg_catalog_set_deleted(f->dirfd, false);
+	if (r == 0 && sync && fsync(f->dirfd) < 0)
+		r = -errno;
+	return r;
+}
+
+int stg_catalog_remove_version(int filedirfd, uint64_t version)
+{
+	char name[40];
+	manifest_name(version, name);
+	return unlinkat(filedirfd, name, 0) < 0 ? -errno : 0;
+}
+
+bool stg_catalog_is_deleted(int filedirfd)
+{
+	return faccessat(filedirfd, DELETED_FILE, F_OK, 0) == 0;
+}
+
+int stg_catalog_set_deleted(int filedirfd, bool deleted)
+{
+	if (!deleted)
+		return unlinkat(filedirfd, DELETED_FILE, 0) < 0 && errno != ENOENT ? -errno : 0;
+	int fd = openat(filedirfd, DELETED_FILE, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	return 0;
+}
+
+int stg_catalog_read_path(int filedirfd, char *out, size_t outlen)
+{
+	uint8_t *data;
+	size_t len;
+	int r = stg_read_file(filedirfd, PATH_FILE, PATH_MAX, &data, &len);
+	if (r < 0)
+		return r;
+	if (len == 0 || len >= outlen || data[0] != '/' || memchr(data, '\0', len)) {
+		free(data);
+		return -EBADMSG;
+	}
+	memcpy(out, data, len);
+	out[len] = '\0';
+	free(data);
+	return 0;
+}
+
+static uint64_t ino_of_id(const char *id)
+{
+	struct stg_hash h;
+	if (stg_hash_from_hex(id, &h) < 0)
+		return 1;
+	return (stg_get_le64(h.b) & 0x7fffffffffffffffull) | 1;
+}
+
+uint64_t stg_catalog_ino(const char *path)
+{
+	char id[STG_HASH_HEX_LEN + 1];
+	stg_catalog_file_id(path, id);
+	return ino_of_id(id);
+}
+
+static int state_of(int fd, const char *id, struct stg_file_state *st)
+{
+	uint64_t *v;
+	size_t n;
+	int r = stg_catalog_versions(fd, &v, &n);
+	if (r < 0)
+		return r;
+	if (n == 0) {
+		free(v);
+		return 0;
+	}
+	struct stg_manifest m;
+	r = stg_catalog_read(fd, v[n - 1], &m);
+	if (r == 0) {
+		st->exists = true;
+		st->deleted = stg_catalog_is_deleted(fd);
+		st->latest = m.version;
+		st->size = m.size;
+		st->mode = m.mode;
+		st->mtime_ns = m.mtime_ns;
+		st->ino = ino_of_id(id);
+		stg_manifest_done(&m);
+	}
+	free(v);
+	return r;
+}
+
+int stg_catalog_state(struct stg_cache *c, const char *path, struct stg_file_state *ret)
+{
+	char id[STG_HASH_HEX_LEN + 1];
+	stg_catalog_file_id(path, id);
+	*ret = (struct stg_file_state){0};
+	int fd = openat(c->files_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	int r = state_of(fd, id, ret);
+	close(fd);
+	return r;
+}
+
+int stg_catalog_foreach(struct stg_cache *c,
+			int (*fn)(void *arg, const char *path, int filedirfd), void *arg)
+{
+	int fd = openat(c->files_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		int r = -errno;
+		close(fd);
+		return r;
+	}
+	int r = 0;
+	struct dirent *de;
+	while (r == 0 && (de = readdir(d))) {
+		if (strlen(de->d_name) != STG_HASH_HEX_LEN)
+			continue;
+		int ffd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (ffd < 0)
+			continue;
+		char path[PATH_MAX];
+		char id[STG_HASH_HEX_LEN + 1];
+		if (stg_catalog_read_path(ffd, path, sizeof(path)) == 0) {
+			stg_catalog_file_id(path, id);
+			/* An entry whose path does not hash to its name is a leftover. */
+			if (strcmp(id, de->d_name) == 0)
+				r = fn(arg, path, ffd);
+		}
+		close(ffd);
+	}
+	closedir(d);
+	return r;
+}
+
+static int copy_version(struct stg_catalog_file *from, uint64_t version,
+			struct stg_catalog_file *to, const char *topath, uint64_t newversion,
+			bool sync)
+{
+	struct stg_manifest m;
+	int r = stg_catalog_read(from->dirfd, version, &m);
+	if (r < 0)
+		return r;
+	m.version = newversion;
+	/* The chunks already exist: in the new path's history none is new. */
+	if (newversion != version)
+		for (uint32_t i = 0; i < m.nchunks; i++)
+			m.entries[i].flags &= ~(uint32_t)STG_ENTRY_NEW;
+	r = stg_catalog_publish(to, topath, &m, sync);
+	stg_manifest_done(&m);
+	return r;
+}
+
+int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync)
+{
+	if (strcmp(oldpath, newpath) == 0)
+		return 0;
+	struct stg_catalog_file a, b;
+	char ida[STG_HASH_HEX_LEN + 1], idb[STG_HASH_HEX_LEN + 1];
+	stg_catalog_file_id(oldpath, ida);
+	stg_catalog_file_id(newpath, idb);
+	/* Lock in id order so two opposite renames cannot deadlock. */
+	bool a_first = strcmp(ida, idb) < 0;
+	int r = a_first ? stg_catalog_lock(c, oldpath, false, &a)
+			: stg_catalog_lock(c, newpath, true, &b);
+	if (r < 0)
+		return r;
+	r = a_first ? stg_catalog_lock(c, newpath, true, &b) : stg_catalog_lock(c, oldpath, false, &a);
+	if (r < 0) {
+		if (a_first)
+			stg_catalog_unlock(&a);
+		else
+			stg_catalog_unlock(&b);
+		return r;
+	}
+	uint64_t *va = NULL, *vb = NULL;
+	size_t na = 0, nb = 0;
+	r = stg_catalog_versions(a.dirfd, &va, &na);
+	if (r == 0)
+		r = stg_catalog_versions(b.dirfd, &vb, &nb);
+	if (r == 0 && (na == 0 || stg_catalog_is_deleted(a.dirfd)))
+		r = -ENOENT;
+	if (r == 0) {
+		if (nb == 0) {
+			for (size_t i = 0; i < na && r == 0; i++)
+				r = copy_version(&a, va[i], &b, newpath, va[i], sync);
+		} else {
+			r = copy_version(&a, va[na - 1], &b, newpath, vb[nb - 1] + 1, sync);
+		}
+	}
+	/* The new name is complete before the old one goes: a crash in between
+	 * leaves both, never neither. */
+	for (size_t i = 0; r == 0 && i < na; i++)
+		r = stg_catalog_remove_version(a.dirfd, va[i]);
+	if (r == 0) {
+		stg_catalog_set_deleted(a.dirfd, false);
+		unlinkat(a.dirfd, PATH_FILE, 0);
+		unlinkat(c->files_fd, ida, AT_REMOVEDIR);
+	}
+	free(va);
+	free(vb);
+	stg_catalog_unlock(&a);
+	stg_catalog_unlock(&b);
+	return r;
+}

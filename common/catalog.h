@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/* The catalog: per captured path, its versions (manifests) and whether it is
+ * visible. Lives in the cache under files/<file id>/. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache.h"
+#include "manifest.h"
+
+/* A path's directory in the catalog, locked (flock) while it is open. */
+struct stg_catalog_file {
+	int dirfd;
+	char id[STG_HASH_HEX_LEN + 1];
+};
+
+/* The file id of a path: XXH3-128 of its absolute, normalized text, in hex. */
+void stg_catalog_file_id(const char *path, char out[STG_HASH_HEX_LEN + 1]);
+
+/* A stable inode number for a captured path, the same in every process. */
+uint64_t stg_catalog_ino(const char *path);
+
+/* Opens and exclusively locks the catalog entry of path. With create, makes it
+ * when missing. Returns 0, -ENOENT (absent and !create) or -errno. */
+int stg_catalog_lock(struct stg_cache *c, const char *path, bool create,
+		     struct stg_catalog_file *ret);
+
+void stg_catalog_unlock(struct stg_catalog_file *f);
+
+/* Versions present, ascending, in a malloc'ed array. Returns 0 or -errno. */
+int stg_catalog_versions(int filedirfd, uint64_t **ret_versions, size_t *ret_n);
+
+/* Reads a manifest and checks it names the version asked for. Returns 0,
+ * -ENOENT, -EBADMSG (corrupt) or -errno. */
+int stg_catalog_read(int filedirfd, uint64_t version, struct stg_manifest *ret);
+
+/* Publishes m as version m->version, atomically; with sync, durably (the
+ * caller has made its chunks durable first). Clears a deletion mark. */
+int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
+			const struct stg_manifest *m, bool sync);
+
+/* Removes one version's manifest. Returns 0 or -errno. */
+int stg_catalog_remove_version(int filedirfd, uint64_t version);
+
+/* Is the path marked deleted (unlinked by the application)? */
+bool stg_catalog_is_deleted(int filedirfd);
+
+/* Marks the path deleted (its versions stay restorable) or visible again. */
+int stg_catalog_set_deleted(int filedirfd, bool deleted);
+
+/* The path that an entry describes, read from its "path" file. */
+int stg_catalog_read_path(int filedirfd, char *out, size_t outlen);
+
+/* What a path looks like now. */
+struct stg_file_state {
+	bool exists;       /* has at least one version */
+	bool deleted;      /* unlinked by the application */
+	uint64_t latest;   /* newest version number */
+	uint64_t size;     /* of the newest version */
+	uint32_t mode;
+	int64_t mtime_ns;
+	uint64_t ino;      /* a stable number for st_ino */
+};
+
+/* Reads the state of path without locking. Returns 0 (state->exists may be
+ * false) or -errno; a corrupt newest manifest is -EBADMSG. */
+int stg_catalog_state(struct stg_cache *c, const char *path, struct stg_file_state *ret);
+
+/* Calls fn for every path in the catalog (deleted ones too); stops when fn
+ * returns non-zero and returns that. Returns 0 or -errno. */
+int stg_catalog_foreach(struct stg_cache *c,
+			int (*fn)(void *arg, const char *path, int filedirfd), void *arg);
+
+/* Moves old's versions to new (all of them when new has none, else old's
+ * newest becomes new's next version) and removes old. Returns 0, -ENOENT, or
+ * -errno. */
+int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync);

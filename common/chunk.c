@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: MIT */
+/* A chunk object: a header naming the content hash, then raw or lz4 bytes. */
+#include "chunk.h"
+
+#include <errno.h>
+#include <lz4.h>
+#include <string.h>
+
+#include "policy.h"
+#include "util.h"
+
+/* Compressing a sample first keeps incompressible data (the common case for
+ * float fields) from paying for a full lz4 pass. */
+#define PROBE_BYTES (64u << 10)
+
+size_t stg_chunk_bound(size_t raw_len)
+{
+	return STG_CHUNK_HEADER_SIZE + (size_t)LZ4_compressBound((int)raw_len);
+}
+
+static bool worth_it(size_t in, size_t out)
+{
+	return out > 0 && out < in - in / 32;
+}
+
+static void put_header(uint8_t *out, uint16_t enc, uint32_t raw_len, uint32_t stored_len,
+		       const struct stg_hash *hash)
+{
+	memcpy(out, STG_CHUNK_MAGIC, 4);
+	stg_put_le16(out + 4, STG_CHUNK_FORMAT);
+	stg_put_le16(out + 6, enc);
+	stg_put_le32(out + 8, raw_len);
+	stg_put_le32(out + 12, stored_len);
+	memcpy(out + 16, hash->b, 16);
+	stg_put_le32(out + 32, (uint32_t)stg_hash64(out, 32));
+	stg_put_le32(out + 36, 0);
+}
+
+size_t stg_chunk_encode(const void *data, size_t len, const struct stg_hash *hash, bool compress,
+			uint8_t *out)
+{
+	uint8_t *payload = out + STG_CHUNK_HEADER_SIZE;
+	if (compress && len >= 64) {
+		size_t probe = len < PROBE_BYTES ? len : PROBE_BYTES;
+		int n = LZ4_compress_default(data, (char *)payload, (int)probe,
+					     LZ4_compressBound((int)probe));
+		if (worth_it(probe, (size_t)(n > 0 ? n : 0))) {
+			n = probe == len ? n
+					 : LZ4_compress_default(data, (char *)payload, (int)len,
+								LZ4_compressBound((int)len));
+			if (worth_it(len, (size_t)(n > 0 ? n : 0))) {
+				put_header(out, STG_CHUNK_LZ4, (uint32_t)len, (uint32_t)n, hash);
+				return STG_CHUNK_HEADER_SIZE + (size_t)n;
+			}
+		}
+	}
+	memcpy(payload, data, len);
+	put_header(out, STG_CHUNK_RAW, (uint32_t)len, (uint32_t)len, hash);
+	return STG_CHUNK_HEADER_SIZE + len;
+}
+
+int stg_chunk_header_decode(const uint8_t *buf, size_t len, const struct stg_hash *want,
+			    uint32_t want_raw_len, struct stg_chunk_header *ret)
+{
+	if (len < STG_CHUNK_HEADER_SIZE || memcmp(buf, STG_CHUNK_MAGIC, 4) != 0)
+		return -EBADMSG;
+	if (stg_get_le16(buf + 4) != STG_CHUNK_FORMAT)
+		return -EBADMSG;
+	if (stg_get_le32(buf + 32) != (uint32_t)stg_hash64(buf, 32) || stg_get_le32(buf + 36) != 0)
+		return -EBADMSG;
+	struct stg_chunk_header h = {
+		.encoding = stg_get_le16(buf + 6),
+		.raw_len = stg_get_le32(buf + 8),
+		.stored_len = stg_get_le32(buf + 12),
+	};
+	memcpy(h.hash.b, buf + 16, 16);
+	if (h.raw_len == 0 || h.raw_len > STG_CHUNK_MAX || h.raw_len != want_raw_len)
+		return -EBADMSG;
+	if (want && !stg_hash_eq(&h.hash, want))
+		return -EBADMSG;
+	switch (h.encoding) {
+	case STG_CHUNK_RAW:
+		if (h.stored_len != h.raw_len)
+			return -EBADMSG;
+		break;
+	case STG_CHUNK_LZ4:
+		if (h.stored_len == 0 || h.stored_len > (uint32_t)LZ4_compressBound((int)h.raw_len))
+			return -EBADMSG;
+		break;
+	default:
+		return -EBADMSG;
+	}
+	*ret = h;
+	return 0;
+}
+
+int stg_chunk_decode(const uint8_t *buf, size_t len, const struct stg_hash *want,
+		     uint32_t want_raw_len, uint8_t *out)
+{
+	struct stg_chunk_header h;
+	int r = stg_chunk_header_decode(buf, len, want, want_raw_len, &h);
+	if (r < 0)
+		return r;
+	if (len != STG_CHUNK_HEADER_SIZE + (size_t)h.stored_len)
+		return -EBADMSG;
+	const uint8_t *payload = buf + STG_CHUNK_HEADER_SIZE;
+	if (h.encoding == STG_CHUNK_RAW) {
+		memcpy(out, payload, h.raw_len);
+	} else {
+		int n = LZ4_decompress_safe((const char *)payload, (char *)out, (int)h.stored_len,
+					    (int)h.raw_len);
+		if (n < 0 || (uint32_t)n != h.raw_len)
+			return -EBADMSG;
+	}
+	struct stg_hash got;
+	stg_hash_compute(out, h.raw_len, &got);
+	if (!stg_hash_eq(&got, &h.hash))
+		return -EBADMSG;
+	return 0;
+}

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/* Content identifiers: XXH3-128 of a chunk's uncompressed bytes. */
+#include "hash.h"
+
+#include <errno.h>
+#include <xxhash.h>
+
+void stg_hash_compute(const void *data, size_t len, struct stg_hash *ret)
+{
+	XXH128_canonical_t c;
+	XXH128_canonicalFromHash(&c, XXH3_128bits(data, len));
+	memcpy(ret->b, c.digest, sizeof(ret->b));
+}
+
+void stg_hash_hex(const struct stg_hash *h, char out[STG_HASH_HEX_LEN + 1])
+{
+	static const char digits[] = "0123456789abcdef";
+	for (int i = 0; i < 16; i++) {
+		out[2 * i] = digits[h->b[i] >> 4];
+		out[2 * i + 1] = digits[h->b[i] & 15];
+	}
+	out[STG_HASH_HEX_LEN] = '\0';
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+int stg_hash_from_hex(const char *hex, struct stg_hash *ret)
+{
+	struct stg_hash h;
+	for (int i = 0; i < 16; i++) {
+		int hi = hexval(hex[2 * i]), lo = hi < 0 ? -1 : hexval(hex[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return -EINVAL;
+		h.b[i] = (uint8_t)(hi << 4 | lo);
+	}
+	if (hex[STG_HASH_HEX_LEN] != '\0')
+		return -EINVAL;
+	*ret = h;
+	return 0;
+}
+
+uint64_t stg_hash64(const void *data, size_t len)
+{
+	return XXH3_64bits(data, len);
+}

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/* A version's manifest: its chunks by content hash and the file's metadata. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hash.h"
+
+#define STG_MANIFEST_MAGIC "SHMF"
+#define STG_MANIFEST_FORMAT 1
+#define STG_MANIFEST_HEADER_SIZE 64
+#define STG_MANIFEST_ENTRY_SIZE 32
+#define STG_MANIFEST_TRAILER_SIZE 8
+
+enum stg_entry_flags {
+	STG_ENTRY_ZERO = 1u << 0, /* all zero bytes, nothing stored (a hole) */
+	STG_ENTRY_NEW = 1u << 1,  /* this version stored the chunk object */
+	STG_ENTRY_LZ4 = 1u << 2,  /* the chunk object is lz4-compressed */
+};
+#define STG_ENTRY_KNOWN_FLAGS (STG_ENTRY_ZERO | STG_ENTRY_NEW | STG_ENTRY_LZ4)
+
+struct stg_manifest_entry {
+	struct stg_hash hash;
+	uint32_t raw_len;
+	uint32_t stored_len; /* payload bytes of the chunk object; 0 for ZERO */
+	uint32_t flags;
+};
+
+struct stg_manifest {
+	uint64_t version; /* 1, 2, ... per path */
+	uint64_t size;
+	uint32_t chunk_size;
+	uint32_t mode;    /* permission bits */
+	int64_t mtime_ns; /* the file's modification time */
+	int64_t commit_ns;
+	uint32_t nchunks;
+	struct stg_manifest_entry *entries;
+};
+
+/* Chunks needed for size bytes. */
+static inline uint64_t stg_manifest_nchunks(uint64_t size, uint32_t chunk_size)
+{
+	return (size + chunk_size - 1) / chunk_size;
+}
+
+size_t stg_manifest_encoded_size(const struct stg_manifest *m);
+
+/* Encodes m into out (stg_manifest_encoded_size bytes). Returns the length. */
+size_t stg_manifest_encode(const struct stg_manifest *m, uint8_t *out);
+
+/* Decodes and validates every field. On success *ret owns a malloc'ed entry
+ * array (release with stg_manifest_done). Returns 0, -EBADMSG or -ENOMEM. */
+int stg_manifest_decode(const uint8_t *buf, size_t len, struct stg_manifest *ret);
+
+/* Allocates entries for nchunks; returns 0 or -ENOMEM. */
+int stg_manifest_init(struct stg_manifest *m, uint64_t size, uint32_t chunk_size);
+
+void stg_manifest_done(struct stg_manifest *m);
+
+/* Bytes this version added to the store (payloads of NEW chunks). */
+uint64_t stg_manifest_stored_bytes(const struct stg_manifest *m);
+
+/* Number of chunks this version stored itself. */
+uint32_t stg_manifest_new_chunks(const struct stg_manifest *m);

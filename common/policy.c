@@ -1,0 +1,593 @@
+/* SPDX-License-Identifier: MIT */
+/* The policy file: which paths are captured and how. */
+#include "policy.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <ini.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#define POLICY_MAX_BYTES (1u << 20)
+
+struct parse_state {
+	struct stg_policy *p;
+	const char *text; /* remaining input */
+	int line;         /* line the reader handed out last */
+	char *err;
+	size_t errlen;
+	int failed;
+	bool seen_cache;
+};
+
+static void fail(struct parse_state *st, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void fail(struct parse_state *st, const char *fmt, ...)
+{
+	if (st->failed)
+		return; /* the first error is the one worth reading */
+	st->failed = st->line ? st->line : 1;
+	if (!st->err || !st->errlen)
+		return;
+	int n = snprintf(st->err, st->errlen, "%s:%d: ", st->p->file, st->line);
+	if (n < 0 || (size_t)n >= st->errlen)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(st->err + n, st->errlen - (size_t)n, fmt, ap);
+	va_end(ap);
+}
+
+/* inih reads through this so that handlers know the current line number. */
+static char *reader(char *str, int num, void *stream)
+{
+	struct parse_state *st = stream;
+	if (!*st->text)
+		return NULL;
+	int i = 0;
+	while (i < num - 1 && st->text[i]) {
+		str[i] = st->text[i];
+		if (st->text[i++] == '\n')
+			break;
+	}
+	str[i] = '\0';
+	st->text += i;
+	/* A line longer than the buffer is handed out in pieces; count it once. */
+	if (i > 0 && (str[i - 1] == '\n' || !*st->text))
+		st->line++;
+	return str;
+}
+
+int stg_parse_size(const char *s, uint64_t *ret_bytes)
+{
+	char *end;
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno)
+		return -EINVAL;
+	unsigned shift = 0;
+	switch (toupper((unsigned char)*end)) {
+	case 'K': shift = 10; end++; break;
+	case 'M': shift = 20; end++; break;
+	case 'G': shift = 30; end++; break;
+	case 'T': shift = 40; end++; break;
+	default: break;
+	}
+	if (shift && (*end == 'i' || *end == 'I'))
+		end++;
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end)
+		return -EINVAL;
+	if (shift && v > (UINT64_MAX >> shift))
+		return -EINVAL;
+	*ret_bytes = (uint64_t)v << shift;
+	return 0;
+}
+
+static int parse_uint(const char *s, uint32_t min, uint32_t max, uint32_t *ret)
+{
+	char *end;
+	if (!isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno || *end || v < min || v > max)
+		return -EINVAL;
+	*ret = (uint32_t)v;
+	return 0;
+}
+
+static char *xstrdup_or_fail(struct parse_state *st, const char *s)
+{
+	char *d = strdup(s);
+	if (!d)
+		fail(st, "out of memory");
+	return d;
+}
+
+static int handle_cache(struct parse_state *st, const char *name, const char *value)
+{
+	struct stg_policy *p = st->p;
+	if (strcmp(name, "dir") == 0) {
+		if (value[0] != '/') {
+			fail(st, "[cache] dir must be an absolute path, not '%s'", value);
+			return 0;
+		}
+		char norm[PATH_MAX];
+		if (stg_path_normalize(value, norm, sizeof(norm)) < 0) {
+			fail(st, "[cache] dir '%s' is not a usable path", value);
+			return 0;
+		}
+		free(p->cache_dir);
+		p->cache_dir = xstrdup_or_fail(st, norm);
+		return 1;
+	}
+	if (strcmp(name, "capacity") == 0) {
+		if (stg_parse_size(value, &p->capacity) < 0) {
+			fail(st, "[cache] capacity '%s' is not a size (e.g. 50G)", value);
+			return 0;
+		}
+		return 1;
+	}
+	fail(st, "unknown key '%s' in [cache] (known: dir, capacity)", name);
+	return 0;
+}
+
+static int handle_cluster(struct parse_state *st, const char *name, const char *value)
+{
+	struct stg_policy *p = st->p;
+	if (strcmp(name, "servers") == 0) {
+		free(p->servers);
+		p->servers = xstrdup_or_fail(st, value);
+		return 1;
+	}
+	if (strcmp(name, "replicas") == 0) {
+		if (parse_uint(value, 1, 16, &p->replicas) < 0) {
+			fail(st, "[cluster] replicas '%s' must be a number from 1 to 16", value);
+			return 0;
+		}
+		return 1;
+	}
+	if (strcmp(name, "transport") == 0) {
+		if (strcmp(value, "auto") == 0)
+			p->transport = STG_TRANSPORT_AUTO;
+		else if (strcmp(value, "rdma") == 0)
+			p->transport = STG_TRANSPORT_RDMA;
+		else if (strcmp(value, "tcp") == 0)
+			p->transport = STG_TRANSPORT_TCP;
+		else {
+			fail(st, "[cluster] transport '%s' must be auto, rdma or tcp", value);
+			return 0;
+		}
+		return 1;
+	}
+	if (strcmp(name, "secret_file") == 0) {
+		free(p->secret_file);
+		p->secret_file = xstrdup_or_fail(st, value);
+		return 1;
+	}
+	fail(st, "unknown key '%s' in [cluster] (known: servers, replicas, transport, secret_file)",
+	     name);
+	return 0;
+}
+
+/* scan_sections() creates every rule first (create = true), in file order, so
+ * that a section without keys still counts; the handler then only looks up. */
+static struct stg_path_rule *rule_for(struct parse_state *st, const char *glob, bool create)
+{
+	struct stg_policy *p = st->p;
+	for (size_t i = 0; i < p->nrules; i++)
+		if (strcmp(p->rules[i].glob, glob) == 0) {
+			if (!create)
+				return &p->rules[i];
+			fail(st, "[path %s] appears twice", glob);
+			return NULL;
+		}
+	if (!create) {
+		fail(st, "[path %s] is malformed", glob);
+		return NULL;
+	}
+	if (glob[0] != '/') {
+		fail(st, "[path %s]: the pattern must be an absolute path", glob);
+		return NULL;
+	}
+	struct stg_path_rule *r = realloc(p->rules, (p->nrules + 1) * sizeof(*r));
+	if (!r) {
+		fail(st, "out of memory");
+		return NULL;
+	}
+	p->rules = r;
+	r = &p->rules[p->nrules];
+	*r = (struct stg_path_rule){
+		.glob = strdup(glob),
+		.chunk_size = STG_CHUNK_DEFAULT,
+		.dedup = true,
+		.compress = true,
+		.durability = STG_DURABILITY_LOCAL,
+		.keep = STG_KEEP_DEFAULT,
+		.line = st->line,
+	};
+	if (!r->glob) {
+		fail(st, "out of memory");
+		return NULL;
+	}
+	p->nrules++;
+	return r;
+}
+
+static int handle_path(struct parse_state *st, const char *glob, const char *name,
+		       const char *value)
+{
+	struct stg_path_rule *r = rule_for(st, glob, false);
+	if (!r)
+		return 0;
+	if (strcmp(name, "chunk_size") == 0) {
+		uint64_t v;
+		if (stg_parse_size(value, &v) < 0 || v < STG_CHUNK_MIN || v > STG_CHUNK_MAX ||
+		    (v & (v - 1))) {
+			fail(st, "chunk_size '%s' must be a power of two from 64K to 64M", value);
+			return 0;
+		}
+		r->chunk_size = (uint32_t)v;
+	} else if (strcmp(name, "dedup") == 0) {
+		if (strcmp(value, "previous") == 0)
+			r->dedup = true;
+		else if (strcmp(value, "off") == 0)
+			r->dedup = false;
+		else {
+			fail(st, "dedup '%s' must be previous or off", value);
+			return 0;
+		}
+	} else if (strcmp(name, "compress") == 0) {
+		if (strcmp(value, "lz4") == 0)
+			r->compress = true;
+		else if (strcmp(value, "off") == 0)
+			r->compress = false;
+		else {
+			fail(st, "compress '%s' must be lz4 or off", value);
+			return 0;
+		}
+	} else if (strcmp(name, "durability") == 0) {
+		if (strcmp(value, "async") == 0)
+			r->durability = STG_DURABILITY_ASYNC;
+		else if (strcmp(value, "local") == 0)
+			r->durability = STG_DURABILITY_LOCAL;
+		else if (strcmp(value, "replicated") == 0)
+			r->durability = STG_DURABILITY_REPLICATED;
+		else {
+			fail(st, "durability '%s' must be async, local or replicated", value);
+			return 0;
+		}
+	} else if (strcmp(name, "keep") == 0) {
+		if (parse_uint(value, 1, 1000000, &r->keep) < 0) {
+			fail(st, "keep '%s' must be a number of versions, at least 1", value);
+			return 0;
+		}
+	} else {
+		fail(st,
+		     "unknown key '%s' in [path %s] (known: chunk_size, dedup, compress, "
+		     "durability, keep)",
+		     name, glob);
+		return 0;
+	}
+	return 1;
+}
+
+static int handler(void *user, const char *section, const char *name, const char *value)
+{
+	struct parse_state *st = user;
+	if (st->failed)
+		return 1;
+	if (!value || !*value) {
+		fail(st, "'%s' has no value", name);
+		return 0;
+	}
+	if (strcmp(section, "cache") == 0) {
+		st->seen_cache = true;
+		return handle_cache(st, name, value);
+	}
+	if (strcmp(section, "cluster") == 0) {
+		st->p->has_cluster = true;
+		return handle_cluster(st, name, value);
+	}
+	if (strncmp(section, "path", 4) == 0 && isspace((unsigned char)section[4])) {
+		const char *glob = section + 5;
+		while (isspace((unsigned char)*glob))
+			glob++;
+		return handle_path(st, glob, name, value);
+	}
+	if (!*section)
+		fail(st, "'%s' appears before any [section]", name);
+	else
+		fail(st, "unknown section [%s] (known: [cache], [cluster], [path GLOB])", section);
+	return 0;
+}
+
+/* inih never calls the handler for a section without keys: find those too. */
+static void scan_sections(struct parse_state *st, const char *text)
+{
+	int line = 0;
+	for (const char *l = text; *l; line++) {
+		const char *s = l;
+		while (*s == ' ' || *s == '\t')
+			s++;
+		if (*s == '[' && strncmp(s, "[path", 5) == 0 && isspace((unsigned char)s[5])) {
+			const char *g = s + 5, *e = strchr(g, ']');
+			const char *nl = strchr(g, '\n');
+			while (isspace((unsigned char)*g) && *g != '\n')
+				g++;
+			if (e && (!nl || e < nl) && e > g) {
+				char glob[PATH_MAX];
+				size_t n = (size_t)(e - g);
+				while (n && isspace((unsigned char)g[n - 1]))
+					n--;
+				if (n < sizeof(glob)) {
+					memcpy(glob, g, n);
+					glob[n] = '\0';
+					int saved = st->line;
+					st->line = line + 1;
+					rule_for(st, glob, true);
+					st->line = saved;
+				}
+			}
+		} else if (strncmp(s, "[cache]", 7) == 0) {
+			st->seen_cache = true;
+		}
+		const char *nl = strchr(l, '\n');
+		if (!nl)
+			break;
+		l = nl + 1;
+	}
+}
+
+static int read_whole(const char *path, char **ret, size_t *ret_len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(fd, &st) < 0) {
+		int r = -errno;
+		close(fd);
+		return r;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return -EINVAL;
+	}
+	if (st.st_size > POLICY_MAX_BYTES) {
+		close(fd);
+		return -EFBIG;
+	}
+	char *buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	size_t len = 0;
+	for (;;) {
+		ssize_t n = read(fd, buf + len, (size_t)st.st_size - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int r = -errno;
+			free(buf);
+			close(fd);
+			return r;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+		if (len == (size_t)st.st_size)
+			break;
+	}
+	close(fd);
+	buf[len] = '\0';
+	*ret = buf;
+	*ret_len = len;
+	return 0;
+}
+
+int stg_policy_load(const char *path, struct stg_policy **ret_policy, char *err, size_t errlen)
+{
+	if (err && errlen)
+		err[0] = '\0';
+	struct stg_policy *p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->file = strdup(path);
+	p->replicas = 2;
+	if (!p->file) {
+		free(p);
+		return -ENOMEM;
+	}
+	char *text = NULL;
+	size_t len = 0;
+	int r = read_whole(path, &text, &len);
+	if (r < 0) {
+		if (err)
+			snprintf(err, errlen, "%s: cannot read the policy file: %s", path,
+				 r == -EFBIG ? "larger than 1 MiB" : strerror(-r));
+		stg_policy_free(p);
+		return r;
+	}
+	if (memchr(text, '\0', len)) {
+		if (err)
+			snprintf(err, errlen, "%s: not a text file", path);
+		free(text);
+		stg_policy_free(p);
+		return -EINVAL;
+	}
+	struct parse_state st = {.p = p, .text = text, .err = err, .errlen = errlen};
+	scan_sections(&st, text);
+	st.line = 0;
+	st.text = text;
+	int ir = ini_parse_stream(reader, &st, handler, &st);
+	if (ir > 0 && !st.failed) {
+		st.line = ir;
+		fail(&st, "syntax error (expected [section] or key = value)");
+	} else if (ir < 0 && !st.failed) {
+		fail(&st, "cannot parse the policy file");
+	}
+	if (!st.failed && !p->cache_dir) {
+		st.line = 0;
+		if (err)
+			snprintf(err, errlen, "%s: [cache] dir is required", path);
+		st.failed = 1;
+	}
+	if (!st.failed) {
+		for (size_t i = 0; i < p->nrules; i++) {
+			if (p->rules[i].durability == STG_DURABILITY_REPLICATED) {
+				if (err)
+					snprintf(err, errlen,
+						 "%s:%d: durability = replicated needs staging "
+						 "servers, which this version of stagehand cannot "
+						 "ship to yet",
+						 path, p->rules[i].line);
+				st.failed = 1;
+				break;
+			}
+		}
+	}
+	free(text);
+	if (st.failed) {
+		stg_policy_free(p);
+		return -EINVAL;
+	}
+	*ret_policy = p;
+	return 0;
+}
+
+void stg_policy_free(struct stg_policy *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->nrules; i++)
+		free(p->rules[i].glob);
+	free(p->rules);
+	free(p->file);
+	free(p->cache_dir);
+	free(p->servers);
+	free(p->secret_file);
+	free(p);
+}
+
+static bool path_has_prefix_dir(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+	return strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == '\0');
+}
+
+static bool rule_matches(const char *glob, const char *path)
+{
+	size_t gl = strlen(glob);
+	if (gl >= 3 && strcmp(glob + gl - 3, "/**") == 0) {
+		/* Subtree: some proper ancestor directory of path matches the prefix. */
+		char buf[PATH_MAX], pat[PATH_MAX];
+		size_t pl = strlen(path);
+		if (pl >= sizeof(buf) || gl >= sizeof(pat))
+			return false;
+		memcpy(pat, glob, gl - 3);
+		pat[gl - 3] = '\0';
+		if (pat[0] == '\0')
+			return true; /* the whole tree */
+		memcpy(buf, path, pl + 1);
+		for (size_t i = pl; i > 0; i--) {
+			if (buf[i] != '/')
+				continue;
+			buf[i] = '\0';
+			if (fnmatch(pat, buf, FNM_PATHNAME) == 0)
+				return true;
+		}
+		return false;
+	}
+	return fnmatch(glob, path, FNM_PATHNAME) == 0;
+}
+
+const struct stg_path_rule *stg_policy_match(const struct stg_policy *p, const char *abspath)
+{
+	if (!p || abspath[0] != '/')
+		return NULL;
+	if (p->cache_dir && path_has_prefix_dir(abspath, p->cache_dir))
+		return NULL;
+	for (size_t i = 0; i < p->nrules; i++)
+		if (rule_matches(p->rules[i].glob, abspath))
+			return &p->rules[i];
+	return NULL;
+}
+
+bool stg_policy_may_contain(const struct stg_policy *p, const char *dir)
+{
+	if (!p || dir[0] != '/')
+		return false;
+	if (p->cache_dir && path_has_prefix_dir(dir, p->cache_dir))
+		return false;
+	for (size_t i = 0; i < p->nrules; i++) {
+		const char *g = p->rules[i].glob;
+		size_t gl = strlen(g);
+		char pat[PATH_MAX];
+		if (gl >= sizeof(pat))
+			continue;
+		if (gl >= 3 && strcmp(g + gl - 3, "/**") == 0) {
+			memcpy(pat, g, gl - 3);
+			pat[gl - 3] = '\0';
+			char probe[PATH_MAX + 2];
+			snprintf(probe, sizeof(probe), "%s/x", strcmp(dir, "/") ? dir : "");
+			if (!pat[0] || rule_matches(g, probe))
+				return true;
+			continue;
+		}
+		memcpy(pat, g, gl + 1);
+		char *slash = strrchr(pat, '/');
+		if (slash == pat)
+			slash[1] = '\0';
+		else if (slash)
+			*slash = '\0';
+		if (fnmatch(pat, dir, FNM_PATHNAME) == 0)
+			return true;
+	}
+	return false;
+}
+
+char *stg_policy_locate(void)
+{
+	const char *env = getenv("STAGEHAND_POLICY");
+	if (env && *env)
+		return strdup(env);
+	if (access("stagehand.conf", F_OK) == 0) {
+		char cwd[PATH_MAX];
+		if (getcwd(cwd, sizeof(cwd))) {
+			char *r;
+			if (asprintf(&r, "%s/stagehand.conf", strcmp(cwd, "/") ? cwd : "") >= 0)
+				return r;
+		}
+		return NULL;
+	}
+	if (access("/etc/stagehand/policy.conf", F_OK) == 0)
+		return strdup("/etc/stagehand/policy.conf");
+	return NULL;
+}
+
+const char *stg_durability_name(enum stg_durability d)
+{
+	switch (d) {
+	case STG_DURABILITY_ASYNC: return "async";
+	case STG_DURABILITY_LOCAL: return "local";
+	case STG_DURABILITY_REPLICATED: return "replicated";
+	}
+	return "?";
+}

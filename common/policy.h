@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/* The policy file: which paths are captured and how (INI, see README.md). */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum stg_durability {
+	STG_DURABILITY_ASYNC,
+	STG_DURABILITY_LOCAL,
+	STG_DURABILITY_REPLICATED,
+};
+
+enum stg_transport {
+	STG_TRANSPORT_AUTO,
+	STG_TRANSPORT_RDMA,
+	STG_TRANSPORT_TCP,
+};
+
+struct stg_path_rule {
+	char *glob;          /* absolute fnmatch pattern; a trailing slash-star-star matches a subtree */
+	uint32_t chunk_size; /* power of two, STG_CHUNK_MIN..STG_CHUNK_MAX */
+	bool dedup;          /* dedup = previous */
+	bool compress;       /* compress = lz4 */
+	enum stg_durability durability;
+	uint32_t keep; /* versions kept per file, >= 1 */
+	int line;      /* where the section starts, for messages */
+};
+
+struct stg_policy {
+	char *file;      /* the file it was read from */
+	char *cache_dir; /* absolute */
+	uint64_t capacity; /* bytes; 0 = no limit but the file system's */
+	bool has_cluster;
+	char *servers;
+	uint32_t replicas;
+	enum stg_transport transport;
+	char *secret_file;
+	struct stg_path_rule *rules;
+	size_t nrules;
+};
+
+#define STG_CHUNK_MIN (64u << 10)
+#define STG_CHUNK_MAX (64u << 20)
+#define STG_CHUNK_DEFAULT (1u << 20)
+#define STG_KEEP_DEFAULT 3u
+
+/* Finds the policy file: $STAGEHAND_POLICY, ./stagehand.conf, /etc/stagehand/policy.conf.
+ * Returns a malloc'ed path, or NULL when none exists. */
+char *stg_policy_locate(void);
+
+/* Reads and validates a policy file. On failure returns -errno and, if err is
+ * not NULL, writes a message naming file:line into err. */
+int stg_policy_load(const char *path, struct stg_policy **ret_policy, char *err, size_t errlen);
+
+void stg_policy_free(struct stg_policy *p);
+
+/* The first rule matching the absolute, normalized path, or NULL. Paths inside
+ * the cache directory never match. */
+const struct stg_path_rule *stg_policy_match(const struct stg_policy *p, const char *abspath);
+
+/* Can a file directly inside the absolute directory dir match some rule? */
+bool stg_policy_may_contain(const struct stg_policy *p, const char *dir);
+
+/* Parses "123", "64K", "1M", "50G", "2T" (binary units, optional "B"/"iB").
+ * Returns 0 or -EINVAL. */
+int stg_parse_size(const char *s, uint64_t *ret_bytes);
+
+const char *stg_durability_name(enum stg_durability d);

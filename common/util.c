@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: MIT */
+/* Small helpers: full reads and writes, paths, atomic small files. */
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int stg_write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	while (len) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -EIO;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int stg_pwrite_all(int fd, const void *buf, size_t len, off_t off)
+{
+	const uint8_t *p = buf;
+	while (len) {
+		ssize_t n = pwrite(fd, p, len, off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -EIO;
+		p += n;
+		off += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int stg_pread_all(int fd, void *buf, size_t len, off_t off)
+{
+	uint8_t *p = buf;
+	while (len) {
+		ssize_t n = pread(fd, p, len, off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -ENODATA;
+		p += n;
+		off += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int stg_path_normalize(const char *in, char *out, size_t outlen)
+{
+	if (!in || in[0] != '/')
+		return -EINVAL;
+	if (outlen < 2)
+		return -ENAMETOOLONG;
+	size_t o = 0;
+	const char *p = in;
+	while (*p) {
+		while (*p == '/')
+			p++;
+		if (!*p)
+			break;
+		const char *e = p;
+		while (*e && *e != '/')
+			e++;
+		size_t n = (size_t)(e - p);
+		if (n == 1 && p[0] == '.') {
+			/* nothing */
+		} else if (n == 2 && p[0] == '.' && p[1] == '.') {
+			while (o > 0 && out[o - 1] != '/')
+				o--;
+			if (o > 0)
+				o--; /* drop the slash too */
+		} else {
+			if (o + 1 + n + 1 > outlen)
+				return -ENAMETOOLONG;
+			out[o++] = '/';
+			memcpy(out + o, p, n);
+			o += n;
+		}
+		p = e;
+	}
+	if (o == 0)
+		out[o++] = '/';
+	out[o] = '\0';
+	return 0;
+}
+
+int stg_path_join(char *out, size_t outlen, const char *dir, const char *name)
+{
+	size_t dl = strlen(dir);
+	while (dl > 1 && dir[dl - 1] == '/')
+		dl--;
+	while (*name == '/')
+		name++;
+	int n = snprintf(out, outlen, "%.*s%s%s", (int)dl, dir,
+			 (dl == 1 && dir[0] == '/') ? "" : "/", name);
+	if (n < 0 || (size_t)n >= outlen)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+int stg_mkdir_p(const char *dir, mode_t mode)
+{
+	char buf[PATH_MAX];
+	size_t len = strlen(dir);
+	if (len == 0 || len >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, dir, len + 1);
+	for (size_t i = 1; i <= len; i++) {
+		if (buf[i] != '/' && buf[i] != '\0')
+			continue;
+		char c = buf[i];
+		buf[i] = '\0';
+		if (mkdir(buf, mode) < 0 && errno != EEXIST)
+			return -errno;
+		buf[i] = c;
+	}
+	struct stat st;
+	if (stat(dir, &st) < 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR;
+	return 0;
+}
+
+int stg_fsync_dir(int dirfd, const char *path)
+{
+	int fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int r = fsync(fd) < 0 ? -errno : 0;
+	close(fd);
+	return r;
+}
+
+int stg_write_file_atomic(int dirfd, const char *name, const void *data, size_t len, bool sync)
+{
+	char tmp[PATH_MAX];
+	static unsigned counter;
+	int n = snprintf(tmp, sizeof(tmp), "%s.tmp.%d.%u", name, (int)getpid(),
+			 __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
+	if (n < 0 || (size_t)n >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	int r = stg_write_all(fd, data, len);
+	if (r == 0 && sync && fsync(fd) < 0)
+		r = -errno;
+	if (close(fd) < 0 && r == 0)
+		r = -errno;
+	if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
+		r = -errno;
+	if (r < 0)
+		unlinkat(dirfd, tmp, 0);
+	return r;
+}
+
+int stg_read_file(int dirfd, const char *name, size_t max, uint8_t **ret_data, size_t *ret_len)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	int r = 0;
+	uint8_t *buf = NULL;
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		goto out_close;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		r = -EBADMSG;
+		goto out_close;
+	}
+	if ((uint64_t)st.st_size > max) {
+		r = -EFBIG;
+		goto out_close;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		r = -ENOMEM;
+		goto out_close;
+	}
+	r = stg_pread_all(fd, buf, (size_t)st.st_size, 0);
+	if (r < 0) {
+		free(buf);
+		goto out_close;
+	}
+	*ret_data = buf;
+	*ret_len = (size_t)st.st_size;
+out_close:
+	close(fd);
+	return r;
+}
+
+int64_t stg_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}

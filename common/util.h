@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: MIT */
+/* Small helpers: little-endian codecs, full reads and writes, paths. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/types.h>
+
+static inline void stg_put_le16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+static inline void stg_put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void stg_put_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t stg_get_le16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t stg_get_le32(const uint8_t *p)
+{
+	uint32_t v = 0;
+	for (int i = 3; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+static inline uint64_t stg_get_le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+/* Full-length I/O that retries on EINTR and short transfers. Return 0 or -errno;
+ * a read that meets end of file early returns -ENODATA. */
+int stg_write_all(int fd, const void *buf, size_t len);
+int stg_pwrite_all(int fd, const void *buf, size_t len, off_t off);
+int stg_pread_all(int fd, void *buf, size_t len, off_t off);
+
+/* Lexically normalizes an absolute path: no "//", "/./" or "/../", no trailing
+ * slash. Returns 0, -EINVAL (not absolute) or -ENAMETOOLONG. */
+int stg_path_normalize(const char *in, char *out, size_t outlen);
+
+/* Joins dir and name into out with one slash; -ENAMETOOLONG if it does not fit. */
+int stg_path_join(char *out, size_t outlen, const char *dir, const char *name);
+
+/* Creates dir and its missing parents with the given mode. Returns 0 or -errno. */
+int stg_mkdir_p(const char *dir, mode_t mode);
+
+/* fsync()s the directory at path (relative to dirfd). Returns 0 or -errno. */
+int stg_fsync_dir(int dirfd, const char *path);
+
+/* Writes data to dirfd/name atomically: a temporary file, optional fsync, rename.
+ * Returns 0 or -errno. */
+int stg_write_file_atomic(int dirfd, const char *name, const void *data, size_t len, bool sync);
+
+/* Reads dirfd/name whole into a malloc'ed buffer, refusing files over max bytes
+ * (-EFBIG). Returns 0 or -errno. */
+int stg_read_file(int dirfd, const char *name, size_t max, uint8_t **ret_data, size_t *ret_len);
+
+/* Nanoseconds of CLOCK_REALTIME. */
+int64_t stg_now_ns(void);

@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: MIT */
+/* Directory listings: captured files appear beside the real entries. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "catalog.h"
+#include "internal.h"
+#include "real.h"
+
+#define ENSURE(fn)                   \
+	do {                         \
+		if (!real_##fn)      \
+			shim_real_init(); \
+	} while (0)
+
+/* The captured names of one open directory stream, served after the real
+ * entries run out. */
+struct listing {
+	DIR *dir;
+	char **names; /* visible captured files directly in the directory */
+	bool *deleted_real; /* parallel: hides a real entry of that name */
+	size_t n, next;
+	char **hidden; /* captured files that were deleted: hide real ones too */
+	size_t nhidden;
+	struct dirent64 ent;
+	struct listing *link;
+};
+
+static struct listing *listings;
+
+struct collect {
+	const char *dir;
+	size_t dirlen;
+	struct listing *l;
+	int err;
+};
+
+static int push(char ***arr, size_t *n, const char *name)
+{
+	char **a = realloc(*arr, (*n + 1) * sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	*arr = a;
+	if (!(a[*n] = strdup(name)))
+		return -ENOMEM;
+	(*n)++;
+	return 0;
+}
+
+static int collect_one(void *arg, const char *path, int filedirfd)
+{
+	struct collect *c = arg;
+	(void)filedirfd;
+	if (strncmp(path, c->dir, c->dirlen) != 0)
+		return 0;
+	const char *name = path + c->dirlen;
+	if (c->dirlen > 1) {
+		if (*name != '/')
+			return 0;
+		name++;
+	}
+	if (!*name || strchr(name, '/'))
+		return 0;
+	struct stg_file_state st;
+	if (stg_catalog_state(shim.cache, path, &st) < 0 || !st.exists)
+		return 0;
+	if (st.deleted)
+		return push(&c->l->hidden, &c->l->nhidden, name) < 0 ? -ENOMEM : 0;
+	return push(&c->l->names, &c->l->n, name) < 0 ? -ENOMEM : 0;
+}
+
+static void listing_free(struct listing *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->names[i]);
+	for (size_t i = 0; i < l->nhidden; i++)
+		free(l->hidden[i]);
+	free(l->names);
+	free(l->hidden);
+	free(l);
+}
+
+/* The captured files of a directory the policy may capture files in. Scanning
+ * the catalog is cheap next to a checkpoint. */
+static struct listing *listing_for(const char *abs)
+{
+	if (!stg_policy_may_contain(shim.policy, abs) || !shim_cache())
+		return NULL;
+	struct listing *l = calloc(1, sizeof(*l));
+	if (!l)
+		return NULL;
+	struct collect c = {.dir = abs, .dirlen = strlen(abs), .l = l};
+	if (stg_catalog_foreach(shim.cache, collect_one, &c) < 0 || (l->n == 0 && l->nhidden == 0)) {
+		listing_free(l);
+		return NULL;
+	}
+	return l;
+}
+
+SHIM_EXPORT DIR *opendir(const char *path)
+{
+	ENSURE(opendir);
+	DIR *d = real_opendir(path);
+	if (!d || shim_busy || !shim_active() || shim.policy->nrules == 0)
+		return d;
+	shim_busy++;
+	int saved = errno;
+	char abs[PATH_MAX];
+	if (shim_abspath(AT_FDCWD, path, abs, sizeof(abs)) == 0) {
+		struct listing *l = listing_for(abs);
+		if (l) {
+			l->dir = d;
+			pthread_mutex_lock(&shim.lock);
+			l->link = listings;
+			listings = l;
+			pthread_mutex_unlock(&shim.lock);
+		}
+	}
+	errno = saved;
+	shim_busy--;
+	return d;
+}
+
+static struct listing *find(DIR *d)
+{
+	for (struct listing *l = listings; l; l = l->link)
+		if (l->dir == d)
+			return l;
+	return NULL;
+}
+
+static bool in(char **arr, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(arr[i], name) == 0)
+			return true;
+	return false;
+}
+
+/* Real entries first (minus those a captured file replaces or that were
+ * deleted), then the captured names. */
+static struct dirent64 *next_entry(DIR *d, struct dirent64 *(*real)(DIR *))
+{
+	struct listing *l;
+	pthread_mutex_lock(&shim.lock);
+	l = find(d);
+	pthread_mutex_unlock(&shim.lock);
+	if (!l)
+		return real(d);
+	int saved = errno;
+	struct dirent64 *e;
+	while ((e = real(d))) {
+		if (!in(l->names, l->n, e->d_name) && !in(l->hidden, l->nhidden, e->d_name))
+			return e;
+	}
+	if (errno != saved)
+		return NULL; /* a real error */
+	if (l->next >= l->n)
+		return NULL;
+	const char *name = l->names[l->next++];
+	memset(&l->ent, 0, sizeof(l->ent));
+	l->ent.d_ino = 1;
+	l->ent.d_type = DT_REG;
+	l->ent.d_reclen = sizeof(l->ent);
+	l->ent.d_off = (off64_t)l->next;
+	snprintf(l->ent.d_name, sizeof(l->ent.d_name), "%s", name);
+	return &l->ent;
+}
+
+/* On Linux/glibc 64-bit, struct dirent and struct dirent64 have one layout. */
+SHIM_EXPORT struct dirent *readdir(DIR *d)
+{
+	ENSURE(readdir);
+	if (!listings)
+		return real_readdir(d);
+	return (struct dirent *)next_entry(d, (struct dirent64 * (*)(DIR *)) real_readdir);
+}
+
+SHIM_EXPORT struct dirent64 *readdir64(DIR *d)
+{
+	ENSURE(readdir64);
+	if (!listings)
+		return real_readdir64(d);
+	return next_entry(d, real_readdir64);
+}
+
+SHIM_EXPORT void rewinddir(DIR *d)
+{
+	ENSURE(rewinddir);
+	real_rewinddir(d);
+	pthread_mutex_lock(&shim.lock);
+	struct listing *l = find(d);
+	if (l)
+		l->next = 0;
+	pthread_mutex_unlock(&shim.lock);
+}
+
+SHIM_EXPORT int closedir(DIR *d)
+{
+	ENSURE(closedir);
+	if (listings) {
+		pthread_mutex_lock(&shim.lock);
+		for (struct listing **p = &listings; *p; p = &(*p)->link) {
+			if ((*p)->dir == d) {
+				struct listing *l = *p;
+				*p = l->link;
+				listing_free(l);
+				break;
+			}
+		}
+		pthread_mutex_unlock(&shim.lock);
+	}
+	return real_closedir(d);
+}

@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: MIT */
+/* Calls on descriptors: close, the dup family, fsync, mappings. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "real.h"
+
+#define ENSURE(fn)                   \
+	do {                         \
+		if (!real_##fn)      \
+			shim_real_init(); \
+	} while (0)
+
+/* Returns r as libc would: errno from the failing step, untouched on success. */
+static int finish(int r, int saved)
+{
+	if (r < 0) {
+		errno = -r;
+		return -1;
+	}
+	errno = saved;
+	return r;
+}
+
+SHIM_EXPORT int close(int fd)
+{
+	ENSURE(close);
+	if (shim_busy || !fdtable_get(fd))
+		return real_close(fd);
+	shim_busy++;
+	int saved = errno;
+	int r = session_release_fd(fd);
+	int cr = real_close(fd) < 0 ? -errno : 0;
+	shim_busy--;
+	return finish(cr < 0 ? cr : r, saved);
+}
+
+SHIM_EXPORT int close_range(unsigned first, unsigned last, int flags)
+{
+	ENSURE(close_range);
+	if (!real_close_range) {
+		errno = ENOSYS;
+		return -1;
+	}
+	if (shim_busy || (flags & CLOSE_RANGE_CLOEXEC))
+		return real_close_range(first, last, flags);
+	shim_busy++;
+	int saved = errno;
+	int r = 0;
+	struct session *s;
+	pthread_mutex_lock(&shim.lock);
+	int fd = fdtable_next((int)(first > INT32_MAX ? INT32_MAX : first), &s);
+	pthread_mutex_unlock(&shim.lock);
+	while (fd >= 0 && (unsigned)fd <= last) {
+		int rr = session_release_fd(fd);
+		if (rr < 0 && r == 0)
+			r = rr;
+		pthread_mutex_lock(&shim.lock);
+		fd = fdtable_next(fd + 1, &s);
+		pthread_mutex_unlock(&shim.lock);
+	}
+	int cr = real_close_range(first, last, flags) < 0 ? -errno : 0;
+	shim_busy--;
+	return finish(cr < 0 ? cr : r, saved);
+}
+
+/* newfd now refers to fd's session too. */
+static void track_copy(int fd, int newfd)
+{
+	pthread_mutex_lock(&shim.lock);
+	struct session *s = fdtable_get(fd);
+	if (s && fdtable_set(newfd, s) == 0)
+		s->refs++;
+	pthread_mutex_unlock(&shim.lock);
+}
+
+SHIM_EXPORT int dup(int fd)
+{
+	ENSURE(dup);
+	int nfd = real_dup(fd);
+	if (nfd >= 0 && !shim_busy) {
+		if (fdtable_get(nfd))
+			session_discard_fd(nfd);
+		if (fdtable_get(fd))
+			track_copy(fd, nfd);
+	}
+	return nfd;
+}
+
+static int dup_onto(int fd, int newfd, int flags, bool three)
+{
+	if (shim_busy || fd == newfd || (!fdtable_get(fd) && !fdtable_get(newfd)))
+		return three ? real_dup3(fd, newfd, flags) : real_dup2(fd, newfd);
+	shim_busy++;
+	int saved = errno;
+	int r = 0;
+	/* dup2 closes newfd silently: that close may be a commit. Only if fd is
+	 * valid, or dup2 would fail and leave newfd open. */
+	if (real_fcntl(fd, F_GETFD) < 0) {
+		r = -errno;
+	} else {
+		if (fdtable_get(newfd))
+			r = session_release_fd(newfd);
+		int d = three ? real_dup3(fd, newfd, flags) : real_dup2(fd, newfd);
+		if (d < 0) {
+			r = -errno;
+		} else {
+			if (fdtable_get(fd))
+				track_copy(fd, newfd);
+			r = r < 0 ? r : d;
+		}
+	}
+	shim_busy--;
+	return finish(r, saved);
+}
+
+SHIM_EXPORT int dup2(int fd, int newfd)
+{
+	ENSURE(dup2);
+	return dup_onto(fd, newfd, 0, false);
+}
+
+SHIM_EXPORT int dup3(int fd, int newfd, int flags)
+{
+	ENSURE(dup3);
+	return dup_onto(fd, newfd, flags, true);
+}
+
+static int fcntl_common(int fd, int cmd, unsigned long arg, int (*real)(int, int, ...))
+{
+	int r = real(fd, cmd, arg);
+	if (r >= 0 && !shim_busy && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) {
+		if (fdtable_get(r))
+			session_discard_fd(r);
+		if (fdtable_get(fd))
+			track_copy(fd, r);
+	}
+	return r;
+}
+
+/* Every fcntl argument is an int, a pointer or absent: reading it as an
+ * unsigned long and passing it on is what glibc itself does. */
+SHIM_EXPORT int fcntl(int fd, int cmd, ...)
+{
+	ENSURE(fcntl);
+	va_list ap;
+	va_start(ap, cmd);
+	unsigned long arg = va_arg(ap, unsigned long);
+	va_end(ap);
+	return fcntl_common(fd, cmd, arg, real_fcntl);
+}
+
+SHIM_EXPORT int fcntl64(int fd, int cmd, ...)
+{
+	ENSURE(fcntl64);
+	va_list ap;
+	va_start(ap, cmd);
+	unsigned long arg = va_arg(ap, unsigned long);
+	va_end(ap);
+	return fcntl_common(fd, cmd, arg, real_fcntl64 ? real_fcntl64 : real_fcntl);
+}
+
+/* fsync() of a captured file is a commit point, like close(). */
+static int sync_common(int fd, int (*real)(int))
+{
+	struct session *s = fdtable_get(fd);
+	if (shim_busy || !s || s->readonly)
+		return real(fd);
+	shim_busy++;
+	int saved = errno;
+	int r = session_commit(s, fd);
+	shim_busy--;
+	return finish(r, saved);
+}
+
+SHIM_EXPORT int fsync(int fd)
+{
+	ENSURE(fsync);
+	return sync_common(fd, real_fsync);
+}
+
+SHIM_EXPORT int fdatasync(int fd)
+{
+	ENSURE(fdatasync);
+	return sync_common(fd, real_fdatasync);
+}
+
+SHIM_EXPORT int fchmod(int fd, mode_t mode)
+{
+	ENSURE(fchmod);
+	struct session *s = fdtable_get(fd);
+	if (shim_busy || !s)
+		return real_fchmod(fd, mode);
+	s->mode = mode & 07777;
+	return 0;
+}
+
+static void *mmap_common(void *addr, size_t len, int prot, int flags, int fd, off_t off,
+			 void *(*real)(void *, size_t, int, int, int, off_t))
+{
+	void *p = real(addr, len, prot, flags, fd, off);
+	if (p != MAP_FAILED && !shim_busy && fd >= 0 && (prot & PROT_WRITE) &&
+	    (flags & MAP_TYPE) != MAP_PRIVATE && fdtable_get(fd)) {
+		int saved = errno;
+		shim_busy++;
+		session_mapped(fd, p, len);
+		shim_busy--;
+		errno = saved;
+	}
+	return p;
+}
+
+SHIM_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	ENSURE(mmap);
+	return mmap_common(addr, len, prot, flags, fd, off, real_mmap);
+}
+
+SHIM_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	ENSURE(mmap64);
+	return mmap_common(addr, len, prot, flags, fd, off, real_mmap64 ? real_mmap64 : real_mmap);
+}
+
+SHIM_EXPORT int munmap(void *addr, size_t len)
+{
+	ENSURE(munmap);
+	int r = real_munmap(addr, len);
+	if (r == 0 && !shim_busy && shim.ready) {
+		int saved = errno;
+		shim_busy++;
+		int cr = session_unmapped(addr, len, false);
+		shim_busy--;
+		return finish(cr < 0 ? cr : 0, saved);
+	}
+	return r;
+}
+
+SHIM_EXPORT int msync(void *addr, size_t len, int flags)
+{
+	ENSURE(msync);
+	int r = real_msync(addr, len, flags);
+	if (r == 0 && !shim_busy && shim.ready && (flags & MS_SYNC)) {
+		int saved = errno;
+		shim_busy++;
+		int cr = session_unmapped(addr, len, true);
+		shim_busy--;
+		return finish(cr < 0 ? cr : 0, saved);
+	}
+	return r;
+}
+
+SHIM_EXPORT mode_t umask(mode_t mask)
+{
+	ENSURE(umask);
+	mode_t old = real_umask(mask);
+	shim.umask = mask & 0777;
+	return old;
+}

@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: MIT */
+/* Declarations shared by the shim's files; nothing here is exported. */
+#pragma once
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "cache.h"
+#include "policy.h"
+
+/* ---- shim.c: global state, the re-entry guard, logging ---- */
+
+struct shim {
+	bool ready;    /* policy loaded and valid */
+	bool disabled; /* passthrough for good: bad policy, unusable cache */
+	struct stg_policy *policy;
+	struct stg_cache *cache; /* opened at the first captured path */
+	bool cache_failed;
+	char tmp_prefix[PATH_MAX]; /* "<cache>/tmp/" for recognising shadows */
+	pid_t pid;
+	mode_t umask;
+	pthread_mutex_t lock; /* sessions, the fd table, dir streams */
+};
+
+extern struct shim shim;
+
+/* True while this thread runs shim code: its own I/O goes straight to libc. */
+extern __thread int shim_busy __attribute__((tls_model("initial-exec")));
+
+/* Runs the lazy parts of start-up; false means pass everything through. */
+bool shim_active(void);
+
+/* The cache, opened on first use; NULL (with a warning, once) if unusable. */
+struct stg_cache *shim_cache(void);
+
+void shim_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Turns a -errno result into libc's -1/errno. */
+static inline int shim_ret(int r)
+{
+	if (r < 0) {
+		extern int *__errno_location(void);
+		*__errno_location() = -r;
+		return -1;
+	}
+	return r;
+}
+
+#define SHIM_EXPORT __attribute__((visibility("default")))
+
+/* ---- path.c: resolving and matching the application's paths ---- */
+
+/* Makes path absolute (relative to dirfd) and normalized into out. */
+int shim_abspath(int dirfd, const char *path, char *out, size_t outlen);
+
+/* The rule for an absolute path, or NULL when it is not captured. */
+const struct stg_path_rule *shim_match(const char *abspath);
+
+/* Resolves (dirfd, path) and matches it: returns the rule and fills abspath,
+ * or NULL for paths that are not captured (including when the shim is off). */
+const struct stg_path_rule *shim_resolve(int dirfd, const char *path, char *abspath,
+					 size_t len);
+
+/* ---- session.c: an open captured file backed by a shadow file ---- */
+
+struct session {
+	char path[PATH_MAX];
+	const struct stg_path_rule *rule;
+	uint32_t mode;        /* permission bits the file will have */
+	int refs;             /* descriptors of this process referring to it */
+	int nmaps;            /* writable shared mappings still mapped */
+	int keep_fd;          /* our own descriptor while mappings outlive the fds */
+	pid_t owner;          /* only the owner commits */
+	bool readonly;        /* opened for reading: never commits */
+	bool adopted;         /* inherited through exec: commits at exit too */
+	bool force;           /* commit even if unchanged (new or truncated file) */
+	bool unlinked;        /* the application removed the path meanwhile */
+	dev_t dev;            /* the shadow's inode */
+	ino_t ino;
+	int64_t base_mtime_ns;
+};
+
+/* Opens path (captured under rule) as the application asked; returns the new
+ * descriptor, -errno, or SESSION_PASS when the real open() should handle it. */
+#define SESSION_PASS INT_MIN
+int session_open(const char *abspath, const struct stg_path_rule *rule, int flags, mode_t mode);
+
+/* Commits the session's current content through fd if it changed. -errno. */
+int session_commit(struct session *s, int fd);
+
+/* The application is dropping fd (close, dup2 over it, close_range). Commits
+ * when it was the last reference. Returns 0 or -errno (the commit's error). */
+int session_release_fd(int fd);
+
+/* Forgets fd without committing (a failed fdopen, a descriptor closed behind
+ * the shim's back). */
+void session_discard_fd(int fd);
+
+/* The descriptor of a session with the lowest number, or -1 (caller holds
+ * shim.lock). */
+int session_any_fd(const struct session *s);
+
+/* Records a writable shared mapping of fd's session; munmap commits. */
+void session_mapped(int fd, void *addr, size_t len);
+/* Forgets mappings inside [addr, addr+len), committing sessions left with
+ * neither descriptors nor mappings; with sync_only, commits without forgetting. */
+int session_unmapped(void *addr, size_t len, bool sync_only);
+
+/* A stat of an open session's shadow, made to look like the captured file. */
+void session_fix_stat(const struct session *s, struct stat *st);
+
+/* Scans inherited descriptors for shadows (exec keeps them, not our tables). */
+void session_adopt_inherited(void);
+
+/* At exit: commits adopted sessions, warns about ones never closed. */
+void session_exit(void);
+
+/* Renames every session in this process whose path is old (or below it). */
+void session_renamed(const char *oldpath, const char *newpath);
+void session_unlinked(const char *path);
+
+/* A session of this process for path, or NULL (caller holds shim.lock). */
+struct session *session_find_path(const char *path);
+
+/* ---- fdtable.c: which descriptors are captured files ---- */
+
+int fdtable_init(void);
+struct session *fdtable_get(int fd);
+/* Sets (or clears, with NULL) the entry; -EMFILE when fd is out of range. */
+int fdtable_set(int fd, struct session *s);
+/* The first captured fd >= fd with its session, or -1 (caller holds shim.lock):
+ * for (fd = fdtable_next(0, &s); fd >= 0; fd = fdtable_next(fd + 1, &s)) */
+int fdtable_next(int fd, struct session **ret);
+#define FDTABLE_EACH(fd, s) for (fd = fdtable_next(0, &s); fd >= 0; fd = fdtable_next(fd + 1, &s))
+
+/* ---- view.c: what captured paths look like from the application ---- */
+
+/* 1 and the synthesized stat when abspath is a visible captured file, 0 when
+ * the catalog does not know it, -errno (ENOENT when it was deleted). */
+int view_stat(const char *abspath, struct stat *st);

@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/* Writable shared mappings of captured files: their writes land in the shadow
+ * whenever they happen, so the commit waits for munmap() (or msync()). */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "internal.h"
+#include "real.h"
+
+struct mapping {
+	uintptr_t start, end;
+	struct session *s;
+};
+
+static struct mapping *maps;
+static size_t nmaps, capmaps;
+
+void session_mapped(int fd, void *addr, size_t len)
+{
+	pthread_mutex_lock(&shim.lock);
+	struct session *s = fdtable_get(fd);
+	if (s && !s->readonly) {
+		if (nmaps == capmaps) {
+			size_t cap = capmaps ? capmaps * 2 : 8;
+			struct mapping *m = realloc(maps, cap * sizeof(*m));
+			if (m) {
+				maps = m;
+				capmaps = cap;
+			}
+		}
+		if (nmaps < capmaps) {
+			maps[nmaps++] = (struct mapping){(uintptr_t)addr, (uintptr_t)addr + len, s};
+			s->nmaps++;
+		}
+	}
+	pthread_mutex_unlock(&shim.lock);
+}
+
+static int commit_orphan(struct session *s)
+{
+	/* Neither descriptors nor mappings remain: this was the last reference. */
+	int r = session_commit(s, s->keep_fd);
+	real_close(s->keep_fd);
+	free(s);
+	return r;
+}
+
+int session_unmapped(void *addr, size_t len, bool sync_only)
+{
+	uintptr_t a = (uintptr_t)addr, b = a + len;
+	int result = 0;
+	pthread_mutex_lock(&shim.lock);
+	for (size_t i = 0; i < nmaps;) {
+		struct mapping *m = &maps[i];
+		if (m->end <= a || m->start >= b) {
+			i++;
+			continue;
+		}
+		struct session *s = m->s;
+		if (sync_only) {
+			int fd = s->refs > 0 ? session_any_fd(s) : s->keep_fd;
+			int r = fd >= 0 ? session_commit(s, fd) : 0;
+			if (r < 0 && result == 0)
+				result = r;
+			i++;
+			continue;
+		}
+		*m = maps[--nmaps];
+		if (--s->nmaps == 0 && s->refs == 0 && s->keep_fd >= 0) {
+			int r = commit_orphan(s);
+			if (r < 0 && result == 0)
+				result = r;
+		}
+	}
+	pthread_mutex_unlock(&shim.lock);
+	return result;
+}

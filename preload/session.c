@@ -1,0 +1,532 @@
+/* SPDX-License-Identifier: MIT */
+/* An open captured file: a shadow file in the cache that the application
+ * reads and writes through a real descriptor, committed as a version at close. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "builder.h"
+#include "catalog.h"
+#include "internal.h"
+#include "log.h"
+#include "materialize.h"
+#include "real.h"
+#include "util.h"
+
+#define XATTR_PATH "user.stagehand.path"
+/* A shadow's mtime is parked here after each commit: any later write moves it. */
+#define SENTINEL_SEC 1
+
+/* Flags that shape how a descriptor behaves, as opposed to how open() finds
+ * or creates the file. */
+#define KEEP_FLAGS (O_ACCMODE | O_APPEND | O_DIRECT | O_SYNC | O_DSYNC | O_NONBLOCK | O_NOATIME)
+
+static int64_t ts_ns(const struct timespec *ts)
+{
+	return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+}
+
+static bool is_sentinel(const struct stat *st)
+{
+	return st->st_mtim.tv_sec == SENTINEL_SEC && st->st_mtim.tv_nsec == 0;
+}
+
+static int park_mtime(int fd)
+{
+	struct timespec t[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_sec = SENTINEL_SEC}};
+	return futimens(fd, t) < 0 ? -errno : 0;
+}
+
+static int create_shadow(const char *path)
+{
+	int fd = real_openat(shim.cache->tmp_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+		/* No O_TMPFILE here: a named file, unlinked at once, does the same. */
+		char name[64];
+		static unsigned counter;
+		snprintf(name, sizeof(name), "shadow.%d.%u", (int)getpid(),
+			 __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
+		fd = real_openat(shim.cache->tmp_fd, name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC,
+				 0600);
+		if (fd >= 0)
+			unlinkat(shim.cache->tmp_fd, name, 0);
+	}
+	if (fd < 0)
+		return -errno;
+	/* Lets a program exec'd with this descriptor find out what it is. */
+	if (fsetxattr(fd, XATTR_PATH, path, strlen(path), 0) < 0)
+		stg_debug("no xattr on the shadow of '%s': exec'd children cannot commit it",
+			  path);
+	return fd;
+}
+
+static int copy_real_file(const char *path, int to)
+{
+	int from = real_open(path, O_RDONLY | O_CLOEXEC);
+	if (from < 0)
+		return -errno;
+	int r = 0;
+	for (;;) {
+		ssize_t n = copy_file_range(from, NULL, to, NULL, 1 << 30, 0);
+		if (n == 0)
+			break;
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			break;
+		}
+	}
+	real_close(from);
+	return r;
+}
+
+static int materialize_latest(const char *path, int fd)
+{
+	struct stg_catalog_file f;
+	int r = stg_catalog_lock(shim.cache, path, false, &f);
+	if (r < 0)
+		return r;
+	uint64_t *v;
+	size_t n;
+	r = stg_catalog_versions(f.dirfd, &v, &n);
+	if (r == 0 && n == 0)
+		r = -ENOENT;
+	if (r == 0) {
+		struct stg_manifest m;
+		uint64_t latest = v[n - 1];
+		r = stg_catalog_read(f.dirfd, latest, &m);
+		if (r == 0) {
+			struct stg_materialize_error e;
+			r = stg_materialize(shim.cache, &m, fd, NULL, NULL, &e);
+			stg_manifest_done(&m);
+		}
+		if (r < 0)
+			shim_log(STG_LOG_ERROR, "cannot read version %llu of '%s': %s",
+				 (unsigned long long)latest, path,
+				 r == -EBADMSG ? "its data in the cache is corrupt" : strerror(-r));
+	}
+	if (n || r == 0)
+		free(v);
+	stg_catalog_unlock(&f);
+	return r;
+}
+
+struct session *session_find_path(const char *path)
+{
+	int fd;
+	struct session *s;
+	FDTABLE_EACH(fd, s)
+		if (!s->readonly && !s->unlinked && strcmp(s->path, path) == 0)
+			return s;
+	return NULL;
+}
+
+int session_any_fd(const struct session *want)
+{
+	int fd;
+	struct session *s;
+	FDTABLE_EACH(fd, s)
+		if (s == want)
+			return fd;
+	return -1;
+}
+
+/* Gives the application a descriptor with exactly the flags it asked for, at
+ * the number the shadow got (the lowest free one, as open() promises). */
+static int reopen_for_app(int shadow, int flags)
+{
+	char link[64];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", shadow);
+	int appfd = real_open(link, (flags & KEEP_FLAGS) | O_CLOEXEC);
+	if (appfd < 0) {
+		/* No /proc: keep the read-write descriptor, adjust what fcntl can. */
+		real_fcntl(shadow, F_SETFL, flags & (O_APPEND | O_DIRECT | O_NONBLOCK | O_NOATIME));
+		if (!(flags & O_CLOEXEC))
+			real_fcntl(shadow, F_SETFD, 0);
+		return shadow;
+	}
+	if (real_dup3(appfd, shadow, flags & O_CLOEXEC) < 0) {
+		int r = -errno;
+		real_close(appfd);
+		return r;
+	}
+	real_close(appfd);
+	return shadow;
+}
+
+static int check_parent(const char *path)
+{
+	char parent[PATH_MAX];
+	snprintf(parent, sizeof(parent), "%s", path);
+	char *slash = strrchr(parent, '/');
+	if (slash == parent)
+		slash[1] = '\0';
+	else if (slash)
+		*slash = '\0';
+	struct stat st;
+	if (real_stat(parent, &st) < 0)
+		return -errno;
+	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+int session_open(const char *path, const struct stg_path_rule *rule, int flags, mode_t mode)
+{
+	int acc = flags & O_ACCMODE;
+	bool writing = acc != O_RDONLY || (flags & O_TRUNC);
+	struct stg_file_state state;
+	int r = stg_catalog_state(shim.cache, path, &state);
+	if (r < 0)
+		return r == -EBADMSG ? -EIO : r;
+	bool visible = state.exists && !state.deleted;
+	struct stat real_st;
+	bool real_exists = false;
+	if (!visible && real_stat(path, &real_st) == 0) {
+		if (S_ISDIR(real_st.st_mode))
+			return SESSION_PASS; /* a directory: not ours */
+		real_exists = S_ISREG(real_st.st_mode);
+	}
+	if (!visible && !real_exists && !writing)
+		return SESSION_PASS; /* nothing captured: the real open decides */
+	if (!visible && !real_exists && !(flags & O_CREAT))
+		return -ENOENT;
+	if ((visible || real_exists) && (flags & O_CREAT) && (flags & O_EXCL))
+		return -EEXIST;
+	if (flags & O_DIRECTORY)
+		return visible || real_exists ? -ENOTDIR : -ENOENT;
+	if (!visible && !real_exists) {
+		r = check_parent(path);
+		if (r < 0)
+			return r;
+	}
+	if (!visible && real_exists && !writing)
+		return SESSION_PASS; /* a plain file the shim never captured */
+
+	pthread_mutex_lock(&shim.lock);
+	/* A second open of a file this process is writing shares its shadow. */
+	struct session *s = writing || visible ? session_find_path(path) : NULL;
+	if (s) {
+		int other = session_any_fd(s);
+		char link[64];
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", other);
+		int fd = other >= 0 ? real_open(link, (flags & KEEP_FLAGS) | O_CLOEXEC) : -ENOENT;
+		if (fd < 0) {
+			r = other >= 0 ? -errno : fd;
+			goto out_unlock;
+		}
+		if (!(flags & O_CLOEXEC))
+			real_fcntl(fd, F_SETFD, 0);
+		if ((flags & O_TRUNC) && acc != O_RDONLY) {
+			if (ftruncate(fd, 0) < 0) {
+				r = -errno;
+				real_close(fd);
+				goto out_unlock;
+			}
+			s->force = true;
+		}
+		if ((r = fdtable_set(fd, s)) < 0) {
+			real_close(fd);
+			goto out_unlock;
+		}
+		s->refs++;
+		pthread_mutex_unlock(&shim.lock);
+		return fd;
+	}
+	pthread_mutex_unlock(&shim.lock);
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	snprintf(s->path, sizeof(s->path), "%s", path);
+	s->rule = rule;
+	s->owner = getpid();
+	s->readonly = !writing;
+	s->keep_fd = -1;
+	s->refs = 1;
+	int fd = create_shadow(path);
+	if (fd < 0) {
+		r = fd;
+		goto out_free;
+	}
+	bool truncate = (flags & O_TRUNC) && acc != O_RDONLY;
+	if (truncate || (!visible && !real_exists)) {
+		s->force = true;
+		s->mode = visible ? state.mode : real_exists ? (real_st.st_mode & 07777)
+							     : (mode & ~shim.umask & 07777);
+		s->base_mtime_ns = stg_now_ns();
+	} else if (visible) {
+		r = materialize_latest(path, fd);
+		if (r < 0) {
+			r = r == -ENOSPC ? r : -EIO;
+			goto out_close;
+		}
+		s->mode = state.mode;
+		s->base_mtime_ns = state.mtime_ns;
+	} else {
+		r = copy_real_file(path, fd);
+		if (r < 0)
+			goto out_close;
+		s->mode = real_st.st_mode & 07777;
+		s->base_mtime_ns = ts_ns(&real_st.st_mtim);
+	}
+	park_mtime(fd);
+	struct stat st;
+	if (fstat(fd, &st) == 0) {
+		s->dev = st.st_dev;
+		s->ino = st.st_ino;
+	}
+	r = reopen_for_app(fd, flags);
+	if (r < 0)
+		goto out_close;
+	pthread_mutex_lock(&shim.lock);
+	r = fdtable_set(fd, s);
+	pthread_mutex_unlock(&shim.lock);
+	if (r < 0)
+		goto out_close;
+	return fd;
+out_close:
+	real_close(fd);
+out_free:
+	free(s);
+	return r;
+out_unlock:
+	pthread_mutex_unlock(&shim.lock);
+	return r;
+}
+
+static int commit_through(struct session *s, int fd, bool skip_if_clean)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!s->force && skip_if_clean && is_sentinel(&st))
+		return 0;
+	/* Park the mtime before reading: a write racing with this commit moves it
+	 * again, so the next close stages it. */
+	park_mtime(fd);
+	char link[64];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	int rfd = real_open(link, O_RDONLY | O_CLOEXEC);
+	int64_t mtime = is_sentinel(&st) ? s->base_mtime_ns : ts_ns(&st.st_mtim);
+	int64_t v = stg_commit_fd(shim.cache, s->path, s->rule, rfd >= 0 ? rfd : fd,
+				  (uint64_t)st.st_size, s->mode, mtime);
+	if (rfd >= 0)
+		real_close(rfd);
+	if (v < 0) {
+		s->force = true;
+		shim_log(STG_LOG_ERROR, "could not stage '%s': %s", s->path, strerror((int)-v));
+		return v == -ENOSPC || v == -EDQUOT || v == -EFBIG ? (int)v : -EIO;
+	}
+	s->force = false;
+	s->base_mtime_ns = mtime;
+	shim_log(STG_LOG_DEBUG, "staged '%s' version %lld (%lld bytes)", s->path, (long long)v,
+		 (long long)st.st_size);
+	return 0;
+}
+
+int session_commit(struct session *s, int fd)
+{
+	if (s->readonly || s->unlinked || s->owner != getpid())
+		return 0;
+	return commit_through(s, fd, true);
+}
+
+void session_discard_fd(int fd)
+{
+	pthread_mutex_lock(&shim.lock);
+	struct session *s = fdtable_get(fd);
+	fdtable_set(fd, NULL);
+	if (s && --s->refs == 0)
+		free(s);
+	pthread_mutex_unlock(&shim.lock);
+}
+
+int session_release_fd(int fd)
+{
+	pthread_mutex_lock(&shim.lock);
+	struct session *s = fdtable_get(fd);
+	if (!s) {
+		pthread_mutex_unlock(&shim.lock);
+		return 0;
+	}
+	fdtable_set(fd, NULL);
+	int r = 0;
+	if (--s->refs > 0) {
+		pthread_mutex_unlock(&shim.lock);
+		return 0;
+	}
+	if (s->nmaps > 0 && !s->readonly) {
+		/* Writes through a mapping may still come: commit at munmap(). */
+		s->keep_fd = real_fcntl(fd, F_DUPFD_CLOEXEC, 512);
+		if (s->keep_fd < 0)
+			s->keep_fd = real_fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		if (s->keep_fd >= 0) {
+			pthread_mutex_unlock(&shim.lock);
+			return 0;
+		}
+	}
+	pthread_mutex_unlock(&shim.lock);
+	r = session_commit(s, fd);
+	free(s);
+	return r;
+}
+
+void session_fix_stat(const struct session *s, struct stat *st)
+{
+	/* One identity for a captured file, through a descriptor or by name, in
+	 * every process: cp and tar compare them. */
+	struct stat cache_st;
+	if (real_fstat(shim.cache->dirfd, &cache_st) == 0)
+		st->st_dev = cache_st.st_dev;
+	st->st_ino = (ino_t)stg_catalog_ino(s->path);
+	st->st_mode = S_IFREG | s->mode;
+	st->st_nlink = 1;
+	if (is_sentinel(st)) {
+		st->st_mtim.tv_sec = s->base_mtime_ns / 1000000000;
+		st->st_mtim.tv_nsec = s->base_mtime_ns % 1000000000;
+		st->st_ctim = st->st_mtim;
+	}
+}
+
+void session_renamed(const char *oldpath, const char *newpath)
+{
+	size_t ol = strlen(oldpath);
+	int fd;
+	struct session *s;
+	pthread_mutex_lock(&shim.lock);
+	FDTABLE_EACH(fd, s) {
+		if (strncmp(s->path, oldpath, ol) != 0 || (s->path[ol] && s->path[ol] != '/'))
+			continue;
+		char np[PATH_MAX];
+		int n = snprintf(np, sizeof(np), "%s%s", newpath, s->path + ol);
+		if (n > 0 && (size_t)n < sizeof(np)) {
+			memcpy(s->path, np, (size_t)n + 1);
+			const struct stg_path_rule *rule = shim_match(np);
+			if (rule)
+				s->rule = rule;
+		}
+	}
+	pthread_mutex_unlock(&shim.lock);
+}
+
+void session_unlinked(const char *path)
+{
+	int fd;
+	struct session *s;
+	pthread_mutex_lock(&shim.lock);
+	FDTABLE_EACH(fd, s)
+		if (strcmp(s->path, path) == 0)
+			s->unlinked = true;
+	pthread_mutex_unlock(&shim.lock);
+}
+
+static void adopt_fd(int fd)
+{
+	char link[64], target[PATH_MAX];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(link, target, sizeof(target) - 1);
+	if (n <= 0)
+		return;
+	target[n] = '\0';
+	if (strncmp(target, shim.tmp_prefix, strlen(shim.tmp_prefix)) != 0)
+		return;
+	char path[PATH_MAX];
+	ssize_t pl = fgetxattr(fd, XATTR_PATH, path, sizeof(path) - 1);
+	if (pl <= 0 || path[0] != '/')
+		return;
+	path[pl] = '\0';
+	const struct stg_path_rule *rule = shim_match(path);
+	struct stat st;
+	if (!rule || fstat(fd, &st) < 0)
+		return;
+	struct session *same = NULL, *x;
+	int ofd;
+	FDTABLE_EACH(ofd, x)
+		if (x->dev == st.st_dev && x->ino == st.st_ino)
+			same = x;
+	if (same) {
+		if (fdtable_set(fd, same) == 0)
+			same->refs++;
+		return;
+	}
+	struct session *s = calloc(1, sizeof(*s));
+	if (!s)
+		return;
+	snprintf(s->path, sizeof(s->path), "%s", path);
+	s->rule = rule;
+	s->owner = getpid();
+	s->adopted = true;
+	s->force = !is_sentinel(&st);
+	s->keep_fd = -1;
+	s->refs = 1;
+	s->dev = st.st_dev;
+	s->ino = st.st_ino;
+	struct stg_file_state state;
+	if (stg_catalog_state(shim.cache, path, &state) == 0 && state.exists) {
+		s->mode = state.mode;
+		s->base_mtime_ns = state.mtime_ns;
+	} else {
+		s->mode = 0666 & ~shim.umask;
+		s->base_mtime_ns = stg_now_ns();
+	}
+	if (fdtable_set(fd, s) < 0)
+		free(s);
+}
+
+void session_adopt_inherited(void)
+{
+	if (!shim_cache())
+		return;
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return;
+	int self = dirfd(d);
+	struct dirent *de;
+	pthread_mutex_lock(&shim.lock);
+	while ((de = readdir(d))) {
+		char *end;
+		long fd = strtol(de->d_name, &end, 10);
+		if (*end || end == de->d_name || fd == self)
+			continue;
+		adopt_fd((int)fd);
+	}
+	pthread_mutex_unlock(&shim.lock);
+	closedir(d);
+}
+
+void session_exit(void)
+{
+	bool any_adopted = false;
+	int fd;
+	struct session *s;
+	pid_t self = getpid();
+	pthread_mutex_lock(&shim.lock);
+	FDTABLE_EACH(fd, s)
+		any_adopted |= s->adopted && s->owner == self;
+	pthread_mutex_unlock(&shim.lock);
+	/* stdio flushes after the destructors run; an inherited stdout needs its
+	 * buffered bytes in the shadow before the commit. */
+	if (any_adopted)
+		fflush(NULL);
+	pthread_mutex_lock(&shim.lock);
+	FDTABLE_EACH(fd, s) {
+		if (s->owner != self || s->readonly || s->unlinked || s->refs <= 0)
+			continue;
+		if (s->adopted) {
+			commit_through(s, fd, true);
+		} else {
+			shim_log(STG_LOG_WARN,
+				 "'%s' was never closed: what was written since its last close "
+				 "or fsync is not staged",
+				 s->path);
+		}
+		s->refs = 0; /* once per session, whatever other fds share it */
+	}
+	pthread_mutex_unlock(&shim.lock);
+}

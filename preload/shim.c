@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: MIT */
+/* The shim's global state: start-up, the re-entry guard, logging, exit. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "log.h"
+#include "real.h"
+
+struct shim shim = {.lock = PTHREAD_MUTEX_INITIALIZER};
+__thread int shim_busy __attribute__((tls_model("initial-exec")));
+
+static int log_fd = STDERR_FILENO;
+
+/* Formats on the stack (no malloc inside someone else's program), one write
+ * per line, at most a few lines a second so a failing loop cannot flood. */
+static void log_sink(enum stg_log_level level, const char *msg)
+{
+	static time_t window;
+	static int in_window;
+	time_t now = time(NULL);
+	if (now != window) {
+		window = now;
+		in_window = 0;
+	}
+	if (++in_window > 20 && level > STG_LOG_ERROR)
+		return;
+	char line[2048];
+	int n = snprintf(line, sizeof(line), "stagehand[%d]: %s%s\n", (int)getpid(),
+			 level == STG_LOG_ERROR  ? "error: "
+			 : level == STG_LOG_WARN ? "warning: "
+						 : "",
+			 msg);
+	if (n < 0)
+		return;
+	if ((size_t)n >= sizeof(line))
+		n = sizeof(line) - 1;
+	int saved = errno;
+	ssize_t w = write(log_fd, line, (size_t)n);
+	(void)w;
+	errno = saved;
+}
+
+void shim_log(int level, const char *fmt, ...)
+{
+	if (level > (int)stg_log_max_level)
+		return;
+	char msg[1536];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	log_sink((enum stg_log_level)level, msg);
+}
+
+static void read_umask(void)
+{
+	/* umask() both reads and sets; do it once here, then track umask() calls. */
+	mode_t m = real_umask ? real_umask(022) : 022;
+	if (real_umask)
+		real_umask(m);
+	shim.umask = m;
+}
+
+static void load_policy(void)
+{
+	stg_log_init_from_env();
+	const char *lf = getenv("STAGEHAND_LOG_FILE");
+	if (lf && *lf) {
+		int fd = open(lf, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+		if (fd >= 0) {
+			/* Keep it out of the way of the application's low numbers. */
+			int hi = fcntl(fd, F_DUPFD_CLOEXEC, 900);
+			if (hi >= 0) {
+				close(fd);
+				fd = hi;
+			}
+			log_fd = fd;
+		}
+	}
+	stg_log_set_sink(log_sink);
+	/* Library code logs at debug only; the shim's own messages go through shim_log. */
+	char *file = stg_policy_locate();
+	if (!file) {
+		stg_debug("no policy file: passing everything through");
+		shim.disabled = true;
+		return;
+	}
+	char err[1024];
+	int r = stg_policy_load(file, &shim.policy, err, sizeof(err));
+	if (r < 0) {
+		shim_log(STG_LOG_ERROR, "%s; passing every file through untouched", err);
+		shim.disabled = true;
+	} else {
+		int n = snprintf(shim.tmp_prefix, sizeof(shim.tmp_prefix), "%s/tmp/",
+				 shim.policy->cache_dir);
+		if (n < 0 || (size_t)n >= sizeof(shim.tmp_prefix))
+			shim.disabled = true;
+		else
+			shim.ready = true;
+	}
+	free(file);
+}
+
+static void shim_init(void)
+{
+	static int done;
+	if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+		return;
+	if (shim_real_init() < 0) {
+		shim.disabled = true;
+		return;
+	}
+	shim_busy++;
+	shim.pid = getpid();
+	/* stagehand's own programs write the real files they are asked to. */
+	extern char *program_invocation_short_name;
+	if (strncmp(program_invocation_short_name, "stagehand", 9) == 0) {
+		shim.disabled = true;
+		shim_busy--;
+		return;
+	}
+	read_umask();
+	if (fdtable_init() < 0) {
+		shim.disabled = true;
+	} else {
+		load_policy();
+		if (shim.ready)
+			session_adopt_inherited();
+	}
+	shim_busy--;
+}
+
+__attribute__((constructor)) static void shim_constructor(void)
+{
+	shim_init();
+}
+
+__attribute__((destructor)) static void shim_destructor(void)
+{
+	if (!shim.ready)
+		return;
+	shim_busy++;
+	session_exit();
+	shim_busy--;
+}
+
+bool shim_active(void)
+{
+	if (!shim.ready && !shim.disabled)
+		shim_init(); /* a call that arrived before our constructor ran */
+	return shim.ready;
+}
+
+struct stg_cache *shim_cache(void)
+{
+	if (shim.cache || shim.cache_failed)
+		return shim.cache;
+	pthread_mutex_lock(&shim.lock);
+	if (!shim.cache && !shim.cache_failed) {
+		int r = stg_cache_open(shim.policy->cache_dir, &shim.cache);
+		if (r < 0) {
+			shim.cache_failed = true;
+			shim_log(STG_LOG_WARN,
+				 "cache directory '%s' is not usable (%s); passing every file "
+				 "through untouched",
+				 shim.policy->cache_dir,
+				 r == -EPROTO ? "it holds a cache of another format" : strerror(-r));
+		}
+	}
+	pthread_mutex_unlock(&shim.lock);
+	return shim.cache;
+}

@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: MIT */
+/* stagehand ls: lists the staged versions of captured files. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "catalog.h"
+#include "tool.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: stagehand ls [--policy F] [PATH|PREFIX]\n"
+		   "\n"
+		   "Lists every staged version of every captured file, or of one file, or\n"
+		   "of the files below a directory: size, bytes it added to the store,\n"
+		   "chunks it stored itself out of its total, and where it is.\n");
+}
+
+struct row {
+	char *path;
+	uint64_t version, size, stored;
+	uint32_t new_chunks, chunks;
+	int64_t mtime_ns;
+	bool deleted, corrupt;
+};
+
+struct listing {
+	const char *prefix;
+	struct row *rows;
+	size_t n, cap;
+	int err;
+};
+
+static bool under(const char *path, const char *prefix)
+{
+	if (!prefix || strcmp(prefix, "/") == 0)
+		return true;
+	size_t n = strlen(prefix);
+	return strncmp(path, prefix, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+static int add_row(struct listing *l, const struct row *r)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		struct row *n = realloc(l->rows, cap * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		l->rows = n;
+		l->cap = cap;
+	}
+	l->rows[l->n] = *r;
+	if (!(l->rows[l->n].path = strdup(r->path)))
+		return -ENOMEM;
+	l->n++;
+	return 0;
+}
+
+static int collect(void *arg, const char *path, int filedirfd)
+{
+	struct listing *l = arg;
+	if (!under(path, l->prefix))
+		return 0;
+	uint64_t *v;
+	size_t n;
+	int r = stg_catalog_versions(filedirfd, &v, &n);
+	if (r < 0)
+		return r;
+	bool deleted = stg_catalog_is_deleted(filedirfd);
+	for (size_t i = 0; i < n && r == 0; i++) {
+		struct stg_manifest m;
+		struct row row = {.path = (char *)path, .version = v[i], .deleted = deleted};
+		if (stg_catalog_read(filedirfd, v[i], &m) == 0) {
+			row.size = m.size;
+			row.stored = stg_manifest_stored_bytes(&m);
+			row.new_chunks = stg_manifest_new_chunks(&m);
+			row.chunks = m.nchunks;
+			row.mtime_ns = m.mtime_ns;
+			stg_manifest_done(&m);
+		} else {
+			row.corrupt = true;
+		}
+		r = add_row(l, &row);
+	}
+	free(v);
+	return r;
+}
+
+static int cmp_rows(const void *a, const void *b)
+{
+	const struct row *x = a, *y = b;
+	int c = strcmp(x->path, y->path);
+	if (c)
+		return c;
+	return x->version < y->version ? -1 : x->version > y->version;
+}
+
+int cmd_ls(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"policy", required_argument, NULL, 'p'},
+		{"help", no_argument, NULL, 'h'},
+		{0},
+	};
+	const char *policy = NULL;
+	int c;
+	while ((c = getopt_long(argc, argv, "p:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'p': policy = optarg; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return EXIT_USAGE;
+		}
+	}
+	if (argc - optind > 1) {
+		tool_error("ls: give at most one PATH or PREFIX");
+		return EXIT_USAGE;
+	}
+	char prefix[PATH_MAX];
+	if (optind < argc && tool_abspath(argv[optind], prefix, sizeof(prefix)) < 0)
+		return 1;
+	struct stg_policy *p;
+	struct stg_cache *cache;
+	if (tool_open(policy, &p, &cache))
+		return 1;
+	struct listing l = {.prefix = optind < argc ? prefix : NULL};
+	int r = cache ? stg_catalog_foreach(cache, collect, &l) : 0;
+	if (r < 0) {
+		tool_error("ls: cannot read the cache '%s': %s", p->cache_dir, strerror(-r));
+		return 1;
+	}
+	qsort(l.rows, l.n, sizeof(*l.rows), cmp_rows);
+	int bad = 0;
+	if (l.n)
+		printf("%-40s %7s %12s %12s %11s  %-19s  %s\n", "PATH", "VERSION", "SIZE", "STORED",
+		       "NEW/TOTAL", "MODIFIED", "WHERE");
+	for (size_t i = 0; i < l.n; i++) {
+		struct row *rw = &l.rows[i];
+		if (rw->corrupt) {
+			printf("%-40s %7" PRIu64 "  manifest corrupt\n", rw->path, rw->version);
+			bad = 1;
+			continue;
+		}
+		char mt[32] = "-";
+		time_t t = (time_t)(rw->mtime_ns / 1000000000);
+		struct tm tm;
+		if (localtime_r(&t, &tm))
+			strftime(mt, sizeof(mt), "%Y-%m-%d %H:%M:%S", &tm);
+		char chunks[32];
+		snprintf(chunks, sizeof(chunks), "%u/%u", rw->new_chunks, rw->chunks);
+		printf("%-40s %7" PRIu64 " %12" PRIu64 " %12" PRIu64 " %11s  %-19s  cache%s\n",
+		       rw->path, rw->version, rw->size, rw->stored, chunks, mt,
+		       rw->deleted ? " (deleted)" : "");
+		free(rw->path);
+	}
+	if (l.n == 0 && optind < argc) {
+		tool_error("ls: nothing staged at or below '%s'", prefix);
+		bad = 1;
+	}
+	free(l.rows);
+	stg_cache_free(cache);
+	stg_policy_free(p);
+	return bad;
+}

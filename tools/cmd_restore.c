@@ -1,0 +1,327 @@
+/* SPDX-License-Identifier: MIT */
+/* stagehand restore: rebuilds files from staged versions, verified, atomically. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "catalog.h"
+#include "materialize.h"
+#include "tool.h"
+#include "util.h"
+
+#define PROGRESS_MIN_BYTES (64ull << 20)
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: stagehand restore [--policy F] [--version N] [--to DIR] PATH...\n"
+		"\n"
+		"Rebuilds each PATH (a file, or a directory: every staged file below it)\n"
+		"from its newest staged version, or version N, verifying every chunk\n"
+		"against its hash. Each file is written to a temporary name and renamed\n"
+		"into place, so a failed restore leaves nothing half-written.\n"
+		"\n"
+		"  --version N  restore version N instead of the newest\n"
+		"  --to DIR     write below DIR (DIR/<absolute path>) instead of in place;\n"
+		"               nothing is ever written outside DIR\n"
+		"exit status: 0 when every file was restored, 1 when any was not.\n");
+}
+
+struct target {
+	char *path;
+};
+
+struct find {
+	const char *prefix;
+	char **paths;
+	size_t n, cap;
+};
+
+static int find_paths(void *arg, const char *path, int filedirfd)
+{
+	(void)filedirfd;
+	struct find *f = arg;
+	size_t n = strlen(f->prefix);
+	bool match = strcmp(f->prefix, "/") == 0 ||
+		     (strncmp(path, f->prefix, n) == 0 && (path[n] == '\0' || path[n] == '/'));
+	if (!match)
+		return 0;
+	if (f->n == f->cap) {
+		size_t cap = f->cap ? f->cap * 2 : 16;
+		char **p = realloc(f->paths, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		f->paths = p;
+		f->cap = cap;
+	}
+	if (!(f->paths[f->n] = strdup(path)))
+		return -ENOMEM;
+	f->n++;
+	return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+struct progress {
+	const char *path;
+	int last;
+	bool on;
+};
+
+static void show_progress(void *arg, uint64_t done, uint64_t total)
+{
+	struct progress *p = arg;
+	if (!p->on || total == 0)
+		return;
+	int pct = (int)(done * 100 / total);
+	if (pct == p->last)
+		return;
+	p->last = pct;
+	char a[32], b[32];
+	fprintf(stderr, "\rrestoring %s: %3d%% (%s of %s)", p->path, pct,
+		tool_human(done, a, sizeof(a)), tool_human(total, b, sizeof(b)));
+	if (done == total)
+		fputc('\n', stderr);
+	fflush(stderr);
+}
+
+/* Opens (creating) the directory that will hold dest, one component at a
+ * time below rootfd and never through a symbolic link, so that the restore
+ * cannot be steered outside the root. */
+static int open_parent_beneath(int rootfd, const char *rel, char *ret_name, size_t namelen)
+{
+	char buf[PATH_MAX];
+	snprintf(buf, sizeof(buf), "%s", rel);
+	char *slash = strrchr(buf, '/');
+	const char *name = slash ? slash + 1 : buf;
+	if (!*name || strlen(name) >= namelen)
+		return -EINVAL;
+	snprintf(ret_name, namelen, "%s", name);
+	int fd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || !slash)
+		return fd < 0 ? -errno : fd;
+	*slash = '\0';
+	for (char *comp = buf, *next; comp && *comp; comp = next) {
+		next = strchr(comp, '/');
+		if (next)
+			*next++ = '\0';
+		if (!*comp)
+			continue;
+		if (mkdirat(fd, comp, 0755) < 0 && errno != EEXIST) {
+			int r = -errno;
+			close(fd);
+			return r;
+		}
+		int nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int r = -errno;
+		close(fd);
+		if (nfd < 0)
+			return r == -ELOOP ? -ELOOP : r;
+		fd = nfd;
+	}
+	return fd;
+}
+
+static int restore_one(struct stg_cache *cache, const char *path, uint64_t want_version,
+		       const char *to)
+{
+	struct stg_catalog_file f;
+	int r = stg_catalog_lock(cache, path, false, &f);
+	if (r < 0) {
+		tool_error("restore: '%s' is not staged", path);
+		return 1;
+	}
+	uint64_t *v = NULL;
+	size_t n = 0;
+	r = stg_catalog_versions(f.dirfd, &v, &n);
+	uint64_t version = 0;
+	if (r == 0 && n)
+		version = want_version ? want_version : v[n - 1];
+	bool found = false;
+	for (size_t i = 0; i < n; i++)
+		found |= v[i] == version;
+	if (r < 0 || !found) {
+		if (r < 0)
+			tool_error("restore: cannot read the versions of '%s': %s", path, strerror(-r));
+		else if (n == 0)
+			tool_error("restore: '%s' has no staged version", path);
+		else
+			tool_error("restore: '%s' has no version %" PRIu64 " (it has %" PRIu64
+				   " to %" PRIu64 ")",
+				   path, want_version, v[0], v[n - 1]);
+		free(v);
+		stg_catalog_unlock(&f);
+		return 1;
+	}
+	free(v);
+	struct stg_manifest m;
+	r = stg_catalog_read(f.dirfd, version, &m);
+	char id[STG_HASH_HEX_LEN + 1];
+	memcpy(id, f.id, sizeof(id));
+	stg_catalog_unlock(&f);
+	if (r < 0) {
+		tool_error("restore: '%s' version %" PRIu64 ": %s (files/%s)", path, version,
+			   r == -EBADMSG ? "the manifest is corrupt" : strerror(-r), id);
+		return 1;
+	}
+
+	int rootfd = open(to ? to : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (rootfd < 0) {
+		tool_error("restore: cannot open '%s': %s", to ? to : "/", strerror(errno));
+		stg_manifest_done(&m);
+		return 1;
+	}
+	char name[NAME_MAX + 1];
+	int dirfd = open_parent_beneath(rootfd, path + 1, name, sizeof(name));
+	close(rootfd);
+	char dest[PATH_MAX * 2];
+	snprintf(dest, sizeof(dest), "%s%s", to ? to : "", path);
+	if (dirfd < 0) {
+		tool_error("restore: cannot create the directory of '%s': %s", dest,
+			   dirfd == -ELOOP ? "a symbolic link is in the way" : strerror(-dirfd));
+		stg_manifest_done(&m);
+		return 1;
+	}
+	char tmp[NAME_MAX + 64];
+	snprintf(tmp, sizeof(tmp), ".%.200s.stagehand-restore.%d", name, (int)getpid());
+	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		tool_error("restore: cannot write next to '%s': %s", dest, strerror(errno));
+		close(dirfd);
+		stg_manifest_done(&m);
+		return 1;
+	}
+	struct progress pr = {.path = path, .last = -1,
+			      .on = isatty(STDERR_FILENO) && m.size >= PROGRESS_MIN_BYTES};
+	struct stg_materialize_error me;
+	r = stg_materialize(cache, &m, fd, show_progress, &pr, &me);
+	if (pr.on && r < 0)
+		fputc('\n', stderr);
+	if (r < 0) {
+		char rel[64];
+		stg_cache_chunk_relpath(&me.hash, rel);
+		if (r == -EBADMSG || r == -ENOENT)
+			tool_error("restore: '%s' version %" PRIu64 ": chunk %" PRIu64
+				   " is %s (%s); nothing was written",
+				   path, version, me.chunk, r == -EBADMSG ? "corrupt" : "missing", rel);
+		else
+			tool_error("restore: writing '%s': %s", dest, strerror(-r));
+		goto out_unlink;
+	}
+	struct timespec times[2] = {
+		{.tv_sec = m.mtime_ns / 1000000000, .tv_nsec = m.mtime_ns % 1000000000},
+		{.tv_sec = m.mtime_ns / 1000000000, .tv_nsec = m.mtime_ns % 1000000000},
+	};
+	if (fchmod(fd, m.mode) < 0 || futimens(fd, times) < 0 || fsync(fd) < 0) {
+		tool_error("restore: finishing '%s': %s", dest, strerror(errno));
+		goto out_unlink;
+	}
+	if (renameat(dirfd, tmp, dirfd, name) < 0) {
+		tool_error("restore: cannot move '%s' into place: %s", dest, strerror(errno));
+		goto out_unlink;
+	}
+	fsync(dirfd);
+	close(fd);
+	close(dirfd);
+	printf("restored %s version %" PRIu64 " (%" PRIu64 " bytes) to %s\n", path, version, m.size,
+	       dest);
+	stg_manifest_done(&m);
+	return 0;
+out_unlink:
+	close(fd);
+	unlinkat(dirfd, tmp, 0);
+	close(dirfd);
+	stg_manifest_done(&m);
+	return 1;
+}
+
+int cmd_restore(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"policy", required_argument, NULL, 'p'},
+		{"version", required_argument, NULL, 'v'},
+		{"to", required_argument, NULL, 't'},
+		{"help", no_argument, NULL, 'h'},
+		{0},
+	};
+	const char *policy = NULL, *to = NULL;
+	uint64_t version = 0;
+	int c;
+	while ((c = getopt_long(argc, argv, "p:v:t:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'p': policy = optarg; break;
+		case 't': to = optarg; break;
+		case 'v': {
+			char *end;
+			errno = 0;
+			unsigned long long n = strtoull(optarg, &end, 10);
+			if (errno || *end || n == 0 || optarg[0] == '-') {
+				tool_error("restore: --version takes a version number (1, 2, ...), "
+					   "not '%s'",
+					   optarg);
+				return EXIT_USAGE;
+			}
+			version = n;
+			break;
+		}
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return EXIT_USAGE;
+		}
+	}
+	if (optind >= argc) {
+		tool_error("restore: name at least one PATH");
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	char todir[PATH_MAX];
+	if (to) {
+		if (tool_abspath(to, todir, sizeof(todir)) < 0)
+			return 1;
+		if (stg_mkdir_p(todir, 0755) < 0) {
+			tool_error("restore: cannot create '%s': %s", todir, strerror(errno));
+			return 1;
+		}
+		to = strcmp(todir, "/") == 0 ? NULL : todir;
+	}
+	struct stg_policy *p;
+	struct stg_cache *cache;
+	if (tool_open(policy, &p, &cache))
+		return 1;
+	int failed = 0;
+	for (int i = optind; i < argc; i++) {
+		char abs[PATH_MAX];
+		if (tool_abspath(argv[i], abs, sizeof(abs)) < 0) {
+			failed = 1;
+			continue;
+		}
+		struct find fd = {.prefix = abs};
+		int r = cache ? stg_catalog_foreach(cache, find_paths, &fd) : 0;
+		if (r < 0) {
+			tool_error("restore: cannot read the cache: %s", strerror(-r));
+			failed = 1;
+		} else if (fd.n == 0) {
+			tool_error("restore: nothing staged at or below '%s'", abs);
+			failed = 1;
+		}
+		qsort(fd.paths, fd.n, sizeof(*fd.paths), cmp_str);
+		for (size_t k = 0; k < fd.n; k++) {
+			failed |= restore_one(cache, fd.paths[k], version, to);
+			free(fd.paths[k]);
+		}
+		free(fd.paths);
+	}
+	stg_cache_free(cache);
+	stg_policy_free(p);
+	return failed;
+}

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/* Shared by the subcommands of the stagehand tool. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cache.h"
+#include "policy.h"
+
+/* Loads the policy (--policy F or the usual places) and opens its cache.
+ * Prints the reason and returns non-zero on failure. With must_exist, a cache
+ * directory that does not exist yet is reported as empty: *ret_cache NULL. */
+int tool_open(const char *policy_file, struct stg_policy **ret_policy, struct stg_cache **ret_cache);
+
+/* Absolute, normalized form of a user-supplied path. Returns 0 or prints why. */
+int tool_abspath(const char *in, char *out, size_t outlen);
+
+/* "1.5 GiB"-style size into buf. */
+const char *tool_human(uint64_t bytes, char *buf, size_t len);
+
+void tool_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+int cmd_run(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_restore(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+
+#define EXIT_USAGE 2
