@@ -244,12 +244,22 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 		free(v);
 		r = stg_catalog_publish(&f, b->path, &m, sync);
 	}
+	int pruned = 0;
 	if (r == 0) {
-		int pr = stg_gc_prune(f.dirfd, b->rule.keep);
-		if (pr < 0)
-			stg_log_errno(STG_LOG_DEBUG, pr, "pruning '%s'", b->path);
+		pruned = stg_gc_prune(f.dirfd, b->rule.keep);
+		if (pruned < 0)
+			stg_log_errno(STG_LOG_DEBUG, pruned, "pruning '%s'", b->path);
 	}
 	stg_catalog_unlock(&f);
+	/* Pruned versions free their chunks now, unless another writer has the
+	 * cache pinned: then a later commit collects them. */
+	stg_gc_unpin(b->pinfd);
+	b->pinfd = -1;
+	if (pruned > 0) {
+		int gr = stg_gc_collect(b->cache, 0, NULL);
+		if (gr < 0 && gr != -EAGAIN)
+			stg_log_errno(STG_LOG_DEBUG, gr, "collecting chunks");
+	}
 out_done:
 	stg_manifest_done(&m);
 	return r < 0 ? r : (int64_t)m.version;

@@ -1,0 +1,68 @@
+# SPDX-License-Identifier: MIT
+# Shared set-up for stagehand's integration tests: every test gets its own
+# policy, cache and captured directory under $BATS_TEST_TMPDIR.
+
+: "${STAGEHAND_BUILD:=$(cd "$BATS_TEST_DIRNAME/../../build" 2>/dev/null && pwd)}"
+SHIM="$STAGEHAND_BUILD/preload/libstagehand.so"
+STAGEHAND="$STAGEHAND_BUILD/tools/stagehand"
+PROGS="$STAGEHAND_BUILD/tests/progs"
+# Debian's interpreter, where python3-numpy and python3-h5py live.
+PYTHON=/usr/bin/python3
+
+# Writes the default policy: everything below $CKPT is captured, 64 KiB chunks
+# so that small files still have several, all versions kept.
+write_policy() {
+	cat >"$POLICY" <<EOP
+[cache]
+dir = $CACHE
+[path $CKPT/**]
+chunk_size = 64K
+keep = 100
+durability = local
+EOP
+}
+
+common_setup() {
+	T="$BATS_TEST_TMPDIR"
+	CKPT="$T/ckpt"
+	CACHE="$T/cache"
+	REF="$T/ref"
+	BACK="$T/back"
+	POLICY="$T/policy.conf"
+	mkdir -p "$CKPT" "$REF"
+	write_policy
+	export STAGEHAND_POLICY="$POLICY"
+	unset STAGEHAND_LOG STAGEHAND_LOG_FILE
+	[ -f "$SHIM" ] || {
+		echo "libstagehand.so not found at $SHIM (set STAGEHAND_BUILD)" >&2
+		return 1
+	}
+}
+
+# Runs a command with the shim preloaded.
+shim() {
+	LD_PRELOAD="$SHIM" "$@"
+}
+
+# Restores the newest (or given) version of a captured file below $BACK and
+# compares it byte for byte with a reference file.
+assert_restores() {
+	local ref="$1" path="$2" version="${3:-}"
+	rm -rf "$BACK"
+	if [ -n "$version" ]; then
+		"$STAGEHAND" restore --version "$version" --to "$BACK" "$path" >/dev/null
+	else
+		"$STAGEHAND" restore --to "$BACK" "$path" >/dev/null
+	fi
+	cmp "$ref" "$BACK$path"
+}
+
+# Number of versions `stagehand ls` lists for a path.
+version_count() {
+	"$STAGEHAND" ls "$1" 2>/dev/null | awk -v p="$1" '$1 == p' | wc -l
+}
+
+# The newest version number of a path.
+latest_version() {
+	"$STAGEHAND" ls "$1" | awk -v p="$1" '$1 == p { v = $2 } END { print v }'
+}

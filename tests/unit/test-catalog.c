@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: MIT */
+/* The cache and its catalog: staging versions, dedup, rename, deletion. */
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include "builder.h"
+#include "catalog.h"
+#include "harness.h"
+#include "materialize.h"
+
+static struct stg_path_rule rule = {
+	.chunk_size = 65536, .dedup = true, .compress = true,
+	.durability = STG_DURABILITY_LOCAL, .keep = 3,
+};
+
+static int64_t stage(struct stg_cache *c, const char *path, const uint8_t *data, size_t n,
+		     struct stg_builder_stats *ret_stats)
+{
+	struct stg_builder *b;
+	CHECK_EQ(stg_builder_new(c, path, &rule, &b), 0);
+	for (size_t off = 0, i = 0; off < n; off += 65536, i++)
+		CHECK_EQ(stg_builder_add(b, i, data + off, n - off < 65536 ? n - off : 65536), 0);
+	int64_t v = stg_builder_commit(b, n, 0644, 1000);
+	if (ret_stats)
+		*ret_stats = *stg_builder_stats(b);
+	stg_builder_free(b);
+	return v;
+}
+
+/* The version's bytes, rebuilt through a temporary file. */
+static uint8_t *read_version(struct stg_cache *c, const char *path, uint64_t version, size_t *n)
+{
+	struct stg_catalog_file f;
+	CHECK_EQ(stg_catalog_lock(c, path, false, &f), 0);
+	struct stg_manifest m;
+	int r = stg_catalog_read(f.dirfd, version, &m);
+	stg_catalog_unlock(&f);
+	CHECK_EQ(r, 0);
+	if (r)
+		return NULL;
+	FILE *tmp = tmpfile();
+	CHECK_EQ(stg_materialize(c, &m, fileno(tmp), NULL, NULL, NULL), 0);
+	uint8_t *buf = malloc(m.size + 1);
+	CHECK_EQ(pread(fileno(tmp), buf, m.size, 0), (ssize_t)m.size);
+	*n = m.size;
+	fclose(tmp);
+	stg_manifest_done(&m);
+	return buf;
+}
+
+int main(void)
+{
+	char *dir = harness_tmpdir();
+	char cdir[4200];
+	snprintf(cdir, sizeof(cdir), "%s/cache/deeper", dir);
+	struct stg_cache *c;
+	CHECK_EQ(stg_cache_open(cdir, &c), 0);
+
+	size_t n = 5 * 65536 + 123;
+	uint8_t *data = malloc(n);
+	for (size_t i = 0; i < n; i++)
+		data[i] = (uint8_t)((i * 2654435761u) >> 13);
+	struct stg_builder_stats st;
+	CHECK_EQ(stage(c, "/ckpt/a", data, n, &st), 1);
+	CHECK_EQ(st.new_chunks, 6);
+	/* One changed chunk: only it is stored again. */
+	data[2 * 65536 + 5] ^= 0xff;
+	CHECK_EQ(stage(c, "/ckpt/a", data, n, &st), 2);
+	CHECK_EQ(st.new_chunks, 1);
+	CHECK_EQ(st.dedup_prev, 5);
+	/* Another file with the same bytes: everything comes from the cache. */
+	CHECK_EQ(stage(c, "/ckpt/b", data, n, &st), 1);
+	CHECK_EQ(st.new_chunks, 0);
+	CHECK_EQ(st.dedup_cache, 6);
+
+	size_t got;
+	uint8_t *back = read_version(c, "/ckpt/a", 2, &got);
+	CHECK_EQ(got, n);
+	CHECK(back && memcmp(back, data, n) == 0);
+	free(back);
+	data[2 * 65536 + 5] ^= 0xff;
+	back = read_version(c, "/ckpt/a", 1, &got);
+	CHECK(back && memcmp(back, data, n) == 0);
+	free(back);
+
+	struct stg_file_state s;
+	CHECK_EQ(stg_catalog_state(c, "/ckpt/a", &s), 0);
+	CHECK(s.exists && !s.deleted);
+	CHECK_EQ(s.latest, 2);
+	CHECK_EQ(s.size, n);
+	CHECK_EQ(s.ino, stg_catalog_ino("/ckpt/a"));
+	CHECK_EQ(stg_catalog_state(c, "/ckpt/none", &s), 0);
+	CHECK(!s.exists);
+
+	/* Rename onto a fresh name moves every version... */
+	CHECK_EQ(stg_catalog_rename(c, "/ckpt/a", "/ckpt/c", false), 0);
+	CHECK_EQ(stg_catalog_state(c, "/ckpt/a", &s), 0);
+	CHECK(!s.exists);
+	CHECK_EQ(stg_catalog_state(c, "/ckpt/c", &s), 0);
+	CHECK_EQ(s.latest, 2);
+	/* ...onto an existing one, the newest becomes its next version. */
+	CHECK_EQ(stg_catalog_rename(c, "/ckpt/b", "/ckpt/c", false), 0);
+	CHECK_EQ(stg_catalog_state(c, "/ckpt/c", &s), 0);
+	CHECK_EQ(s.latest, 3);
+	CHECK(stg_catalog_rename(c, "/ckpt/b", "/ckpt/c", false) == -ENOENT);
+
+	/* Deleting hides; publishing again shows. */
+	struct stg_catalog_file f;
+	CHECK_EQ(stg_catalog_lock(c, "/ckpt/c", false, &f), 0);
+	CHECK_EQ(stg_catalog_set_deleted(f.dirfd, true), 0);
+	stg_catalog_unlock(&f);
+	CHECK_EQ(stg_catalog_state(c, "/ckpt/c", &s), 0);
+	CHECK(s.exists && s.deleted);
+	CHECK_EQ(stage(c, "/ckpt/c", data, n, NULL), 4);
+	CHECK_EQ(stg_catalog_state(c, "/ckpt/c", &s), 0);
+	CHECK(!s.deleted);
+
+	/* keep = 3: version 1 went when version 4 came. */
+	CHECK_EQ(stg_catalog_lock(c, "/ckpt/c", false, &f), 0);
+	uint64_t *v;
+	size_t nv;
+	CHECK_EQ(stg_catalog_versions(f.dirfd, &v, &nv), 0);
+	CHECK_EQ(nv, 3);
+	CHECK_EQ(v[0], 2);
+	free(v);
+	/* A corrupt manifest is reported, not trusted. */
+	int mfd = openat(f.dirfd, "v00000000000000000004.mf", O_RDWR);
+	CHECK(mfd >= 0);
+	uint8_t byte;
+	CHECK_EQ(pread(mfd, &byte, 1, 80), 1);
+	byte ^= 0x01;
+	CHECK_EQ(pwrite(mfd, &byte, 1, 80), 1);
+	close(mfd);
+	struct stg_manifest m;
+	CHECK(stg_catalog_read(f.dirfd, 4, &m) == -EBADMSG);
+	stg_catalog_unlock(&f);
+	CHECK(stg_catalog_state(c, "/ckpt/c", &s) == -EBADMSG);
+
+	/* A cache of another format is refused. */
+	char fmt[4300];
+	snprintf(fmt, sizeof(fmt), "%s/FORMAT", cdir);
+	FILE *ff = fopen(fmt, "w");
+	fputs("stagehand-cache 99\n", ff);
+	fclose(ff);
+	struct stg_cache *c2;
+	CHECK(stg_cache_open(cdir, &c2) == -EPROTO);
+
+	stg_cache_free(c);
+	free(data);
+	return harness_done();
+}

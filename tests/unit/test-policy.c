@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: MIT */
+/* The policy file: parsing, validation with file:line, matching. */
+#include "harness.h"
+#include "policy.h"
+
+static char *dir;
+
+static const char *write_policy(const char *name, const char *text)
+{
+	static char path[4096];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "w");
+	fputs(text, f);
+	fclose(f);
+	return path;
+}
+
+/* Loads text and expects failure with a message containing want. */
+static void expect_error(const char *text, const char *want)
+{
+	struct stg_policy *p = NULL;
+	char err[1024];
+	const char *path = write_policy("bad.conf", text);
+	int r = stg_policy_load(path, &p, err, sizeof(err));
+	CHECK(r < 0);
+	CHECK(p == NULL);
+	if (!strstr(err, want)) {
+		fprintf(stderr, "message '%s' lacks '%s'\n", err, want);
+		harness_failures++;
+	}
+}
+
+static void test_full(void)
+{
+	const char *path = write_policy("full.conf",
+		"; a comment\n"
+		"# another\n"
+		"[cache]\n"
+		"dir = /local/ssd/stagehand   ; inline comment\n"
+		"capacity = 50G\n"
+		"\n"
+		"[cluster]\n"
+		"servers = bb01:7400, bb02:7400\n"
+		"replicas = 2\n"
+		"transport = tcp\n"
+		"secret_file = /etc/stagehand/secret\n"
+		"\n"
+		"[path /scratch/ckpt/*]\n"
+		"chunk_size = 4M\n"
+		"dedup = off\n"
+		"compress = off\n"
+		"durability = async\n"
+		"keep = 7\n"
+		"[path /scratch/other/**]\n");
+	struct stg_policy *p;
+	char err[1024];
+	int r = stg_policy_load(path, &p, err, sizeof(err));
+	CHECK_EQ(r, 0);
+	if (r < 0) {
+		fprintf(stderr, "%s\n", err);
+		return;
+	}
+	CHECK_STR(p->cache_dir, "/local/ssd/stagehand");
+	CHECK_EQ(p->capacity, 50ull << 30);
+	CHECK(p->has_cluster);
+	CHECK_STR(p->servers, "bb01:7400, bb02:7400");
+	CHECK_EQ(p->replicas, 2);
+	CHECK_EQ(p->transport, STG_TRANSPORT_TCP);
+	CHECK_EQ(p->nrules, 2);
+	CHECK_STR(p->rules[0].glob, "/scratch/ckpt/*");
+	CHECK_EQ(p->rules[0].chunk_size, 4u << 20);
+	CHECK(!p->rules[0].dedup);
+	CHECK(!p->rules[0].compress);
+	CHECK_EQ(p->rules[0].durability, STG_DURABILITY_ASYNC);
+	CHECK_EQ(p->rules[0].keep, 7);
+	/* A section without keys still counts, with the defaults. */
+	CHECK_STR(p->rules[1].glob, "/scratch/other/**");
+	CHECK_EQ(p->rules[1].chunk_size, STG_CHUNK_DEFAULT);
+	CHECK(p->rules[1].dedup);
+	CHECK_EQ(p->rules[1].durability, STG_DURABILITY_LOCAL);
+	CHECK_EQ(p->rules[1].keep, STG_KEEP_DEFAULT);
+
+	/* A star stays within a directory, a trailing slash-star-star takes the
+	 * subtree, and the first match wins. */
+	CHECK(stg_policy_match(p, "/scratch/ckpt/rank0.dat") == &p->rules[0]);
+	CHECK(stg_policy_match(p, "/scratch/ckpt/sub/rank0.dat") == NULL);
+	CHECK(stg_policy_match(p, "/scratch/other/a") == &p->rules[1]);
+	CHECK(stg_policy_match(p, "/scratch/other/a/b/c") == &p->rules[1]);
+	CHECK(stg_policy_match(p, "/scratch/other") == NULL);
+	CHECK(stg_policy_match(p, "/scratch/otherwise/a") == NULL);
+	CHECK(stg_policy_match(p, "relative/path") == NULL);
+	CHECK(stg_policy_may_contain(p, "/scratch/ckpt"));
+	CHECK(stg_policy_may_contain(p, "/scratch/other/deep/er"));
+	CHECK(!stg_policy_may_contain(p, "/scratch"));
+	stg_policy_free(p);
+}
+
+static void test_cache_excluded(void)
+{
+	const char *path = write_policy("c.conf", "[cache]\ndir = /data/cache\n[path /data/**]\n");
+	struct stg_policy *p;
+	CHECK_EQ(stg_policy_load(path, &p, NULL, 0), 0);
+	CHECK(stg_policy_match(p, "/data/x") != NULL);
+	CHECK(stg_policy_match(p, "/data/cache/files/x") == NULL);
+	CHECK(stg_policy_match(p, "/data/cachex") != NULL);
+	stg_policy_free(p);
+}
+
+static void test_errors(void)
+{
+	expect_error("[cache]\ndir = /c\nbogus = 1\n", "bad.conf:3: unknown key 'bogus' in [cache]");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nchunk_size = 3M\n",
+		     "bad.conf:4: chunk_size '3M' must be a power of two");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nchunk_size = 32K\n", "bad.conf:4:");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nchunk_size = 128M\n", "bad.conf:4:");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\ndurability = maybe\n",
+		     "bad.conf:4: durability 'maybe'");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nkeep = 0\n", "bad.conf:4: keep '0'");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nkeep = -1\n", "bad.conf:4:");
+	expect_error("[cache]\ndir = /c\n[paths /a/*]\nkeep = 1\n", "bad.conf:4: unknown section [paths /a/*]");
+	expect_error("[cache]\ndir = /c\n[path a/*]\n", "bad.conf:3: [path a/*]: the pattern must be an absolute path");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\n[path /a/*]\n", "bad.conf:4: [path /a/*] appears twice");
+	expect_error("[path /a/*]\nkeep = 2\n", "[cache] dir is required");
+	expect_error("[cache]\ndir = relative\n", "bad.conf:2: [cache] dir must be an absolute path");
+	expect_error("[cache]\ndir = /c\ncapacity = lots\n", "bad.conf:3: [cache] capacity 'lots'");
+	expect_error("[cache]\ndir = /c\nthis line is not ini\n", "bad.conf:3:");
+	expect_error("x = 1\n[cache]\ndir = /c\n", "bad.conf:1: 'x' appears before any [section]");
+	expect_error("[cache]\ndir = /c\n[cluster]\ntransport = carrier-pigeon\n", "bad.conf:4:");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\ndurability = replicated\n", "bad.conf:3: durability = replicated");
+
+	struct stg_policy *p = NULL;
+	char err[1024];
+	CHECK(stg_policy_load("/nonexistent/policy.conf", &p, err, sizeof(err)) == -ENOENT);
+	CHECK(strstr(err, "/nonexistent/policy.conf") != NULL);
+}
+
+static void test_sizes(void)
+{
+	uint64_t v;
+	CHECK_EQ(stg_parse_size("123", &v), 0);
+	CHECK_EQ(v, 123);
+	CHECK_EQ(stg_parse_size("64K", &v), 0);
+	CHECK_EQ(v, 65536);
+	CHECK_EQ(stg_parse_size("1MiB", &v), 0);
+	CHECK_EQ(v, 1 << 20);
+	CHECK_EQ(stg_parse_size("2g", &v), 0);
+	CHECK_EQ(v, 2ull << 30);
+	CHECK_EQ(stg_parse_size("3TB", &v), 0);
+	CHECK_EQ(v, 3ull << 40);
+	CHECK(stg_parse_size("", &v) < 0);
+	CHECK(stg_parse_size("K", &v) < 0);
+	CHECK(stg_parse_size("1X", &v) < 0);
+	CHECK(stg_parse_size("-1", &v) < 0);
+	CHECK(stg_parse_size("99999999999999999999", &v) < 0);
+	CHECK(stg_parse_size("20000000T", &v) < 0);
+}
+
+int main(void)
+{
+	dir = harness_tmpdir();
+	test_full();
+	test_cache_excluded();
+	test_errors();
+	test_sizes();
+	return harness_done();
+}
