@@ -295,5 +295,11 @@ int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_pa
 	free(buf);
 	int64_t v = r < 0 ? r : stg_builder_commit(b, size, mode, mtime_ns);
 	stg_builder_free(b);
+	if (v < 0) {
+		/* What this failed version stored is referenced by nothing. */
+		int gr = stg_gc_collect(c, 0, NULL);
+		if (gr < 0 && gr != -EAGAIN)
+			stg_log_errno(STG_LOG_DEBUG, gr, "collecting after a failed commit");
+	}
 	return v;
 }

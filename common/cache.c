@@ -2,11 +2,13 @@
 /* The node-local cache directory and its content-addressed chunk objects. */
 #include "cache.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -39,6 +41,38 @@ static int check_format(int dirfd)
 	return ok ? 0 : -EPROTO;
 }
 
+static uint64_t count_usage(struct stg_cache *c)
+{
+	uint64_t total = 0;
+	int fd = openat(c->chunks_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		int sfd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		DIR *s = sfd >= 0 ? fdopendir(sfd) : NULL;
+		if (!s) {
+			if (sfd >= 0)
+				close(sfd);
+			continue;
+		}
+		struct dirent *e;
+		struct stat st;
+		while ((e = readdir(s)))
+			if (e->d_name[0] != '.' && fstatat(dirfd(s), e->d_name, &st, 0) == 0)
+				total += (uint64_t)st.st_size;
+		closedir(s);
+	}
+	closedir(d);
+	return total;
+}
+
 int stg_cache_open(const char *dir, struct stg_cache **ret_cache)
 {
 	int r = stg_mkdir_p(dir, 0700);
@@ -47,7 +81,7 @@ int stg_cache_open(const char *dir, struct stg_cache **ret_cache)
 	struct stg_cache *c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	c->chunks_fd = c->files_fd = c->tmp_fd = -1;
+	c->chunks_fd = c->files_fd = c->tmp_fd = c->usage_fd = -1;
 	c->dir = strdup(dir);
 	c->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (!c->dir || c->dirfd < 0) {
@@ -66,6 +100,17 @@ int stg_cache_open(const char *dir, struct stg_cache **ret_cache)
 	    (r = c->files_fd = open_subdir(c->dirfd, "files")) < 0 ||
 	    (r = c->tmp_fd = open_subdir(c->dirfd, "tmp")) < 0)
 		goto out_free;
+	c->usage_fd = openat(c->dirfd, "usage", O_RDWR | O_CLOEXEC);
+	if (c->usage_fd < 0 && errno == ENOENT) {
+		/* A cache from before accounting, or a fresh one: count once. */
+		c->usage_fd = openat(c->dirfd, "usage", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		if (c->usage_fd >= 0)
+			stg_cache_set_usage(c, count_usage(c));
+	}
+	if (c->usage_fd < 0) {
+		r = -errno;
+		goto out_free;
+	}
 	*ret_cache = c;
 	return 0;
 out_free:
@@ -77,7 +122,7 @@ void stg_cache_free(struct stg_cache *c)
 {
 	if (!c)
 		return;
-	int fds[] = {c->dirfd, c->chunks_fd, c->files_fd, c->tmp_fd};
+	int fds[] = {c->dirfd, c->chunks_fd, c->files_fd, c->tmp_fd, c->usage_fd};
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
@@ -143,7 +188,9 @@ int stg_cache_chunk_put(struct stg_cache *c, const struct stg_hash *h, const uin
 	}
 	if (fd < 0)
 		return -errno;
-	int r = stg_write_all(fd, obj, len);
+	int r = stg_cache_reserve(c, len);
+	if (r == 0)
+		r = stg_write_all(fd, obj, len);
 	if (close(fd) < 0 && r == 0)
 		r = -errno;
 	if (r == 0 && renameat(c->chunks_fd, tmp, c->chunks_fd, name) < 0)
@@ -151,6 +198,52 @@ int stg_cache_chunk_put(struct stg_cache *c, const struct stg_hash *h, const uin
 	if (r < 0)
 		unlinkat(c->chunks_fd, tmp, 0);
 	return r;
+}
+
+static int lock_usage(struct stg_cache *c, uint64_t *ret)
+{
+	while (flock(c->usage_fd, LOCK_EX) < 0)
+		if (errno != EINTR)
+			return -errno;
+	uint8_t b[8] = {0};
+	ssize_t n = pread(c->usage_fd, b, sizeof(b), 0);
+	*ret = n == (ssize_t)sizeof(b) ? stg_get_le64(b) : 0;
+	return 0;
+}
+
+static int store_usage(struct stg_cache *c, uint64_t v)
+{
+	uint8_t b[8];
+	stg_put_le64(b, v);
+	int r = pwrite(c->usage_fd, b, sizeof(b), 0) == (ssize_t)sizeof(b) ? 0 : -EIO;
+	flock(c->usage_fd, LOCK_UN);
+	return r;
+}
+
+int stg_cache_reserve(struct stg_cache *c, uint64_t bytes)
+{
+	uint64_t used;
+	int r = lock_usage(c, &used);
+	if (r < 0)
+		return r;
+	if (c->capacity && used + bytes > c->capacity) {
+		flock(c->usage_fd, LOCK_UN);
+		return -ENOSPC;
+	}
+	return store_usage(c, used + bytes);
+}
+
+uint64_t stg_cache_usage(struct stg_cache *c)
+{
+	uint8_t b[8] = {0};
+	return pread(c->usage_fd, b, sizeof(b), 0) == (ssize_t)sizeof(b) ? stg_get_le64(b) : 0;
+}
+
+int stg_cache_set_usage(struct stg_cache *c, uint64_t bytes)
+{
+	uint64_t old;
+	int r = lock_usage(c, &old);
+	return r < 0 ? r : store_usage(c, bytes);
 }
 
 int stg_cache_chunk_read(struct stg_cache *c, const struct stg_hash *h, uint32_t raw_len,

@@ -17,6 +17,8 @@ struct stg_cache {
 	int chunks_fd; /* chunks/: objects at chunks/<2 hex>/<32 hex> */
 	int files_fd;  /* files/: one directory per captured path */
 	int tmp_fd;    /* tmp/: shadow files of writes in progress */
+	int usage_fd;  /* "usage": bytes of chunk objects, 8 bytes little-endian */
+	uint64_t capacity; /* 0: only the file system limits the cache */
 };
 
 /* Opens the cache at dir, creating it (and its parents) when missing.
@@ -43,6 +45,16 @@ int stg_cache_chunk_read(struct stg_cache *c, const struct stg_hash *h, uint32_t
 
 /* The relative path of a chunk object ("chunks/ab/ab..."), for messages and tests. */
 void stg_cache_chunk_relpath(const struct stg_hash *h, char out[64]);
+
+/* Accounts for bytes about to be stored; -ENOSPC when that would exceed the
+ * capacity. stg_cache_chunk_put() does this itself. */
+int stg_cache_reserve(struct stg_cache *c, uint64_t bytes);
+
+/* Bytes of chunk objects in the cache, as accounted. */
+uint64_t stg_cache_usage(struct stg_cache *c);
+
+/* Replaces the accounted usage (the collector counts it exactly). */
+int stg_cache_set_usage(struct stg_cache *c, uint64_t bytes);
 
 /* Makes everything written to the cache so far durable. Returns 0 or -errno. */
 int stg_cache_sync(struct stg_cache *c);

@@ -170,13 +170,15 @@ static int sweep_dir(int parentfd, const char *sub, const struct hash_set *live,
 			continue;
 		struct stg_hash h;
 		bool tmp = strncmp(de->d_name, ".tmp.", 5) == 0;
+		struct stat st;
 		if (!tmp && stg_hash_from_hex(de->d_name, &h) == 0 && set_has(live, &h)) {
 			res->chunks_kept++;
+			if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+				res->bytes_kept += (uint64_t)st.st_size;
 			continue;
 		}
 		/* With the collection lock held exclusively, temporaries belong to
 		 * writers that died. */
-		struct stat st;
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 		    unlinkat(dirfd(d), de->d_name, 0) == 0) {
 			res->chunks_removed += !tmp;
@@ -217,6 +219,9 @@ int stg_gc_collect(struct stg_cache *c, int wait, struct stg_gc_result *ret)
 			closedir(d);
 		}
 	}
+	/* Nobody stores while we hold the lock: this count is exact. */
+	if (r == 0)
+		stg_cache_set_usage(c, res.bytes_kept);
 	free(live.slots);
 	free(live.used);
 	close(lockfd);

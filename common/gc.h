@@ -20,6 +20,7 @@ struct stg_gc_result {
 	uint64_t chunks_removed;
 	uint64_t bytes_removed;
 	uint64_t chunks_kept;
+	uint64_t bytes_kept;
 };
 
 /* Deletes every chunk object no manifest references. When another process has

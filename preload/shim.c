@@ -166,6 +166,8 @@ struct stg_cache *shim_cache(void)
 	pthread_mutex_lock(&shim.lock);
 	if (!shim.cache && !shim.cache_failed) {
 		int r = stg_cache_open(shim.policy->cache_dir, &shim.cache);
+		if (r == 0)
+			shim.cache->capacity = shim.policy->capacity;
 		if (r < 0) {
 			shim.cache_failed = true;
 			shim_log(STG_LOG_WARN,

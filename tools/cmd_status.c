@@ -118,8 +118,10 @@ int cmd_status(int argc, char **argv)
 		       tool_human(bytes, a, sizeof(a)), nchunks, tool_human(t.logical, b, sizeof(b)));
 		struct statvfs vfs;
 		if (p->capacity)
-			printf("capacity: %s, %.1f%% used\n", tool_human(p->capacity, d, sizeof(d)),
-			       100.0 * (double)bytes / (double)p->capacity);
+			printf("capacity: %s, %.1f%% used (%s accounted)\n",
+			       tool_human(p->capacity, d, sizeof(d)),
+			       100.0 * (double)stg_cache_usage(cache) / (double)p->capacity,
+			       tool_human(stg_cache_usage(cache), b, sizeof(b)));
 		if (fstatvfs(cache->dirfd, &vfs) == 0)
 			printf("disk:     %s free\n",
 			       tool_human((uint64_t)vfs.f_bavail * vfs.f_frsize, d, sizeof(d)));

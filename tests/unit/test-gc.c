@@ -70,6 +70,20 @@ int main(void)
 	CHECK_EQ(stg_gc_collect(c, 1, &res), 0);
 	CHECK_EQ(res.chunks_removed, 3);
 	CHECK_EQ(res.chunks_kept, 0);
+	CHECK_EQ(stg_cache_usage(c), 0);
+
+	/* Capacity: two chunk objects fit, a version needing a third does not,
+	 * and the failed attempt leaves the accounting as it was. */
+	c->capacity = 2 * (65536 + STG_CHUNK_HEADER_SIZE);
+	stage(c, "/ckpt/y", 1);
+	CHECK_EQ(stg_cache_usage(c), 2 * (65536 + STG_CHUNK_HEADER_SIZE));
+	uint8_t big[65536];
+	memset(big, 0x77, sizeof(big));
+	struct stg_builder *b;
+	CHECK_EQ(stg_builder_new(c, "/ckpt/y", &rule, &b), 0);
+	CHECK_EQ(stg_builder_add(b, 0, big, sizeof(big)), -ENOSPC);
+	stg_builder_free(b);
+	CHECK_EQ(stg_cache_usage(c), 2 * (65536 + STG_CHUNK_HEADER_SIZE));
 	stg_cache_free(c);
 	return harness_done();
 }
