@@ -1,0 +1,96 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# The command line: help, usage errors, exit statuses.
+
+load lib/common
+
+setup() {
+	common_setup
+}
+
+@test "every command has --help and exits 0" {
+	for c in "" run ls restore status; do
+		run "$STAGEHAND" $c --help
+		[ "$status" -eq 0 ]
+		[[ "$output" == *usage:* ]]
+	done
+	run "$STAGEHAND_BUILD/flusher/stagehand-flusher" --help
+	[ "$status" -eq 0 ]
+	run "$STAGEHAND_BUILD/server/stagehand-server" --help
+	[ "$status" -eq 0 ]
+}
+
+@test "unknown commands and options are usage errors (exit 2)" {
+	run "$STAGEHAND" frobnicate
+	[ "$status" -eq 2 ]
+	[[ "$output" == *"unknown command 'frobnicate'"* ]]
+	run "$STAGEHAND" ls --bogus
+	[ "$status" -eq 2 ]
+	run "$STAGEHAND" restore
+	[ "$status" -eq 2 ]
+	run "$STAGEHAND" restore --version abc /x
+	[ "$status" -eq 2 ]
+	[[ "$output" == *"--version takes a version number"* ]]
+	run "$STAGEHAND" restore --version 0 /x
+	[ "$status" -eq 2 ]
+	run "$STAGEHAND" run
+	[ "$status" -eq 2 ]
+	run "$STAGEHAND"
+	[ "$status" -eq 2 ]
+}
+
+@test "no policy file anywhere is a clear error" {
+	unset STAGEHAND_POLICY
+	cd "$T"
+	run "$STAGEHAND" ls
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"no policy file"* ]]
+}
+
+@test "ls on an empty cache lists nothing, a missing path is an error" {
+	run "$STAGEHAND" ls
+	[ "$status" -eq 0 ]
+	[ -z "$output" ]
+	run "$STAGEHAND" ls "$CKPT/nothing"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"nothing staged"* ]]
+}
+
+@test "run passes the exit status through and reports a missing command" {
+	run "$STAGEHAND" run -- sh -c 'exit 7'
+	[ "$status" -eq 7 ]
+	run -127 "$STAGEHAND" run -- /nonexistent/program
+	[ "$status" -eq 127 ]
+	[[ "$output" == *"cannot run '/nonexistent/program'"* ]]
+}
+
+@test "run preloads the shim and names the policy for the child" {
+	run "$STAGEHAND" run --policy "$POLICY" -- sh -c 'echo "$LD_PRELOAD|$STAGEHAND_POLICY"'
+	[ "$status" -eq 0 ]
+	[[ "$output" == *libstagehand.so*"|$POLICY" ]]
+}
+
+@test "restore of a version that does not exist names the versions there are" {
+	shim sh -c "echo one > '$CKPT/f'; echo two > '$CKPT/f'"
+	run "$STAGEHAND" restore --version 9 --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"has no version 9 (it has 1 to 2)"* ]]
+	[ ! -e "$BACK$CKPT/f" ]
+}
+
+@test "status describes the cache" {
+	shim sh -c "echo one > '$CKPT/f'"
+	run "$STAGEHAND" status
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"files:    1 (0 deleted by the application), 1 versions"* ]]
+	[[ "$output" == *"servers:  none configured"* ]]
+}
+
+@test "the shim exports exactly the functions of hooks.def" {
+	want=$(sed -n 's/^HOOK(\([A-Za-z0-9_]*\),.*/\1/p' "$BATS_TEST_DIRNAME/../../preload/hooks.def" | sort)
+	got=$(nm -D --defined-only "$SHIM" | awk '$2 ~ /^[TtWwiV]$/ {print $3}' | sed 's/@.*//' | sort)
+	[ "$want" = "$got" ]
+	# and neither jemalloc, liburing nor verbs are linked into it
+	run sh -c "ldd '$SHIM' | grep -E 'jemalloc|uring|ibverbs|rdmacm'"
+	[ "$status" -ne 0 ]
+}

@@ -1,0 +1,196 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# Crashes, corruption, bad policies, a full cache: nothing wrong is ever
+# published or restored, nothing is silently lost.
+
+load lib/common
+
+setup() {
+	common_setup
+}
+
+# Random bytes of a given size into a file.
+random_file() {
+	head -c "$2" /dev/urandom >"$1"
+}
+
+@test "kill -9 at 50 random points while writing version N+1: version N intact, nothing partial" {
+	random_file "$REF/a" $((6 * 1024 * 1024))
+	random_file "$REF/b" $((6 * 1024 * 1024 + 4321))
+	shim cp "$REF/a" "$CKPT/f"
+	[ "$(version_count "$CKPT/f")" -eq 1 ]
+	completed=0
+	killed=0
+	for i in $(seq 1 50); do
+		before=$(version_count "$CKPT/f")
+		# dd writes in 2 KiB pieces, then close() commits: the kill lands
+		# while writing, during the commit, or after it.
+		LD_PRELOAD="$SHIM" dd if="$REF/b" of="$CKPT/f" bs=2k status=none &
+		pid=$!
+		sleep "$(printf '0.%03d' $((RANDOM % 50)))"
+		kill -9 "$pid" 2>/dev/null || true
+		wait "$pid" || killed=$((killed + 1))
+		after=$(version_count "$CKPT/f")
+		[ "$after" -eq "$before" ] || [ "$after" -eq $((before + 1)) ]
+		[ "$after" -eq "$before" ] || completed=$((completed + 1))
+		# version 1 is always a, every listed version is a or b entire
+		assert_restores "$REF/a" "$CKPT/f" 1
+		for v in $("$STAGEHAND" ls "$CKPT/f" | awk 'NR > 1 && $2 > 1 {print $2}'); do
+			assert_restores "$REF/b" "$CKPT/f" "$v"
+		done
+	done
+	echo "# $killed killed, $completed completed" >&3
+	# what a reader sees is a whole version
+	shim cat "$CKPT/f" >"$T/seen"
+	cmp -s "$T/seen" "$REF/a" || cmp -s "$T/seen" "$REF/b"
+}
+
+@test "a process that writes and exits without closing publishes nothing new" {
+	shim sh -c "printf one > '$CKPT/f'"
+	# Python's os._exit skips every close: the second write is never committed.
+	run shim "$PYTHON" -c "
+import os
+fd = os.open('$CKPT/f', os.O_WRONLY | os.O_TRUNC)
+os.write(fd, b'two, never closed')
+os._exit(0)"
+	[ "$status" -eq 0 ]
+	[ "$(version_count "$CKPT/f")" -eq 1 ]
+	printf one >"$REF/one"
+	assert_restores "$REF/one" "$CKPT/f"
+	# exit() without close: not committed either, and the shim says so
+	run shim "$PYTHON" -c "
+import os, sys
+fd = os.open('$CKPT/g', os.O_WRONLY | os.O_CREAT, 0o644)
+os.write(fd, b'data')
+sys.exit(0)"
+	[ "$(version_count "$CKPT/g")" -eq 0 ]
+	[[ "$output" == *"'$CKPT/g' was never closed"* ]]
+}
+
+@test "a corrupt chunk: restore fails naming file, version and chunk, writes nothing" {
+	random_file "$REF/a" $((300 * 1024))
+	shim cp "$REF/a" "$CKPT/f"
+	chunk=$(find "$CACHE/chunks" -type f | sort | head -n 1)
+	printf '\x01' | dd of="$chunk" bs=1 seek=100 conv=notrunc status=none
+	run "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"'$CKPT/f' version 1: chunk "*" is corrupt (chunks/"* ]]
+	[ ! -e "$BACK$CKPT/f" ]
+	[ -z "$(find "$BACK" -type f)" ]
+}
+
+@test "a truncated or missing chunk fails the restore too" {
+	random_file "$REF/a" $((300 * 1024))
+	shim cp "$REF/a" "$CKPT/f"
+	chunks=($(find "$CACHE/chunks" -type f | sort))
+	truncate -s 50 "${chunks[0]}"
+	rm "${chunks[1]}"
+	run "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"version 1: chunk "* ]]
+	[ -z "$(find "$BACK" -type f 2>/dev/null)" ]
+}
+
+@test "a corrupt manifest: ls and restore report it, restore exits non-zero" {
+	random_file "$REF/a" 100000
+	shim cp "$REF/a" "$CKPT/f"
+	random_file "$REF/b" 100000
+	shim cp "$REF/b" "$CKPT/f"
+	mf=$(find "$CACHE/files" -name 'v*2.mf')
+	printf '\xff' | dd of="$mf" bs=1 seek=20 conv=notrunc status=none
+	run "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"'$CKPT/f' version 2: the manifest is corrupt"* ]]
+	[ ! -e "$BACK$CKPT/f" ]
+	run "$STAGEHAND" ls "$CKPT/f"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"manifest corrupt"* ]]
+	# version 1 is still good
+	assert_restores "$REF/a" "$CKPT/f" 1
+	# the application reading the file gets an error, not wrong bytes
+	run shim cat "$CKPT/f"
+	[ "$status" -ne 0 ]
+}
+
+@test "a malformed policy: file:line named, everything passed through, commands fail" {
+	printf '[cache]\ndir = %s\n[path %s/*]\nchunk_size = 3M\n' "$CACHE" "$CKPT" >"$POLICY"
+	run shim sh -c "echo data > '$CKPT/f'"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"$POLICY:4: chunk_size '3M' must be a power of two"* ]]
+	# nothing lost: the real file was written
+	[ "$(cat "$CKPT/f")" = data ]
+	run "$STAGEHAND" ls
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"$POLICY:4:"* ]]
+	run "$STAGEHAND" run -- true
+	[ "$status" -eq 1 ]
+}
+
+@test "a missing cache directory is created" {
+	rm -rf "$CACHE"
+	printf '[cache]\ndir = %s/deep/er\n[path %s/*]\n' "$CACHE" "$CKPT" >"$POLICY"
+	shim sh -c "echo data > '$CKPT/f'"
+	[ -d "$CACHE/deep/er/chunks" ]
+	[ ! -e "$CKPT/f" ]
+	echo data >"$REF/f"
+	assert_restores "$REF/f" "$CKPT/f"
+}
+
+@test "an unusable cache directory: passthrough with a warning" {
+	touch "$T/file"
+	printf '[cache]\ndir = %s/file/cache\n[path %s/*]\n' "$T" "$CKPT" >"$POLICY"
+	run shim sh -c "echo data > '$CKPT/f'"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"cache directory '$T/file/cache' is not usable"* ]]
+	[ "$(cat "$CKPT/f")" = data ]
+}
+
+@test "a read-only cache directory: passthrough with a warning" {
+	[ "$(id -u)" -eq 0 ] || skip "needs root to mount a read-only file system"
+	mkdir -p "$T/ro"
+	mount -t tmpfs -o ro,size=1m tmpfs "$T/ro" || skip "cannot mount tmpfs here"
+	printf '[cache]\ndir = %s/ro\n[path %s/*]\n' "$T" "$CKPT" >"$POLICY"
+	run shim sh -c "echo data > '$CKPT/f'"
+	umount "$T/ro"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"is not usable"* ]]
+	[ "$(cat "$CKPT/f")" = data ]
+}
+
+@test "capacity reached: close fails with ENOSPC, older versions intact" {
+	printf '[cache]\ndir = %s\ncapacity = 1M\n[path %s/*]\nchunk_size = 64K\ncompress = off\n' "$CACHE" "$CKPT" >"$POLICY"
+	random_file "$REF/small" 300000
+	shim cp "$REF/small" "$CKPT/f"
+	random_file "$REF/big" 2000000
+	run shim "$PYTHON" -c "
+import os
+fd = os.open('$CKPT/f', os.O_WRONLY | os.O_TRUNC)
+os.write(fd, open('$REF/big', 'rb').read())
+try:
+    os.close(fd)
+    print('closed')
+except OSError as e:
+    print('close failed:', e.strerror)"
+	[[ "$output" == *"close failed: No space left on device"* ]]
+	[ "$(version_count "$CKPT/f")" -eq 1 ]
+	assert_restores "$REF/small" "$CKPT/f"
+	# the failed attempt left no chunk objects behind beyond the capacity
+	used=$(du -sb "$CACHE/chunks" | cut -f1)
+	[ "$used" -lt $((1024 * 1024 + 65536)) ]
+}
+
+@test "a full disk (ENOSPC from the file system): the write or close fails, nothing lost silently" {
+	[ "$(id -u)" -eq 0 ] || skip "needs root to mount a small file system"
+	mkdir -p "$T/small"
+	mount -t tmpfs -o size=4m tmpfs "$T/small" || skip "cannot mount tmpfs here"
+	printf '[cache]\ndir = %s/small/cache\n[path %s/*]\nchunk_size = 64K\ncompress = off\n' "$T" "$CKPT" >"$POLICY"
+	random_file "$REF/small" 500000
+	shim cp "$REF/small" "$CKPT/f"
+	random_file "$REF/big" $((6 * 1024 * 1024))
+	run shim cp "$REF/big" "$CKPT/f"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"No space left on device"* ]]
+	[ "$(version_count "$CKPT/f")" -eq 1 ]
+	assert_restores "$REF/small" "$CKPT/f"
+	umount "$T/small"
+}
