@@ -262,3 +262,12 @@ SHIM_EXPORT mode_t umask(mode_t mask)
 	shim.umask = mask & 0777;
 	return old;
 }
+
+/* A vfork() child shares the parent's memory, so what it does to the shim's
+ * tables (the shell's redirections before exec) would land in the parent's.
+ * A real fork() gives it its own copy; a program that uses vfork() correctly
+ * (exec or _exit next) cannot tell the difference. */
+SHIM_EXPORT pid_t vfork(void)
+{
+	return fork();
+}

@@ -77,7 +77,6 @@ struct session {
 	pid_t owner;          /* only the owner commits */
 	bool readonly;        /* opened for reading: never commits */
 	bool adopted;         /* inherited through exec: commits at exit too */
-	bool force;           /* commit even if unchanged (new or truncated file) */
 	bool unlinked;        /* the application removed the path meanwhile */
 	dev_t dev;            /* the shadow's inode */
 	ino_t ino;

@@ -228,7 +228,6 @@ int session_open(const char *path, const struct stg_path_rule *rule, int flags, 
 				real_close(fd);
 				goto out_unlock;
 			}
-			s->force = true;
 		}
 		if ((r = fdtable_set(fd, s)) < 0) {
 			real_close(fd);
@@ -254,9 +253,11 @@ int session_open(const char *path, const struct stg_path_rule *rule, int flags, 
 		r = fd;
 		goto out_free;
 	}
+	/* A new or truncated file keeps the shadow's fresh mtime: it is a change
+	 * to commit even if nothing is written. Existing content is parked. */
 	bool truncate = (flags & O_TRUNC) && acc != O_RDONLY;
-	if (truncate || (!visible && !real_exists)) {
-		s->force = true;
+	bool changed = truncate || (!visible && !real_exists);
+	if (changed) {
 		s->mode = visible ? state.mode : real_exists ? (real_st.st_mode & 07777)
 							     : (mode & ~shim.umask & 07777);
 		s->base_mtime_ns = stg_now_ns();
@@ -275,7 +276,8 @@ int session_open(const char *path, const struct stg_path_rule *rule, int flags, 
 		s->mode = real_st.st_mode & 07777;
 		s->base_mtime_ns = ts_ns(&real_st.st_mtim);
 	}
-	park_mtime(fd);
+	if (!changed)
+		park_mtime(fd);
 	struct stat st;
 	if (fstat(fd, &st) == 0) {
 		s->dev = st.st_dev;
@@ -300,12 +302,15 @@ out_unlock:
 	return r;
 }
 
-static int commit_through(struct session *s, int fd, bool skip_if_clean)
+static int commit_through(struct session *s, int fd)
 {
 	struct stat st;
 	if (fstat(fd, &st) < 0)
 		return -errno;
-	if (!s->force && skip_if_clean && is_sentinel(&st))
+	/* The shadow's mtime is shared by every process holding it: whoever
+	 * commits first parks it, so a file is committed once, not once per
+	 * process that had it open (a shell and the command it redirected). */
+	if (is_sentinel(&st))
 		return 0;
 	/* Park the mtime before reading: a write racing with this commit moves it
 	 * again, so the next close stages it. */
@@ -319,11 +324,12 @@ static int commit_through(struct session *s, int fd, bool skip_if_clean)
 	if (rfd >= 0)
 		real_close(rfd);
 	if (v < 0) {
-		s->force = true;
+		/* Unpark: the content still has to be committed. */
+		struct timespec now[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_nsec = UTIME_NOW}};
+		futimens(fd, now);
 		shim_log(STG_LOG_ERROR, "could not stage '%s': %s", s->path, strerror((int)-v));
 		return v == -ENOSPC || v == -EDQUOT || v == -EFBIG ? (int)v : -EIO;
 	}
-	s->force = false;
 	s->base_mtime_ns = mtime;
 	shim_log(STG_LOG_DEBUG, "staged '%s' version %lld (%lld bytes)", s->path, (long long)v,
 		 (long long)st.st_size);
@@ -334,7 +340,7 @@ int session_commit(struct session *s, int fd)
 {
 	if (s->readonly || s->unlinked || s->owner != getpid())
 		return 0;
-	return commit_through(s, fd, true);
+	return commit_through(s, fd);
 }
 
 void session_discard_fd(int fd)
@@ -462,7 +468,6 @@ static void adopt_fd(int fd)
 	s->rule = rule;
 	s->owner = getpid();
 	s->adopted = true;
-	s->force = !is_sentinel(&st);
 	s->keep_fd = -1;
 	s->refs = 1;
 	s->dev = st.st_dev;
@@ -519,7 +524,7 @@ void session_exit(void)
 		if (s->owner != self || s->readonly || s->unlinked || s->refs <= 0)
 			continue;
 		if (s->adopted) {
-			commit_through(s, fd, true);
+			commit_through(s, fd);
 		} else {
 			shim_log(STG_LOG_WARN,
 				 "'%s' was never closed: what was written since its last close "

@@ -125,9 +125,12 @@ static int open_parent_beneath(int rootfd, const char *rel, char *ret_name, size
 		}
 		int nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		int r = -errno;
+		struct stat st;
+		if (nfd < 0 && fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+			r = -ELOOP;
 		close(fd);
 		if (nfd < 0)
-			return r == -ELOOP ? -ELOOP : r;
+			return r;
 		fd = nfd;
 	}
 	return fd;

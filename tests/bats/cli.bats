@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: MIT
 # The command line: help, usage errors, exit statuses.
 
+bats_require_minimum_version 1.5.0
 load lib/common
 
 setup() {
