@@ -194,16 +194,44 @@ int stg_builder_add(struct stg_builder *b, uint64_t index, const void *data, siz
 		record(b, index, &e);
 		return 0;
 	}
-	size_t n = stg_chunk_encode(data, len, &e.hash, b->rule.compress, b->encbuf);
-	r = stg_cache_chunk_put(b->cache, &e.hash, b->encbuf, n);
+	size_t n = b->rule.compress ? stg_chunk_try_compress(data, len, &e.hash, b->encbuf) : 0;
+	if (n) {
+		r = stg_cache_chunk_put(b->cache, &e.hash, b->encbuf, n, NULL, 0);
+		e.stored_len = (uint32_t)(n - STG_CHUNK_HEADER_SIZE);
+		e.flags = STG_ENTRY_NEW | STG_ENTRY_LZ4;
+	} else {
+		/* Raw: the header, then the caller's bytes as they are, no copy. */
+		uint8_t hdr[STG_CHUNK_HEADER_SIZE];
+		stg_chunk_header_encode(hdr, STG_CHUNK_RAW, (uint32_t)len, (uint32_t)len, &e.hash);
+		r = stg_cache_chunk_put(b->cache, &e.hash, hdr, sizeof(hdr), data, len);
+		e.stored_len = (uint32_t)len;
+		e.flags = STG_ENTRY_NEW;
+	}
 	if (r < 0)
 		return r;
-	e.stored_len = (uint32_t)(n - STG_CHUNK_HEADER_SIZE);
-	e.flags = STG_ENTRY_NEW |
-		  (stg_get_le16(b->encbuf + 6) == STG_CHUNK_LZ4 ? STG_ENTRY_LZ4 : 0u);
 	b->stats.new_chunks++;
 	b->stats.stored_bytes += e.stored_len;
 	record(b, index, &e);
+	return 0;
+}
+
+const struct stg_manifest_entry *stg_builder_entry(const struct stg_builder *b, uint64_t index)
+{
+	return index < b->cap && b->recorded[index] ? &b->entries[index] : NULL;
+}
+
+int stg_builder_copy_entries(struct stg_builder *b, const struct stg_builder *from, uint64_t n)
+{
+	if (n > from->cap)
+		return -EINVAL;
+	for (uint64_t i = 0; i < n; i++) {
+		if (!from->recorded[i])
+			return -EINVAL;
+		int r = reserve(b, i);
+		if (r < 0)
+			return r;
+		record(b, i, &from->entries[i]);
+	}
 	return 0;
 }
 

@@ -43,6 +43,13 @@ int stg_builder_add_zero(struct stg_builder *b, uint64_t index, size_t len);
  * version number (> 0) or -errno. */
 int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, int64_t mtime_ns);
 
+/* Records in b the chunks [0, n) that from has recorded (a version continued
+ * after a commit). Returns 0 or -errno. */
+int stg_builder_copy_entries(struct stg_builder *b, const struct stg_builder *from, uint64_t n);
+
+/* The entry recorded for chunk index, or NULL. */
+const struct stg_manifest_entry *stg_builder_entry(const struct stg_builder *b, uint64_t index);
+
 const struct stg_builder_stats *stg_builder_stats(const struct stg_builder *b);
 
 /* Stages the whole content of fd (size bytes) as a new version of path; holes

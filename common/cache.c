@@ -171,8 +171,8 @@ int stg_cache_chunk_stat(struct stg_cache *c, const struct stg_hash *h, uint32_t
 	return 1;
 }
 
-int stg_cache_chunk_put(struct stg_cache *c, const struct stg_hash *h, const uint8_t *obj,
-			size_t len)
+int stg_cache_chunk_put(struct stg_cache *c, const struct stg_hash *h, const uint8_t *head,
+			size_t headlen, const uint8_t *body, size_t bodylen)
 {
 	static unsigned counter;
 	char name[64], tmp[96];
@@ -188,9 +188,11 @@ int stg_cache_chunk_put(struct stg_cache *c, const struct stg_hash *h, const uin
 	}
 	if (fd < 0)
 		return -errno;
-	int r = stg_cache_reserve(c, len);
+	int r = stg_cache_reserve(c, headlen + bodylen);
 	if (r == 0)
-		r = stg_write_all(fd, obj, len);
+		r = stg_write_all(fd, head, headlen);
+	if (r == 0 && body)
+		r = stg_write_all(fd, body, bodylen);
 	if (close(fd) < 0 && r == 0)
 		r = -errno;
 	if (r == 0 && renameat(c->chunks_fd, tmp, c->chunks_fd, name) < 0)

@@ -32,11 +32,12 @@ void stg_cache_free(struct stg_cache *c);
 int stg_cache_chunk_stat(struct stg_cache *c, const struct stg_hash *h, uint32_t raw_len,
 			 struct stg_chunk_header *ret_header);
 
-/* Stores an encoded chunk object (header + payload) under its hash, atomically
- * (temporary name, then rename). It is durable only after a later syncfs or
- * fsync of the cache. Returns 0 or -errno. */
-int stg_cache_chunk_put(struct stg_cache *c, const struct stg_hash *h, const uint8_t *obj,
-			size_t len);
+/* Stores a chunk object under its hash, atomically (temporary name, then
+ * rename): head then body (body may be NULL), so that a raw chunk is written
+ * straight from the caller's buffer. It is durable only after a later syncfs
+ * or fsync of the cache. Returns 0 or -errno. */
+int stg_cache_chunk_put(struct stg_cache *c, const struct stg_hash *h, const uint8_t *head,
+			size_t headlen, const uint8_t *body, size_t bodylen);
 
 /* Reads, decodes and verifies a chunk into out (raw_len bytes). scratch must
  * hold stg_chunk_bound(raw_len) bytes. Returns 0, -ENOENT, -EBADMSG or -errno. */

@@ -23,8 +23,8 @@ static bool worth_it(size_t in, size_t out)
 	return out > 0 && out < in - in / 32;
 }
 
-static void put_header(uint8_t *out, uint16_t enc, uint32_t raw_len, uint32_t stored_len,
-		       const struct stg_hash *hash)
+void stg_chunk_header_encode(uint8_t *out, uint16_t enc, uint32_t raw_len, uint32_t stored_len,
+			     const struct stg_hash *hash)
 {
 	memcpy(out, STG_CHUNK_MAGIC, 4);
 	stg_put_le16(out + 4, STG_CHUNK_FORMAT);
@@ -36,26 +36,32 @@ static void put_header(uint8_t *out, uint16_t enc, uint32_t raw_len, uint32_t st
 	stg_put_le32(out + 36, 0);
 }
 
+size_t stg_chunk_try_compress(const void *data, size_t len, const struct stg_hash *hash,
+			      uint8_t *out)
+{
+	uint8_t *payload = out + STG_CHUNK_HEADER_SIZE;
+	if (len < 64)
+		return 0;
+	size_t probe = len < PROBE_BYTES ? len : PROBE_BYTES;
+	int n = LZ4_compress_default(data, (char *)payload, (int)probe, LZ4_compressBound((int)probe));
+	if (!worth_it(probe, (size_t)(n > 0 ? n : 0)))
+		return 0;
+	if (probe != len)
+		n = LZ4_compress_default(data, (char *)payload, (int)len, LZ4_compressBound((int)len));
+	if (!worth_it(len, (size_t)(n > 0 ? n : 0)))
+		return 0;
+	stg_chunk_header_encode(out, STG_CHUNK_LZ4, (uint32_t)len, (uint32_t)n, hash);
+	return STG_CHUNK_HEADER_SIZE + (size_t)n;
+}
+
 size_t stg_chunk_encode(const void *data, size_t len, const struct stg_hash *hash, bool compress,
 			uint8_t *out)
 {
-	uint8_t *payload = out + STG_CHUNK_HEADER_SIZE;
-	if (compress && len >= 64) {
-		size_t probe = len < PROBE_BYTES ? len : PROBE_BYTES;
-		int n = LZ4_compress_default(data, (char *)payload, (int)probe,
-					     LZ4_compressBound((int)probe));
-		if (worth_it(probe, (size_t)(n > 0 ? n : 0))) {
-			n = probe == len ? n
-					 : LZ4_compress_default(data, (char *)payload, (int)len,
-								LZ4_compressBound((int)len));
-			if (worth_it(len, (size_t)(n > 0 ? n : 0))) {
-				put_header(out, STG_CHUNK_LZ4, (uint32_t)len, (uint32_t)n, hash);
-				return STG_CHUNK_HEADER_SIZE + (size_t)n;
-			}
-		}
-	}
-	memcpy(payload, data, len);
-	put_header(out, STG_CHUNK_RAW, (uint32_t)len, (uint32_t)len, hash);
+	size_t n = compress ? stg_chunk_try_compress(data, len, hash, out) : 0;
+	if (n)
+		return n;
+	stg_chunk_header_encode(out, STG_CHUNK_RAW, (uint32_t)len, (uint32_t)len, hash);
+	memcpy(out + STG_CHUNK_HEADER_SIZE, data, len);
 	return STG_CHUNK_HEADER_SIZE + len;
 }
 

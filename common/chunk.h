@@ -33,6 +33,17 @@ size_t stg_chunk_bound(size_t raw_len);
 size_t stg_chunk_encode(const void *data, size_t len, const struct stg_hash *hash, bool compress,
 			uint8_t *out);
 
+/* Tries lz4 on data (a sample first, so incompressible data costs little).
+ * When it pays, writes the whole object into out and returns its length;
+ * otherwise returns 0 and the caller stores the header of
+ * stg_chunk_header_encode(STG_CHUNK_RAW, ...) followed by data itself. */
+size_t stg_chunk_try_compress(const void *data, size_t len, const struct stg_hash *hash,
+			      uint8_t *out);
+
+/* Writes a chunk header (STG_CHUNK_HEADER_SIZE bytes). */
+void stg_chunk_header_encode(uint8_t *out, uint16_t encoding, uint32_t raw_len,
+			     uint32_t stored_len, const struct stg_hash *hash);
+
 /* Validates a header (magic, format, encoding, lengths, checksum) against the
  * expected hash and raw length. Returns 0 or -EBADMSG. */
 int stg_chunk_header_decode(const uint8_t *buf, size_t len, const struct stg_hash *want,

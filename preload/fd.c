@@ -82,6 +82,7 @@ static void track_copy(int fd, int newfd)
 SHIM_EXPORT int dup(int fd)
 {
 	ENSURE(dup);
+	shim_leave_fast(fd);
 	int nfd = real_dup(fd);
 	if (nfd >= 0 && !shim_busy) {
 		if (fdtable_get(nfd))
@@ -94,6 +95,8 @@ SHIM_EXPORT int dup(int fd)
 
 static int dup_onto(int fd, int newfd, int flags, bool three)
 {
+	if (!shim_busy && fd != newfd)
+		shim_leave_fast(fd);
 	if (shim_busy || fd == newfd || (!fdtable_get(fd) && !fdtable_get(newfd)))
 		return three ? real_dup3(fd, newfd, flags) : real_dup2(fd, newfd);
 	shim_busy++;
@@ -133,6 +136,8 @@ SHIM_EXPORT int dup3(int fd, int newfd, int flags)
 
 static int fcntl_common(int fd, int cmd, unsigned long arg, int (*real)(int, int, ...))
 {
+	if (!shim_busy && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))
+		shim_leave_fast(fd);
 	int r = real(fd, cmd, arg);
 	if (r >= 0 && !shim_busy && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) {
 		if (fdtable_get(r))
@@ -173,7 +178,7 @@ static int sync_common(int fd, int (*real)(int))
 		return real(fd);
 	shim_busy++;
 	int saved = errno;
-	int r = session_commit(s, fd);
+	int r = session_commit(s, fd, false);
 	shim_busy--;
 	return finish(r, saved);
 }
@@ -203,6 +208,8 @@ SHIM_EXPORT int fchmod(int fd, mode_t mode)
 static void *mmap_common(void *addr, size_t len, int prot, int flags, int fd, off_t off,
 			 void *(*real)(void *, size_t, int, int, int, off_t))
 {
+	if (!shim_busy && fd >= 0)
+		shim_leave_fast(fd);
 	void *p = real(addr, len, prot, flags, fd, off);
 	if (p != MAP_FAILED && !shim_busy && fd >= 0 && (prot & PROT_WRITE) &&
 	    (flags & MAP_TYPE) != MAP_PRIVATE && fdtable_get(fd)) {

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include "cache.h"
 #include "policy.h"
@@ -81,15 +82,19 @@ struct session {
 	dev_t dev;            /* the shadow's inode */
 	ino_t ino;
 	int64_t base_mtime_ns;
+	struct fast *fast;    /* the sequential fast path, while it lasts */
+	bool broken;          /* content lost track of: the next commit fails */
 };
 
 /* Opens path (captured under rule) as the application asked; returns the new
  * descriptor, -errno, or SESSION_PASS when the real open() should handle it. */
 #define SESSION_PASS INT_MIN
-int session_open(const char *abspath, const struct stg_path_rule *rule, int flags, mode_t mode);
+int session_open(const char *abspath, const struct stg_path_rule *rule, int flags, mode_t mode,
+		 bool allow_fast);
 
-/* Commits the session's current content through fd if it changed. -errno. */
-int session_commit(struct session *s, int fd);
+/* Commits the session's current content through fd if it changed; last when
+ * the file is being closed. Returns 0 or -errno. */
+int session_commit(struct session *s, int fd, bool last);
 
 /* The application is dropping fd (close, dup2 over it, close_range). Commits
  * when it was the last reference. Returns 0 or -errno (the commit's error). */
@@ -124,6 +129,27 @@ void session_unlinked(const char *path);
 
 /* A session of this process for path, or NULL (caller holds shim.lock). */
 struct session *session_find_path(const char *path);
+
+/* ---- fast.c: staging sequential writes as they arrive ---- */
+
+#define FAST_OFF INT64_MIN /* "not for the fast path": do the real call */
+
+bool fast_enabled(void);
+int fast_start(struct session *s);
+void fast_discard(struct session *s);
+uint64_t fast_size(const struct session *s);
+/* Returns bytes written, -errno, or FAST_OFF (off < 0: at the offset). */
+ssize_t fast_write(struct session *s, const struct iovec *iov, int cnt, int64_t off);
+int64_t fast_lseek(struct session *s, int64_t off, int whence);
+int fast_commit(struct session *s, bool last);
+/* Moves the staged content into the shadow and ends the fast path. */
+int fast_materialize(struct session *s, int fd);
+/* For fork and exec: every fast session of the process (takes shim.lock). */
+void fast_materialize_all(void);
+
+/* Ends the fast path of fd's session, if it has one (before any call the
+ * fast path does not handle). */
+void shim_leave_fast(int fd);
 
 /* ---- fdtable.c: which descriptors are captured files ---- */
 

@@ -40,7 +40,7 @@ void session_mapped(int fd, void *addr, size_t len)
 static int commit_orphan(struct session *s)
 {
 	/* Neither descriptors nor mappings remain: this was the last reference. */
-	int r = session_commit(s, s->keep_fd);
+	int r = session_commit(s, s->keep_fd, true);
 	real_close(s->keep_fd);
 	free(s);
 	return r;
@@ -60,7 +60,7 @@ int session_unmapped(void *addr, size_t len, bool sync_only)
 		struct session *s = m->s;
 		if (sync_only) {
 			int fd = s->refs > 0 ? session_any_fd(s) : s->keep_fd;
-			int r = fd >= 0 ? session_commit(s, fd) : 0;
+			int r = fd >= 0 ? session_commit(s, fd, false) : 0;
 			if (r < 0 && result == 0)
 				result = r;
 			i++;

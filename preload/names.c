@@ -318,7 +318,7 @@ static int truncate_common(const char *path, off_t len)
 	const struct stg_path_rule *rule = shim_resolve(AT_FDCWD, path, abs, sizeof(abs));
 	int r = 1;
 	if (rule && captured_exists(abs)) {
-		int fd = session_open(abs, rule, O_WRONLY, 0);
+		int fd = session_open(abs, rule, O_WRONLY, 0, false);
 		if (fd == SESSION_PASS) {
 			r = 1;
 		} else if (fd < 0) {

@@ -35,7 +35,7 @@ static int open_common(int dirfd, const char *path, int flags, mode_t mode)
 	 * (coreutils probes destinations with O_PATH|O_DIRECTORY). */
 	if (rule && (flags & O_PATH))
 		flags = O_RDONLY | (flags & (O_CLOEXEC | O_DIRECTORY | O_NOFOLLOW));
-	int fd = rule ? session_open(abs, rule, flags, mode) : SESSION_PASS;
+	int fd = rule ? session_open(abs, rule, flags, mode, true) : SESSION_PASS;
 	if (fd == SESSION_PASS) {
 		fd = real_openat(dirfd, path, flags, mode);
 		if (fd >= 0) {
@@ -162,7 +162,7 @@ static FILE *fopen_common(const char *path, const char *mode, FILE *(*real)(cons
 	int flags = fopen_flags(mode);
 	const struct stg_path_rule *rule =
 		flags < 0 ? NULL : shim_resolve(AT_FDCWD, path, abs, sizeof(abs));
-	int fd = rule ? session_open(abs, rule, flags, 0666) : SESSION_PASS;
+	int fd = rule ? session_open(abs, rule, flags, 0666, false) : SESSION_PASS;
 	FILE *f;
 	if (fd == SESSION_PASS) {
 		f = real(path, mode);

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <dirent.h>
+#include <spawn.h>
+#include <sys/uio.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/types.h>

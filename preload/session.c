@@ -176,7 +176,8 @@ static int check_parent(const char *path)
 	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
-int session_open(const char *path, const struct stg_path_rule *rule, int flags, mode_t mode)
+int session_open(const char *path, const struct stg_path_rule *rule, int flags, mode_t mode,
+		 bool allow_fast)
 {
 	int acc = flags & O_ACCMODE;
 	bool writing = acc != O_RDONLY || (flags & O_TRUNC);
@@ -213,6 +214,8 @@ int session_open(const char *path, const struct stg_path_rule *rule, int flags, 
 	struct session *s = writing || visible ? session_find_path(path) : NULL;
 	if (s) {
 		int other = session_any_fd(s);
+		if (other >= 0 && s->fast)
+			fast_materialize(s, other);
 		char link[64];
 		snprintf(link, sizeof(link), "/proc/self/fd/%d", other);
 		int fd = other >= 0 ? real_open(link, (flags & KEEP_FLAGS) | O_CLOEXEC) : -ENOENT;
@@ -286,11 +289,17 @@ int session_open(const char *path, const struct stg_path_rule *rule, int flags, 
 	r = reopen_for_app(fd, flags);
 	if (r < 0)
 		goto out_close;
+	/* A new or truncated file written by write() calls (not stdio: its
+	 * writes bypass the hooks) can take the fast path. */
+	if (changed && allow_fast && acc != O_RDONLY && fast_enabled() && fast_start(s) < 0)
+		stg_debug("no fast path for '%s'", path);
 	pthread_mutex_lock(&shim.lock);
 	r = fdtable_set(fd, s);
 	pthread_mutex_unlock(&shim.lock);
-	if (r < 0)
+	if (r < 0) {
+		fast_discard(s);
 		goto out_close;
+	}
 	return fd;
 out_close:
 	real_close(fd);
@@ -336,10 +345,16 @@ static int commit_through(struct session *s, int fd)
 	return 0;
 }
 
-int session_commit(struct session *s, int fd)
+int session_commit(struct session *s, int fd, bool last)
 {
 	if (s->readonly || s->unlinked || s->owner != getpid())
 		return 0;
+	if (s->broken) {
+		shim_log(STG_LOG_ERROR, "'%s' is not staged: its content was lost track of", s->path);
+		return -EIO;
+	}
+	if (s->fast)
+		return fast_commit(s, last);
 	return commit_through(s, fd);
 }
 
@@ -348,8 +363,10 @@ void session_discard_fd(int fd)
 	pthread_mutex_lock(&shim.lock);
 	struct session *s = fdtable_get(fd);
 	fdtable_set(fd, NULL);
-	if (s && --s->refs == 0)
+	if (s && --s->refs == 0) {
+		fast_discard(s);
 		free(s);
+	}
 	pthread_mutex_unlock(&shim.lock);
 }
 
@@ -378,7 +395,8 @@ int session_release_fd(int fd)
 		}
 	}
 	pthread_mutex_unlock(&shim.lock);
-	r = session_commit(s, fd);
+	r = session_commit(s, fd, true);
+	fast_discard(s);
 	free(s);
 	return r;
 }
@@ -393,6 +411,11 @@ void session_fix_stat(const struct session *s, struct stat *st)
 	st->st_ino = (ino_t)stg_catalog_ino(s->path);
 	st->st_mode = S_IFREG | s->mode;
 	st->st_nlink = 1;
+	if (s->fast) {
+		st->st_size = (off_t)fast_size(s);
+		st->st_blocks = (blkcnt_t)((fast_size(s) + 511) / 512);
+		return; /* the shadow's mtime is not the file's here: now is */
+	}
 	if (is_sentinel(st)) {
 		st->st_mtim.tv_sec = s->base_mtime_ns / 1000000000;
 		st->st_mtim.tv_nsec = s->base_mtime_ns % 1000000000;

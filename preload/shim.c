@@ -109,6 +109,17 @@ static void load_policy(void)
 	free(file);
 }
 
+static void before_fork(void)
+{
+	if (shim_busy)
+		return;
+	int saved = errno;
+	shim_busy++;
+	fast_materialize_all();
+	shim_busy--;
+	errno = saved;
+}
+
 static void shim_init(void)
 {
 	static int done;
@@ -132,8 +143,11 @@ static void shim_init(void)
 		shim.disabled = true;
 	} else {
 		load_policy();
-		if (shim.ready)
+		if (shim.ready) {
 			session_adopt_inherited();
+			/* A child must find every open file's content in its shadow. */
+			pthread_atfork(before_fork, NULL, NULL);
+		}
 	}
 	shim_busy--;
 }

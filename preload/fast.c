@@ -1,0 +1,295 @@
+/* SPDX-License-Identifier: MIT */
+/* The fast path: a new or truncated captured file written sequentially through
+ * write()/pwrite()/writev() is chunked, hashed and staged as the data arrives,
+ * straight from the application's buffer, and never copied into the shadow.
+ * Anything else done to the descriptor (reading, seeking away and writing,
+ * mmap, dup, fork, exec...) first materializes what was staged into the
+ * shadow file, which then takes over as the one copy of the content. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "builder.h"
+#include "chunk.h"
+#include "internal.h"
+#include "log.h"
+#include "real.h"
+#include "util.h"
+
+struct fast {
+	pthread_mutex_t lock;
+	struct stg_builder *b;
+	uint32_t cs;      /* chunk size */
+	uint64_t pos;     /* the descriptor's offset, as the application sees it */
+	uint64_t sealed;  /* [0, sealed) are whole chunks handed to the builder */
+	uint64_t staged;  /* [sealed, staged) wait in pending; staged is the size */
+	uint8_t *pending; /* one chunk; allocated at the first partial chunk */
+	bool dirty;       /* changed since the last commit (a new file starts so) */
+	int failed;       /* a write could not be staged: -errno for every later call */
+};
+
+bool fast_enabled(void)
+{
+	const char *e = getenv("STAGEHAND_FAST");
+	return !(e && strcmp(e, "0") == 0);
+}
+
+int fast_start(struct session *s)
+{
+	struct fast *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	int r = stg_builder_new(shim.cache, s->path, s->rule, &f->b);
+	if (r < 0) {
+		free(f);
+		return r;
+	}
+	pthread_mutex_init(&f->lock, NULL);
+	f->cs = stg_builder_chunk_size(f->b);
+	f->dirty = true;
+	s->fast = f;
+	return 0;
+}
+
+static void fast_free(struct fast *f)
+{
+	stg_builder_free(f->b);
+	if (f->pending)
+		real_munmap(f->pending, f->cs);
+	pthread_mutex_destroy(&f->lock);
+	free(f);
+}
+
+void fast_discard(struct session *s)
+{
+	if (s->fast)
+		fast_free(s->fast);
+	s->fast = NULL;
+}
+
+uint64_t fast_size(const struct session *s)
+{
+	return s->fast->staged;
+}
+
+static int seal(struct fast *f, const void *data, size_t len)
+{
+	int r = stg_builder_add(f->b, f->sealed / f->cs, data, len);
+	if (r == 0)
+		f->sealed += f->cs;
+	return r;
+}
+
+/* Appends at the end of what is staged. Returns bytes taken or -errno. */
+static ssize_t append(struct fast *f, const uint8_t *buf, size_t n)
+{
+	size_t done = 0;
+	while (done < n) {
+		size_t fill = (size_t)(f->staged - f->sealed);
+		size_t left = n - done;
+		int r;
+		if (fill == 0 && left >= f->cs) {
+			/* A whole chunk in the caller's buffer: no copy at all. */
+			r = seal(f, buf + done, f->cs);
+			if (r < 0)
+				return done ? (ssize_t)done : r;
+			f->staged += f->cs;
+			done += f->cs;
+			continue;
+		}
+		if (!f->pending) {
+			void *p = real_mmap(NULL, f->cs, PROT_READ | PROT_WRITE,
+					    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+			if (p == MAP_FAILED)
+				return done ? (ssize_t)done : -ENOMEM;
+			f->pending = p;
+		}
+		size_t k = f->cs - fill < left ? f->cs - fill : left;
+		memcpy(f->pending + fill, buf + done, k);
+		f->staged += k;
+		done += k;
+		if (fill + k == f->cs) {
+			r = seal(f, f->pending, f->cs);
+			if (r < 0) {
+				f->staged -= k; /* not taken after all */
+				done -= k;
+				return done ? (ssize_t)done : r;
+			}
+		}
+	}
+	return (ssize_t)done;
+}
+
+ssize_t fast_write(struct session *s, const struct iovec *iov, int cnt, int64_t off)
+{
+	struct fast *f = s->fast;
+	pthread_mutex_lock(&f->lock);
+	if (f->failed) {
+		pthread_mutex_unlock(&f->lock);
+		return f->failed;
+	}
+	uint64_t at = off < 0 ? f->pos : (uint64_t)off;
+	if (at != f->staged) {
+		pthread_mutex_unlock(&f->lock);
+		return FAST_OFF; /* not sequential: the shadow takes over */
+	}
+	ssize_t total = 0;
+	for (int i = 0; i < cnt; i++) {
+		ssize_t r = append(f, iov[i].iov_base, iov[i].iov_len);
+		if (r < 0) {
+			/* The file now misses bytes the application meant to write:
+			 * this version must not be published half-done. */
+			f->failed = (int)r;
+			if (total == 0)
+				total = r;
+			break;
+		}
+		total += r;
+		if ((size_t)r < iov[i].iov_len)
+			break;
+	}
+	if (total > 0) {
+		f->dirty = true;
+		if (off < 0)
+			f->pos += (uint64_t)total;
+	}
+	pthread_mutex_unlock(&f->lock);
+	return total;
+}
+
+int64_t fast_lseek(struct session *s, int64_t off, int whence)
+{
+	struct fast *f = s->fast;
+	pthread_mutex_lock(&f->lock);
+	int64_t base;
+	switch (whence) {
+	case SEEK_SET: base = 0; break;
+	case SEEK_CUR: base = (int64_t)f->pos; break;
+	case SEEK_END: base = (int64_t)f->staged; break;
+	default:
+		pthread_mutex_unlock(&f->lock);
+		return FAST_OFF; /* SEEK_DATA, SEEK_HOLE: ask the real file */
+	}
+	int64_t r = -EINVAL;
+	if (!__builtin_add_overflow(base, off, &r) && r >= 0)
+		f->pos = (uint64_t)r;
+	else
+		r = -EINVAL;
+	pthread_mutex_unlock(&f->lock);
+	return r;
+}
+
+static int commit_locked(struct session *s, struct fast *f, bool last)
+{
+	int r = 0;
+	uint64_t tail = f->staged - f->sealed;
+	if (tail)
+		r = stg_builder_add(f->b, f->sealed / f->cs, f->pending, (size_t)tail);
+	if (r < 0)
+		return r;
+	int64_t v = stg_builder_commit(f->b, f->staged, s->mode, stg_now_ns());
+	if (v < 0)
+		return (int)v;
+	f->dirty = false;
+	shim_log(STG_LOG_DEBUG, "staged '%s' version %lld (%llu bytes, as written)", s->path,
+		 (long long)v, (unsigned long long)f->staged);
+	if (last)
+		return 0;
+	/* Writing goes on: a new version starts from the chunks sealed so far. */
+	struct stg_builder *nb;
+	r = stg_builder_new(shim.cache, s->path, s->rule, &nb);
+	if (r == 0)
+		r = stg_builder_copy_entries(nb, f->b, f->sealed / f->cs);
+	if (r < 0) {
+		if (r != -ENOMEM)
+			stg_builder_free(nb);
+		return r;
+	}
+	stg_builder_free(f->b);
+	f->b = nb;
+	return 0;
+}
+
+int fast_commit(struct session *s, bool last)
+{
+	struct fast *f = s->fast;
+	pthread_mutex_lock(&f->lock);
+	int r = f->failed ? f->failed : f->dirty ? commit_locked(s, f, last) : 0;
+	pthread_mutex_unlock(&f->lock);
+	if (r < 0)
+		shim_log(STG_LOG_ERROR, "could not stage '%s': %s", s->path, strerror(-r));
+	return r;
+}
+
+/* Writes what was staged into the shadow through a descriptor of our own
+ * (the application's may be write-only or O_DIRECT). */
+static int write_out(struct fast *f, int wfd)
+{
+	uint8_t *raw = malloc(f->cs), *scratch = malloc(stg_chunk_bound(f->cs));
+	int r = raw && scratch ? 0 : -ENOMEM;
+	for (uint64_t i = 0; r == 0 && i < f->sealed / f->cs; i++) {
+		const struct stg_manifest_entry *e = stg_builder_entry(f->b, i);
+		if (!e) {
+			r = -EIO;
+			break;
+		}
+		if (e->flags & STG_ENTRY_ZERO)
+			continue;
+		r = stg_cache_chunk_read(shim.cache, &e->hash, e->raw_len, raw, scratch);
+		if (r == 0)
+			r = stg_pwrite_all(wfd, raw, e->raw_len, (off_t)(i * f->cs));
+	}
+	if (r == 0 && f->staged > f->sealed)
+		r = stg_pwrite_all(wfd, f->pending, (size_t)(f->staged - f->sealed), (off_t)f->sealed);
+	if (r == 0 && real_ftruncate(wfd, (off_t)f->staged) < 0)
+		r = -errno;
+	free(raw);
+	free(scratch);
+	return r;
+}
+
+int fast_materialize(struct session *s, int fd)
+{
+	struct fast *f = s->fast;
+	if (!f)
+		return 0;
+	pthread_mutex_lock(&f->lock);
+	char link[64];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	int wfd = real_open(link, O_RDWR | O_CLOEXEC);
+	/* After a failed write the content is incomplete: it never commits. */
+	int r = f->failed ? f->failed : write_out(f, wfd >= 0 ? wfd : fd);
+	if (r == 0 && real_lseek(fd, (off_t)f->pos, SEEK_SET) < 0)
+		r = -errno;
+	if (r == 0 && !f->dirty) {
+		/* Committed as it stands: park the mtime like any committed shadow. */
+		struct timespec t[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_sec = 1}};
+		futimens(wfd >= 0 ? wfd : fd, t);
+	}
+	if (wfd >= 0)
+		real_close(wfd);
+	pthread_mutex_unlock(&f->lock);
+	if (r < 0) {
+		/* The shadow cannot take over: nothing must be committed from it. */
+		s->broken = true;
+		shim_log(STG_LOG_ERROR, "cannot continue writing '%s' (%s): its next version will "
+			 "not be staged", s->path, strerror(-r));
+	}
+	fast_discard(s);
+	return r;
+}
+
+void fast_materialize_all(void)
+{
+	int fd;
+	struct session *s;
+	pthread_mutex_lock(&shim.lock);
+	FDTABLE_EACH(fd, s)
+		if (s->fast)
+			fast_materialize(s, fd);
+	pthread_mutex_unlock(&shim.lock);
+}

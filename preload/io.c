@@ -1,0 +1,497 @@
+/* SPDX-License-Identifier: MIT */
+/* Data calls on descriptors: the write family feeds the fast path; every
+ * other call that touches a fast-path file's content ends the fast path
+ * first. On any other descriptor they cost one table lookup. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "real.h"
+
+#define ENSURE(fn)                        \
+	do {                              \
+		if (!real_##fn)           \
+			shim_real_init(); \
+	} while (0)
+
+static inline struct session *fast_session(int fd)
+{
+	struct session *s = fdtable_get(fd);
+	return s && s->fast ? s : NULL;
+}
+
+void shim_leave_fast(int fd)
+{
+	struct session *s = fast_session(fd);
+	if (!s)
+		return;
+	int saved = errno;
+	shim_busy++;
+	pthread_mutex_lock(&shim.lock);
+	if (s->fast)
+		fast_materialize(s, fd);
+	pthread_mutex_unlock(&shim.lock);
+	shim_busy--;
+	errno = saved;
+}
+
+/* Runs the fast path for a write of iov at off (-1: the descriptor's offset).
+ * Returns what the write returns, or FAST_OFF for "do the real call". */
+static ssize_t fast_io(struct session *s, int fd, const struct iovec *iov, int cnt, int64_t off)
+{
+	if (shim_busy) {
+		/* A signal handler writing while this thread is inside the shim:
+		 * the write goes to the shadow, which no longer tells the story. */
+		s->broken = true;
+		return FAST_OFF;
+	}
+	shim_busy++;
+	int saved = errno;
+	ssize_t r = fast_write(s, iov, cnt, off);
+	if (r == FAST_OFF) {
+		pthread_mutex_lock(&shim.lock);
+		if (s->fast)
+			fast_materialize(s, fd);
+		pthread_mutex_unlock(&shim.lock);
+	}
+	shim_busy--;
+	if (r == FAST_OFF)
+		return FAST_OFF;
+	if (r < 0) {
+		errno = (int)-r;
+		return -1;
+	}
+	errno = saved;
+	return r;
+}
+
+SHIM_EXPORT ssize_t write(int fd, const void *buf, size_t n)
+{
+	ENSURE(write);
+	struct session *s = fast_session(fd);
+	if (__builtin_expect(s != NULL, 0)) {
+		struct iovec iov = {(void *)buf, n};
+		ssize_t r = fast_io(s, fd, &iov, 1, -1);
+		if (r != FAST_OFF)
+			return r;
+	}
+	return real_write(fd, buf, n);
+}
+
+static ssize_t pwrite_common(int fd, const void *buf, size_t n, off_t off,
+			     ssize_t (*real)(int, const void *, size_t, off_t))
+{
+	struct session *s = fast_session(fd);
+	if (__builtin_expect(s != NULL, 0) && off >= 0) {
+		struct iovec iov = {(void *)buf, n};
+		ssize_t r = fast_io(s, fd, &iov, 1, off);
+		if (r != FAST_OFF)
+			return r;
+	}
+	return real(fd, buf, n, off);
+}
+
+SHIM_EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+	ENSURE(pwrite);
+	return pwrite_common(fd, buf, n, off, real_pwrite);
+}
+
+SHIM_EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
+{
+	ENSURE(pwrite64);
+	return pwrite_common(fd, buf, n, off, real_pwrite64 ? real_pwrite64 : real_pwrite);
+}
+
+SHIM_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
+{
+	ENSURE(writev);
+	struct session *s = fast_session(fd);
+	if (__builtin_expect(s != NULL, 0) && cnt >= 0) {
+		ssize_t r = fast_io(s, fd, iov, cnt, -1);
+		if (r != FAST_OFF)
+			return r;
+	}
+	return real_writev(fd, iov, cnt);
+}
+
+static ssize_t pwritev_common(int fd, const struct iovec *iov, int cnt, off_t off, int flags,
+			      bool v2)
+{
+	struct session *s = fast_session(fd);
+	/* pwritev2 with offset -1 uses the descriptor's offset; RWF_APPEND and
+	 * friends go the real way. */
+	if (__builtin_expect(s != NULL, 0) && cnt >= 0 && flags == 0 && (off >= 0 || v2)) {
+		ssize_t r = fast_io(s, fd, iov, cnt, off);
+		if (r != FAST_OFF)
+			return r;
+	}
+	if (s)
+		shim_leave_fast(fd);
+	if (v2)
+		return real_pwritev2 ? real_pwritev2(fd, iov, cnt, off, flags) : (errno = ENOSYS, -1);
+	return real_pwritev(fd, iov, cnt, off);
+}
+
+SHIM_EXPORT ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+	ENSURE(pwritev);
+	return pwritev_common(fd, iov, cnt, off, 0, false);
+}
+
+SHIM_EXPORT ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+	ENSURE(pwritev);
+	return pwritev_common(fd, iov, cnt, off, 0, false);
+}
+
+SHIM_EXPORT ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	ENSURE(pwritev2);
+	return pwritev_common(fd, iov, cnt, off, flags, true);
+}
+
+SHIM_EXPORT ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	ENSURE(pwritev2);
+	return pwritev_common(fd, iov, cnt, off, flags, true);
+}
+
+static off_t lseek_common(int fd, off_t off, int whence, off_t (*real)(int, off_t, int))
+{
+	struct session *s = fast_session(fd);
+	if (__builtin_expect(s != NULL, 0) && !shim_busy) {
+		int64_t r = fast_lseek(s, off, whence);
+		if (r != FAST_OFF) {
+			if (r < 0) {
+				errno = (int)-r;
+				return -1;
+			}
+			return (off_t)r;
+		}
+		shim_leave_fast(fd);
+	}
+	return real(fd, off, whence);
+}
+
+SHIM_EXPORT off_t lseek(int fd, off_t off, int whence)
+{
+	ENSURE(lseek);
+	return lseek_common(fd, off, whence, real_lseek);
+}
+
+SHIM_EXPORT off_t lseek64(int fd, off_t off, int whence)
+{
+	ENSURE(lseek64);
+	return lseek_common(fd, off, whence, real_lseek64 ? real_lseek64 : real_lseek);
+}
+
+/* Calls that need the content in the shadow: end the fast path, then go. */
+#define LEAVE_FAST(fd)                                               \
+	do {                                                         \
+		if (__builtin_expect(fast_session(fd) != NULL, 0) && !shim_busy) \
+			shim_leave_fast(fd);                         \
+	} while (0)
+
+SHIM_EXPORT ssize_t read(int fd, void *buf, size_t n)
+{
+	ENSURE(read);
+	LEAVE_FAST(fd);
+	return real_read(fd, buf, n);
+}
+
+SHIM_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
+{
+	ENSURE(__read_chk);
+	LEAVE_FAST(fd);
+	return real___read_chk(fd, buf, n, buflen);
+}
+
+SHIM_EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t off)
+{
+	ENSURE(pread);
+	LEAVE_FAST(fd);
+	return real_pread(fd, buf, n, off);
+}
+
+SHIM_EXPORT ssize_t pread64(int fd, void *buf, size_t n, off_t off)
+{
+	ENSURE(pread64);
+	LEAVE_FAST(fd);
+	return (real_pread64 ? real_pread64 : real_pread)(fd, buf, n, off);
+}
+
+SHIM_EXPORT ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
+{
+	ENSURE(__pread_chk);
+	LEAVE_FAST(fd);
+	return real___pread_chk(fd, buf, n, off, buflen);
+}
+
+SHIM_EXPORT ssize_t __pread64_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
+{
+	ENSURE(__pread64_chk);
+	LEAVE_FAST(fd);
+	return real___pread64_chk(fd, buf, n, off, buflen);
+}
+
+SHIM_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
+{
+	ENSURE(readv);
+	LEAVE_FAST(fd);
+	return real_readv(fd, iov, cnt);
+}
+
+SHIM_EXPORT ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+	ENSURE(preadv);
+	LEAVE_FAST(fd);
+	return real_preadv(fd, iov, cnt, off);
+}
+
+SHIM_EXPORT ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+	ENSURE(preadv);
+	LEAVE_FAST(fd);
+	return real_preadv(fd, iov, cnt, off);
+}
+
+SHIM_EXPORT ssize_t preadv2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	ENSURE(preadv2);
+	LEAVE_FAST(fd);
+	return real_preadv2 ? real_preadv2(fd, iov, cnt, off, flags) : (errno = ENOSYS, -1);
+}
+
+SHIM_EXPORT ssize_t preadv64v2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	ENSURE(preadv2);
+	LEAVE_FAST(fd);
+	return real_preadv2 ? real_preadv2(fd, iov, cnt, off, flags) : (errno = ENOSYS, -1);
+}
+
+SHIM_EXPORT int ftruncate(int fd, off_t len)
+{
+	ENSURE(ftruncate);
+	LEAVE_FAST(fd);
+	return real_ftruncate(fd, len);
+}
+
+SHIM_EXPORT int ftruncate64(int fd, off_t len)
+{
+	ENSURE(ftruncate64);
+	LEAVE_FAST(fd);
+	return (real_ftruncate64 ? real_ftruncate64 : real_ftruncate)(fd, len);
+}
+
+SHIM_EXPORT int fallocate(int fd, int mode, off_t off, off_t len)
+{
+	ENSURE(fallocate);
+	LEAVE_FAST(fd);
+	return real_fallocate(fd, mode, off, len);
+}
+
+SHIM_EXPORT int fallocate64(int fd, int mode, off_t off, off_t len)
+{
+	ENSURE(fallocate64);
+	LEAVE_FAST(fd);
+	return (real_fallocate64 ? real_fallocate64 : real_fallocate)(fd, mode, off, len);
+}
+
+SHIM_EXPORT int posix_fallocate(int fd, off_t off, off_t len)
+{
+	ENSURE(posix_fallocate);
+	LEAVE_FAST(fd);
+	return real_posix_fallocate(fd, off, len);
+}
+
+SHIM_EXPORT int posix_fallocate64(int fd, off_t off, off_t len)
+{
+	ENSURE(posix_fallocate64);
+	LEAVE_FAST(fd);
+	return (real_posix_fallocate64 ? real_posix_fallocate64 : real_posix_fallocate)(fd, off, len);
+}
+
+SHIM_EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n)
+{
+	ENSURE(sendfile);
+	LEAVE_FAST(out);
+	LEAVE_FAST(in);
+	return real_sendfile(out, in, off, n);
+}
+
+SHIM_EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t n)
+{
+	ENSURE(sendfile64);
+	LEAVE_FAST(out);
+	LEAVE_FAST(in);
+	return (real_sendfile64 ? real_sendfile64 : real_sendfile)(out, in, off, n);
+}
+
+SHIM_EXPORT ssize_t copy_file_range(int in, off_t *inoff, int out, off_t *outoff, size_t n,
+				    unsigned flags)
+{
+	ENSURE(copy_file_range);
+	LEAVE_FAST(out);
+	LEAVE_FAST(in);
+	return real_copy_file_range(in, inoff, out, outoff, n, flags);
+}
+
+SHIM_EXPORT ssize_t splice(int in, off_t *inoff, int out, off_t *outoff, size_t n, unsigned flags)
+{
+	ENSURE(splice);
+	LEAVE_FAST(out);
+	LEAVE_FAST(in);
+	return real_splice(in, inoff, out, outoff, n, flags);
+}
+
+/* stdio writes through internal calls the shim cannot see. */
+SHIM_EXPORT FILE *fdopen(int fd, const char *mode)
+{
+	ENSURE(fdopen);
+	LEAVE_FAST(fd);
+	return real_fdopen(fd, mode);
+}
+
+/* ---- a new program or process: the shadows must hold everything ---- */
+
+static void before_exec(void)
+{
+	if (shim.ready && !shim_busy) {
+		int saved = errno;
+		shim_busy++;
+		fast_materialize_all();
+		shim_busy--;
+		errno = saved;
+	}
+}
+
+SHIM_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	ENSURE(execve);
+	before_exec();
+	return real_execve(path, argv, envp);
+}
+
+SHIM_EXPORT int execv(const char *path, char *const argv[])
+{
+	ENSURE(execv);
+	before_exec();
+	return real_execv(path, argv);
+}
+
+SHIM_EXPORT int execvp(const char *file, char *const argv[])
+{
+	ENSURE(execvp);
+	before_exec();
+	return real_execvp(file, argv);
+}
+
+SHIM_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	ENSURE(execvpe);
+	before_exec();
+	return real_execvpe(file, argv, envp);
+}
+
+SHIM_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+	ENSURE(fexecve);
+	before_exec();
+	return real_fexecve(fd, argv, envp);
+}
+
+/* The execl family, rebuilt on execv*: collects the NULL-terminated list. */
+#define MAX_EXECL_ARGS 4096
+#define COLLECT_ARGS(first, ap, argv, n)                                   \
+	do {                                                               \
+		argv[0] = (char *)(first);                                 \
+		for (n = 1; argv[n - 1] && n < MAX_EXECL_ARGS; n++)        \
+			argv[n] = va_arg(ap, char *);                      \
+	} while (0)
+
+SHIM_EXPORT int execl(const char *path, const char *arg, ...)
+{
+	ENSURE(execv);
+	char *argv[MAX_EXECL_ARGS + 1];
+	int n;
+	va_list ap;
+	va_start(ap, arg);
+	COLLECT_ARGS(arg, ap, argv, n);
+	va_end(ap);
+	if (argv[n - 1]) {
+		errno = E2BIG;
+		return -1;
+	}
+	before_exec();
+	return real_execv(path, argv);
+}
+
+SHIM_EXPORT int execlp(const char *file, const char *arg, ...)
+{
+	ENSURE(execvp);
+	char *argv[MAX_EXECL_ARGS + 1];
+	int n;
+	va_list ap;
+	va_start(ap, arg);
+	COLLECT_ARGS(arg, ap, argv, n);
+	va_end(ap);
+	if (argv[n - 1]) {
+		errno = E2BIG;
+		return -1;
+	}
+	before_exec();
+	return real_execvp(file, argv);
+}
+
+SHIM_EXPORT int execle(const char *path, const char *arg, ...)
+{
+	ENSURE(execve);
+	char *argv[MAX_EXECL_ARGS + 1];
+	int n;
+	va_list ap;
+	va_start(ap, arg);
+	COLLECT_ARGS(arg, ap, argv, n);
+	char *const *envp = va_arg(ap, char *const *);
+	va_end(ap);
+	if (argv[n - 1]) {
+		errno = E2BIG;
+		return -1;
+	}
+	before_exec();
+	return real_execve(path, argv, envp);
+}
+
+SHIM_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+			    const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	ENSURE(posix_spawn);
+	before_exec();
+	return real_posix_spawn(pid, path, fa, attr, argv, envp);
+}
+
+SHIM_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+			     const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	ENSURE(posix_spawnp);
+	before_exec();
+	return real_posix_spawnp(pid, file, fa, attr, argv, envp);
+}
+
+SHIM_EXPORT int system(const char *cmd)
+{
+	ENSURE(system);
+	before_exec();
+	return real_system(cmd);
+}
+
+SHIM_EXPORT FILE *popen(const char *cmd, const char *type)
+{
+	ENSURE(popen);
+	before_exec();
+	return real_popen(cmd, type);
+}
