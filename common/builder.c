@@ -158,6 +158,33 @@ int stg_builder_add_zero(struct stg_builder *b, uint64_t index, size_t len)
 	return 0;
 }
 
+static bool looks_zero(const uint8_t *p, size_t len)
+{
+	static const uint8_t zeros[64];
+	return len >= sizeof(zeros) && memcmp(p, zeros, sizeof(zeros)) == 0 &&
+	       memcmp(p, p + sizeof(zeros) / 2, len - sizeof(zeros) / 2) == 0;
+}
+
+/* A chunk where the previous version has none, not compressible, not zero:
+ * most likely new, so it is stored while it is hashed, reading it once. */
+static int add_new_raw(struct stg_builder *b, uint64_t index, const void *data, size_t len)
+{
+	struct stg_manifest_entry e = {.raw_len = (uint32_t)len, .stored_len = (uint32_t)len};
+	bool stored;
+	int r = stg_cache_chunk_put_hashing(b->cache, data, len, &e.hash, &stored);
+	if (r < 0)
+		return r;
+	if (stored) {
+		e.flags = STG_ENTRY_NEW;
+		b->stats.new_chunks++;
+		b->stats.stored_bytes += len;
+	} else {
+		b->stats.dedup_cache++;
+	}
+	record(b, index, &e);
+	return 0;
+}
+
 int stg_builder_add(struct stg_builder *b, uint64_t index, const void *data, size_t len)
 {
 	if (len == 0 || len > b->rule.chunk_size)
@@ -165,6 +192,11 @@ int stg_builder_add(struct stg_builder *b, uint64_t index, const void *data, siz
 	int r = reserve(b, index);
 	if (r < 0)
 		return r;
+	bool base_has = b->has_base && index < b->base.nchunks &&
+			b->base.entries[index].raw_len == len;
+	if (!base_has && !looks_zero(data, len) &&
+	    !(b->rule.compress && stg_chunk_compressible(data, len)))
+		return add_new_raw(b, index, data, len);
 	struct stg_manifest_entry e = {.raw_len = (uint32_t)len};
 	stg_hash_compute(data, len, &e.hash);
 	if (len == b->rule.chunk_size && stg_hash_eq(&e.hash, &b->zero_hash)) {

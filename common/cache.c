@@ -202,6 +202,86 @@ int stg_cache_chunk_put(struct stg_cache *c, const struct stg_hash *h, const uin
 	return r;
 }
 
+struct hashing_put {
+	int fd;
+};
+
+static int write_piece(void *arg, const void *piece, size_t n, size_t off)
+{
+	struct hashing_put *hp = arg;
+	return stg_pwrite_all(hp->fd, piece, n, (off_t)(STG_CHUNK_HEADER_SIZE + off));
+}
+
+int stg_cache_chunk_put_hashing(struct stg_cache *c, const void *data, size_t len,
+				struct stg_hash *ret_hash, bool *ret_stored)
+{
+	int r = stg_cache_reserve(c, STG_CHUNK_HEADER_SIZE + len);
+	if (r < 0)
+		return r;
+	struct hashing_put hp;
+	hp.fd = openat(c->chunks_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+	if (hp.fd < 0) {
+		/* No O_TMPFILE: hash first, then the ordinary way. */
+		stg_cache_reserve_undo(c, STG_CHUNK_HEADER_SIZE + len);
+		stg_hash_compute(data, len, ret_hash);
+		r = stg_cache_chunk_stat(c, ret_hash, (uint32_t)len, NULL);
+		if (r != 0) {
+			*ret_stored = false;
+			return r < 0 ? r : 0;
+		}
+		uint8_t hdr[STG_CHUNK_HEADER_SIZE];
+		stg_chunk_header_encode(hdr, STG_CHUNK_RAW, (uint32_t)len, (uint32_t)len, ret_hash);
+		*ret_stored = true;
+		return stg_cache_chunk_put(c, ret_hash, hdr, sizeof(hdr), data, len);
+	}
+	struct stg_hash h;
+	r = stg_hash_stream(data, len, &h, write_piece, &hp);
+	uint8_t hdr[STG_CHUNK_HEADER_SIZE];
+	if (r == 0) {
+		stg_chunk_header_encode(hdr, STG_CHUNK_RAW, (uint32_t)len, (uint32_t)len, &h);
+		r = stg_pwrite_all(hp.fd, hdr, sizeof(hdr), 0);
+	}
+	bool stored = false;
+	if (r == 0) {
+		char name[64], link[64];
+		object_name(&h, name);
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", hp.fd);
+		if (linkat(AT_FDCWD, link, c->chunks_fd, name, AT_SYMLINK_FOLLOW) == 0) {
+			stored = true;
+		} else if (errno == ENOENT) {
+			char sub[3] = {name[0], name[1], '\0'};
+			if (mkdirat(c->chunks_fd, sub, 0700) < 0 && errno != EEXIST)
+				r = -errno;
+			else if (linkat(AT_FDCWD, link, c->chunks_fd, name, AT_SYMLINK_FOLLOW) == 0)
+				stored = true;
+			else if (errno != EEXIST)
+				r = -errno;
+		} else if (errno != EEXIST) {
+			r = -errno;
+		}
+		/* EEXIST: someone stored the same bytes first; the unnamed copy goes. */
+		if (r == 0 && !stored && stg_cache_chunk_stat(c, &h, (uint32_t)len, NULL) != 1) {
+			/* What is there under that name is damaged: replace it. */
+			char tmp[96];
+			snprintf(tmp, sizeof(tmp), "%.2s/.tmp.%d.link", name, (int)getpid());
+			unlinkat(c->chunks_fd, tmp, 0);
+			if (linkat(AT_FDCWD, link, c->chunks_fd, tmp, AT_SYMLINK_FOLLOW) == 0 &&
+			    renameat(c->chunks_fd, tmp, c->chunks_fd, name) == 0)
+				stored = true;
+			else
+				r = -errno;
+		}
+	}
+	close(hp.fd);
+	if (!stored)
+		stg_cache_reserve_undo(c, STG_CHUNK_HEADER_SIZE + len);
+	if (r == 0) {
+		*ret_hash = h;
+		*ret_stored = stored;
+	}
+	return r;
+}
+
 static int lock_usage(struct stg_cache *c, uint64_t *ret)
 {
 	while (flock(c->usage_fd, LOCK_EX) < 0)
@@ -233,6 +313,13 @@ int stg_cache_reserve(struct stg_cache *c, uint64_t bytes)
 		return -ENOSPC;
 	}
 	return store_usage(c, used + bytes);
+}
+
+void stg_cache_reserve_undo(struct stg_cache *c, uint64_t bytes)
+{
+	uint64_t used;
+	if (lock_usage(c, &used) == 0)
+		store_usage(c, used > bytes ? used - bytes : 0);
 }
 
 uint64_t stg_cache_usage(struct stg_cache *c)

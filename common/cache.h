@@ -39,6 +39,13 @@ int stg_cache_chunk_stat(struct stg_cache *c, const struct stg_hash *h, uint32_t
 int stg_cache_chunk_put(struct stg_cache *c, const struct stg_hash *h, const uint8_t *head,
 			size_t headlen, const uint8_t *body, size_t bodylen);
 
+/* Stores len raw bytes as a chunk object while hashing them (one pass over
+ * memory): the object is written unnamed and linked under its hash when
+ * complete. *ret_stored is false when the cache already had it. Returns 0 or
+ * -errno. */
+int stg_cache_chunk_put_hashing(struct stg_cache *c, const void *data, size_t len,
+				struct stg_hash *ret_hash, bool *ret_stored);
+
 /* Reads, decodes and verifies a chunk into out (raw_len bytes). scratch must
  * hold stg_chunk_bound(raw_len) bytes. Returns 0, -ENOENT, -EBADMSG or -errno. */
 int stg_cache_chunk_read(struct stg_cache *c, const struct stg_hash *h, uint32_t raw_len,
@@ -50,6 +57,9 @@ void stg_cache_chunk_relpath(const struct stg_hash *h, char out[64]);
 /* Accounts for bytes about to be stored; -ENOSPC when that would exceed the
  * capacity. stg_cache_chunk_put() does this itself. */
 int stg_cache_reserve(struct stg_cache *c, uint64_t bytes);
+
+/* Gives back a reservation that was not used. */
+void stg_cache_reserve_undo(struct stg_cache *c, uint64_t bytes);
 
 /* Bytes of chunk objects in the cache, as accounted. */
 uint64_t stg_cache_usage(struct stg_cache *c);

@@ -36,6 +36,16 @@ void stg_chunk_header_encode(uint8_t *out, uint16_t enc, uint32_t raw_len, uint3
 	stg_put_le32(out + 36, 0);
 }
 
+bool stg_chunk_compressible(const void *data, size_t len)
+{
+	if (len < 64)
+		return false;
+	size_t probe = len < PROBE_BYTES ? len : PROBE_BYTES;
+	char out[LZ4_COMPRESSBOUND(PROBE_BYTES)];
+	int n = LZ4_compress_default(data, out, (int)probe, (int)sizeof(out));
+	return worth_it(probe, (size_t)(n > 0 ? n : 0));
+}
+
 size_t stg_chunk_try_compress(const void *data, size_t len, const struct stg_hash *hash,
 			      uint8_t *out)
 {

@@ -40,6 +40,9 @@ size_t stg_chunk_encode(const void *data, size_t len, const struct stg_hash *has
 size_t stg_chunk_try_compress(const void *data, size_t len, const struct stg_hash *hash,
 			      uint8_t *out);
 
+/* Does lz4 pay on a sample of data? */
+bool stg_chunk_compressible(const void *data, size_t len);
+
 /* Writes a chunk header (STG_CHUNK_HEADER_SIZE bytes). */
 void stg_chunk_header_encode(uint8_t *out, uint16_t encoding, uint32_t raw_len,
 			     uint32_t stored_len, const struct stg_hash *hash);

@@ -46,6 +46,31 @@ int stg_hash_from_hex(const char *hex, struct stg_hash *ret)
 	return 0;
 }
 
+#define STREAM_PIECE (256u << 10)
+
+int stg_hash_stream(const void *data, size_t len, struct stg_hash *ret,
+		    int (*consume)(void *arg, const void *piece, size_t n, size_t off), void *arg)
+{
+	XXH3_state_t *st = XXH3_createState();
+	if (!st)
+		return -ENOMEM;
+	XXH3_128bits_reset(st);
+	const uint8_t *p = data;
+	int r = 0;
+	for (size_t off = 0; off < len && r >= 0; off += STREAM_PIECE) {
+		size_t n = len - off < STREAM_PIECE ? len - off : STREAM_PIECE;
+		XXH3_128bits_update(st, p + off, n);
+		r = consume(arg, p + off, n, off);
+	}
+	if (r >= 0) {
+		XXH128_canonical_t c;
+		XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
+		memcpy(ret->b, c.digest, sizeof(ret->b));
+	}
+	XXH3_freeState(st);
+	return r < 0 ? r : 0;
+}
+
 uint64_t stg_hash64(const void *data, size_t len)
 {
 	return XXH3_64bits(data, len);

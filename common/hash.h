@@ -27,5 +27,11 @@ static inline bool stg_hash_eq(const struct stg_hash *a, const struct stg_hash *
 	return memcmp(a->b, b->b, sizeof(a->b)) == 0;
 }
 
+/* Hashes data while handing it piece by piece to consume(), so that the bytes
+ * are read from memory once (the piece is still in cache for consume). Stops
+ * at consume's first negative return. Returns 0 or that value. */
+int stg_hash_stream(const void *data, size_t len, struct stg_hash *ret,
+		    int (*consume)(void *arg, const void *piece, size_t n, size_t off), void *arg);
+
 /* 64-bit XXH3 of arbitrary bytes (checksums of headers and manifests). */
 uint64_t stg_hash64(const void *data, size_t len);
