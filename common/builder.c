@@ -12,7 +12,9 @@
 #include "catalog.h"
 #include "chunk.h"
 #include "gc.h"
+#include "index.h"
 #include "log.h"
+#include "pack.h"
 #include "util.h"
 
 struct stg_builder {
@@ -24,7 +26,14 @@ struct stg_builder {
 	struct stg_manifest_entry *entries;
 	uint8_t *recorded; /* entries[i] is set */
 	uint64_t cap;
-	uint8_t *encbuf;
+	struct stg_pack_writer *pack;
+	/* What this version stored, for the index, and to find repeats of a
+	 * chunk within the version: an open-addressing table of indexes into
+	 * stored[] (+1; 0 is empty). */
+	struct stg_manifest_entry *stored;
+	size_t nstored, capstored;
+	uint32_t *table;
+	size_t tablecap;
 	struct stg_hash zero_hash; /* of chunk_size zero bytes */
 	int pinfd;
 	struct stg_builder_stats stats;
@@ -43,10 +52,11 @@ static int load_base(struct stg_builder *b)
 	r = stg_catalog_versions(f.dirfd, &v, &n);
 	if (r == 0 && n > 0) {
 		/* A damaged previous version only costs the dedup. */
-		if (stg_catalog_read(f.dirfd, v[n - 1], &b->base) == 0)
+		if (stg_catalog_read(f.dirfd, v[n - 1], &b->base) == 0) {
 			b->has_base = b->base.chunk_size == b->rule.chunk_size;
-		if (!b->has_base && b->base.entries)
-			stg_manifest_done(&b->base);
+			if (!b->has_base)
+				stg_manifest_done(&b->base);
+		}
 	}
 	if (r == 0)
 		free(v);
@@ -67,15 +77,13 @@ int stg_builder_new(struct stg_cache *c, const char *path, const struct stg_path
 	b->rule = *rule;
 	b->rule.glob = NULL;
 	b->pinfd = -1;
-	int r = -ENOMEM;
-	b->encbuf = malloc(stg_chunk_bound(rule->chunk_size));
-	uint8_t *zeros = calloc(1, rule->chunk_size);
-	if (!b->encbuf || !zeros) {
-		free(zeros);
+	int r = stg_pack_writer_new(c, rule->chunk_size, &b->pack);
+	if (r < 0)
 		goto out_free;
-	}
+	/* The pack writer's buffer is still all zeros: hash that. */
+	uint8_t *zeros = stg_pack_writer_buffer(b->pack);
+	memset(zeros, 0, rule->chunk_size);
 	stg_hash_compute(zeros, rule->chunk_size, &b->zero_hash);
-	free(zeros);
 	r = b->pinfd = stg_gc_pin(c);
 	if (r < 0)
 		goto out_free;
@@ -92,12 +100,14 @@ void stg_builder_free(struct stg_builder *b)
 {
 	if (!b)
 		return;
+	stg_pack_writer_free(b->pack);
 	stg_gc_unpin(b->pinfd);
 	if (b->has_base)
 		stg_manifest_done(&b->base);
 	free(b->entries);
 	free(b->recorded);
-	free(b->encbuf);
+	free(b->stored);
+	free(b->table);
 	free(b);
 }
 
@@ -109,6 +119,11 @@ uint32_t stg_builder_chunk_size(const struct stg_builder *b)
 const struct stg_builder_stats *stg_builder_stats(const struct stg_builder *b)
 {
 	return &b->stats;
+}
+
+uint8_t *stg_builder_buffer(struct stg_builder *b)
+{
+	return stg_pack_writer_buffer(b->pack);
 }
 
 static int reserve(struct stg_builder *b, uint64_t index)
@@ -139,6 +154,158 @@ static void record(struct stg_builder *b, uint64_t index, const struct stg_manif
 	b->recorded[index] = 1;
 }
 
+static size_t slot(const struct stg_hash *h, size_t cap)
+{
+	return (size_t)stg_get_le64(h->b) & (cap - 1);
+}
+
+static const struct stg_manifest_entry *find_stored(const struct stg_builder *b,
+						    const struct stg_hash *h, uint32_t len)
+{
+	if (!b->tablecap)
+		return NULL;
+	for (size_t i = slot(h, b->tablecap); b->table[i]; i = (i + 1) & (b->tablecap - 1)) {
+		const struct stg_manifest_entry *e = &b->stored[b->table[i] - 1];
+		if (e->raw_len == len && stg_hash_eq(&e->hash, h))
+			return e;
+	}
+	return NULL;
+}
+
+static int remember_stored(struct stg_builder *b, const struct stg_manifest_entry *e)
+{
+	if (b->nstored == b->capstored) {
+		size_t cap = b->capstored ? b->capstored * 2 : 64;
+		struct stg_manifest_entry *s = realloc(b->stored, cap * sizeof(*s));
+		if (!s)
+			return -ENOMEM;
+		b->stored = s;
+		b->capstored = cap;
+	}
+	if ((b->nstored + 1) * 2 > b->tablecap) {
+		size_t cap = b->tablecap ? b->tablecap * 2 : 128;
+		uint32_t *t = calloc(cap, sizeof(*t));
+		if (!t)
+			return -ENOMEM;
+		for (size_t k = 0; k < b->nstored; k++) {
+			size_t i = slot(&b->stored[k].hash, cap);
+			while (t[i])
+				i = (i + 1) & (cap - 1);
+			t[i] = (uint32_t)k + 1;
+		}
+		free(b->table);
+		b->table = t;
+		b->tablecap = cap;
+	}
+	b->stored[b->nstored] = *e;
+	size_t i = slot(&e->hash, b->tablecap);
+	while (b->table[i])
+		i = (i + 1) & (b->tablecap - 1);
+	b->table[i] = (uint32_t)++b->nstored;
+	return 0;
+}
+
+/* The chunk is in the pack writer's buffer and hashed: find it, or store it. */
+static int place(struct stg_builder *b, uint64_t index, size_t len, const struct stg_hash *h)
+{
+	struct stg_manifest_entry e = {.hash = *h, .raw_len = (uint32_t)len};
+	if (len == b->rule.chunk_size && stg_hash_eq(h, &b->zero_hash)) {
+		e.flags = STG_ENTRY_ZERO;
+		record(b, index, &e);
+		return 0;
+	}
+	const struct stg_manifest_entry *again = find_stored(b, h, (uint32_t)len);
+	if (again) {
+		e = *again;
+		e.flags &= ~(uint32_t)STG_ENTRY_NEW;
+		b->stats.dedup_cache++;
+		record(b, index, &e);
+		return 0;
+	}
+	int r = stg_index_lookup(b->cache, h, (uint32_t)len, &e);
+	if (r < 0)
+		return r;
+	if (r == 1) {
+		b->stats.dedup_cache++;
+		record(b, index, &e);
+		return 0;
+	}
+	r = stg_pack_writer_append(b->pack, len, h, b->rule.compress, &e);
+	if (r == 0)
+		r = remember_stored(b, &e);
+	if (r < 0)
+		return r;
+	b->stats.new_chunks++;
+	b->stats.stored_bytes += e.stored_len;
+	record(b, index, &e);
+	return 0;
+}
+
+struct copy_ctx {
+	uint8_t *to;
+};
+
+static int copy_piece(void *arg, const void *piece, size_t n, size_t off)
+{
+	struct copy_ctx *c = arg;
+	memcpy(c->to + off, piece, n);
+	return 0;
+}
+
+int stg_builder_add(struct stg_builder *b, uint64_t index, const void *data, size_t len)
+{
+	if (len == 0 || len > b->rule.chunk_size)
+		return -EINVAL;
+	int r = reserve(b, index);
+	if (r < 0)
+		return r;
+	uint8_t *buf = stg_builder_buffer(b);
+	struct stg_hash h;
+	if (b->has_base && index < b->base.nchunks && b->base.entries[index].raw_len == len) {
+		/* Most likely unchanged: hash only, the bytes stay where they are. */
+		const struct stg_manifest_entry *p = &b->base.entries[index];
+		stg_hash_compute(data, len, &h);
+		if (stg_hash_eq(&p->hash, &h) && !(p->flags & STG_ENTRY_ZERO)) {
+			struct stg_manifest_entry e = *p;
+			e.flags &= ~(uint32_t)STG_ENTRY_NEW;
+			b->stats.dedup_prev++;
+			record(b, index, &e);
+			return 0;
+		}
+		memcpy(buf, data, len);
+	} else {
+		/* Most likely new: copy into the pack buffer and hash on the way,
+		 * reading the caller's memory once. */
+		struct copy_ctx c = {buf};
+		r = stg_hash_stream(data, len, &h, copy_piece, &c);
+		if (r < 0)
+			return r;
+	}
+	return place(b, index, len, &h);
+}
+
+int stg_builder_add_buffered(struct stg_builder *b, uint64_t index, size_t len)
+{
+	if (len == 0 || len > b->rule.chunk_size)
+		return -EINVAL;
+	int r = reserve(b, index);
+	if (r < 0)
+		return r;
+	struct stg_hash h;
+	stg_hash_compute(stg_builder_buffer(b), len, &h);
+	if (b->has_base && index < b->base.nchunks) {
+		const struct stg_manifest_entry *p = &b->base.entries[index];
+		if (p->raw_len == len && stg_hash_eq(&p->hash, &h) && !(p->flags & STG_ENTRY_ZERO)) {
+			struct stg_manifest_entry e = *p;
+			e.flags &= ~(uint32_t)STG_ENTRY_NEW;
+			b->stats.dedup_prev++;
+			record(b, index, &e);
+			return 0;
+		}
+	}
+	return place(b, index, len, &h);
+}
+
 int stg_builder_add_zero(struct stg_builder *b, uint64_t index, size_t len)
 {
 	int r = reserve(b, index);
@@ -158,95 +325,6 @@ int stg_builder_add_zero(struct stg_builder *b, uint64_t index, size_t len)
 	return 0;
 }
 
-static bool looks_zero(const uint8_t *p, size_t len)
-{
-	static const uint8_t zeros[64];
-	return len >= sizeof(zeros) && memcmp(p, zeros, sizeof(zeros)) == 0 &&
-	       memcmp(p, p + sizeof(zeros) / 2, len - sizeof(zeros) / 2) == 0;
-}
-
-/* A chunk where the previous version has none, not compressible, not zero:
- * most likely new, so it is stored while it is hashed, reading it once. */
-static int add_new_raw(struct stg_builder *b, uint64_t index, const void *data, size_t len)
-{
-	struct stg_manifest_entry e = {.raw_len = (uint32_t)len, .stored_len = (uint32_t)len};
-	bool stored;
-	int r = stg_cache_chunk_put_hashing(b->cache, data, len, &e.hash, &stored);
-	if (r < 0)
-		return r;
-	if (stored) {
-		e.flags = STG_ENTRY_NEW;
-		b->stats.new_chunks++;
-		b->stats.stored_bytes += len;
-	} else {
-		b->stats.dedup_cache++;
-	}
-	record(b, index, &e);
-	return 0;
-}
-
-int stg_builder_add(struct stg_builder *b, uint64_t index, const void *data, size_t len)
-{
-	if (len == 0 || len > b->rule.chunk_size)
-		return -EINVAL;
-	int r = reserve(b, index);
-	if (r < 0)
-		return r;
-	bool base_has = b->has_base && index < b->base.nchunks &&
-			b->base.entries[index].raw_len == len;
-	if (!base_has && !looks_zero(data, len) &&
-	    !(b->rule.compress && stg_chunk_compressible(data, len)))
-		return add_new_raw(b, index, data, len);
-	struct stg_manifest_entry e = {.raw_len = (uint32_t)len};
-	stg_hash_compute(data, len, &e.hash);
-	if (len == b->rule.chunk_size && stg_hash_eq(&e.hash, &b->zero_hash)) {
-		e.flags = STG_ENTRY_ZERO;
-		record(b, index, &e);
-		return 0;
-	}
-	if (b->has_base && index < b->base.nchunks) {
-		const struct stg_manifest_entry *p = &b->base.entries[index];
-		if (p->raw_len == len && stg_hash_eq(&p->hash, &e.hash) &&
-		    !(p->flags & STG_ENTRY_ZERO)) {
-			e.stored_len = p->stored_len;
-			e.flags = p->flags & STG_ENTRY_LZ4;
-			b->stats.dedup_prev++;
-			record(b, index, &e);
-			return 0;
-		}
-	}
-	struct stg_chunk_header h;
-	r = stg_cache_chunk_stat(b->cache, &e.hash, (uint32_t)len, &h);
-	if (r < 0)
-		return r;
-	if (r == 1) {
-		e.stored_len = h.stored_len;
-		e.flags = h.encoding == STG_CHUNK_LZ4 ? STG_ENTRY_LZ4 : 0;
-		b->stats.dedup_cache++;
-		record(b, index, &e);
-		return 0;
-	}
-	size_t n = b->rule.compress ? stg_chunk_try_compress(data, len, &e.hash, b->encbuf) : 0;
-	if (n) {
-		r = stg_cache_chunk_put(b->cache, &e.hash, b->encbuf, n, NULL, 0);
-		e.stored_len = (uint32_t)(n - STG_CHUNK_HEADER_SIZE);
-		e.flags = STG_ENTRY_NEW | STG_ENTRY_LZ4;
-	} else {
-		/* Raw: the header, then the caller's bytes as they are, no copy. */
-		uint8_t hdr[STG_CHUNK_HEADER_SIZE];
-		stg_chunk_header_encode(hdr, STG_CHUNK_RAW, (uint32_t)len, (uint32_t)len, &e.hash);
-		r = stg_cache_chunk_put(b->cache, &e.hash, hdr, sizeof(hdr), data, len);
-		e.stored_len = (uint32_t)len;
-		e.flags = STG_ENTRY_NEW;
-	}
-	if (r < 0)
-		return r;
-	b->stats.new_chunks++;
-	b->stats.stored_bytes += e.stored_len;
-	record(b, index, &e);
-	return 0;
-}
-
 const struct stg_manifest_entry *stg_builder_entry(const struct stg_builder *b, uint64_t index)
 {
 	return index < b->cap && b->recorded[index] ? &b->entries[index] : NULL;
@@ -262,7 +340,9 @@ int stg_builder_copy_entries(struct stg_builder *b, const struct stg_builder *fr
 		int r = reserve(b, i);
 		if (r < 0)
 			return r;
-		record(b, i, &from->entries[i]);
+		struct stg_manifest_entry e = from->entries[i];
+		e.flags &= ~(uint32_t)STG_ENTRY_NEW; /* published already */
+		record(b, i, &e);
 	}
 	return 0;
 }
@@ -289,9 +369,13 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 	m.mtime_ns = mtime_ns;
 	m.commit_ns = stg_now_ns();
 	bool sync = b->rule.durability != STG_DURABILITY_ASYNC;
-	/* Chunks first, then the manifest that names them. */
-	if (sync && (r = stg_cache_sync(b->cache)) < 0)
+	/* The chunks first, then the manifest that names them. */
+	if (sync && (r = stg_pack_writer_sync(b->pack)) < 0)
 		goto out_done;
+	/* The index only helps later versions find chunks: a failure costs dedup. */
+	int ir = stg_index_add(b->cache, b->stored, b->nstored);
+	if (ir < 0)
+		stg_log_errno(STG_LOG_DEBUG, ir, "indexing the chunks of '%s'", b->path);
 	struct stg_catalog_file f;
 	r = stg_catalog_lock(b->cache, b->path, true, &f);
 	if (r < 0)
@@ -333,11 +417,7 @@ int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_pa
 	if (r < 0)
 		return r;
 	uint32_t cs = rule->chunk_size;
-	uint8_t *buf = malloc(cs);
-	if (!buf) {
-		stg_builder_free(b);
-		return -ENOMEM;
-	}
+	uint8_t *buf = stg_builder_buffer(b);
 	for (uint64_t off = 0, i = 0; off < size && r == 0; off += cs, i++) {
 		size_t len = size - off < cs ? (size_t)(size - off) : cs;
 		/* A chunk with no data extent at all is a hole: record it unread. */
@@ -350,9 +430,8 @@ int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_pa
 		if (r == -ENODATA)
 			r = -EIO; /* the file shrank under us */
 		if (r == 0)
-			r = stg_builder_add(b, i, buf, len);
+			r = stg_builder_add_buffered(b, i, len);
 	}
-	free(buf);
 	int64_t v = r < 0 ? r : stg_builder_commit(b, size, mode, mtime_ns);
 	stg_builder_free(b);
 	if (v < 0) {

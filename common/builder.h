@@ -35,6 +35,12 @@ uint32_t stg_builder_chunk_size(const struct stg_builder *b);
  * hashes, deduplicates, compresses and stores it. Returns 0 or -errno. */
 int stg_builder_add(struct stg_builder *b, uint64_t index, const void *data, size_t len);
 
+/* The staging buffer (chunk size bytes): fill it, then stg_builder_add_buffered(). */
+uint8_t *stg_builder_buffer(struct stg_builder *b);
+
+/* Records chunk index from the first len bytes of the staging buffer. */
+int stg_builder_add_buffered(struct stg_builder *b, uint64_t index, size_t len);
+
 /* Records chunk index as len zero bytes (a hole). */
 int stg_builder_add_zero(struct stg_builder *b, uint64_t index, size_t len);
 

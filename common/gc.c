@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Retention (keep = N) and garbage collection of unreferenced chunk objects. */
+/* Retention (keep = N) and garbage collection of packs no version references. */
 #include "gc.h"
 
 #include <dirent.h>
@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include "catalog.h"
+#include "index.h"
 #include "log.h"
+#include "pack.h"
 #include "util.h"
 
 #define LOCK_FILE "gc.lock"
@@ -63,72 +65,58 @@ int stg_gc_prune(int filedirfd, uint32_t keep)
 	return r < 0 ? r : removed;
 }
 
-/* An open-addressing set of chunk hashes. */
-struct hash_set {
-	struct stg_hash *slots;
-	uint8_t *used;
+/* Live chunk records: an open-addressing set keyed by (pack, offset). */
+struct live {
+	struct stg_manifest_entry *slots;
 	size_t cap, n;
 };
 
-static int set_add(struct hash_set *s, const struct stg_hash *h);
-
-static int set_grow(struct hash_set *s)
+static size_t slot_of(const struct live *l, uint64_t pack, uint64_t offset)
 {
-	struct hash_set bigger = {.cap = s->cap ? s->cap * 2 : 1024};
+	uint64_t k = (pack ^ (offset * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull;
+	return (size_t)(k >> 17) & (l->cap - 1);
+}
+
+static int live_add(struct live *l, const struct stg_manifest_entry *e);
+
+static int live_grow(struct live *l)
+{
+	struct live bigger = {.cap = l->cap ? l->cap * 2 : 1024};
 	bigger.slots = calloc(bigger.cap, sizeof(*bigger.slots));
-	bigger.used = calloc(bigger.cap, 1);
-	if (!bigger.slots || !bigger.used) {
-		free(bigger.slots);
-		free(bigger.used);
+	if (!bigger.slots)
 		return -ENOMEM;
-	}
-	for (size_t i = 0; i < s->cap; i++)
-		if (s->used[i])
-			set_add(&bigger, &s->slots[i]);
-	free(s->slots);
-	free(s->used);
-	*s = bigger;
+	for (size_t i = 0; i < l->cap; i++)
+		if (l->slots[i].pack)
+			live_add(&bigger, &l->slots[i]);
+	free(l->slots);
+	*l = bigger;
 	return 0;
 }
 
-static size_t slot_of(const struct hash_set *s, const struct stg_hash *h)
+static int live_add(struct live *l, const struct stg_manifest_entry *e)
 {
-	return (size_t)stg_get_le64(h->b) & (s->cap - 1);
-}
-
-static int set_add(struct hash_set *s, const struct stg_hash *h)
-{
-	if ((s->n + 1) * 2 > s->cap) {
-		int r = set_grow(s);
+	if ((l->n + 1) * 2 > l->cap) {
+		int r = live_grow(l);
 		if (r < 0)
 			return r;
 	}
-	for (size_t i = slot_of(s, h);; i = (i + 1) & (s->cap - 1)) {
-		if (!s->used[i]) {
-			s->used[i] = 1;
-			s->slots[i] = *h;
-			s->n++;
+	for (size_t i = slot_of(l, e->pack, e->offset);; i = (i + 1) & (l->cap - 1)) {
+		struct stg_manifest_entry *s = &l->slots[i];
+		if (!s->pack) {
+			*s = *e;
+			s->flags &= STG_ENTRY_LZ4;
+			l->n++;
 			return 0;
 		}
-		if (stg_hash_eq(&s->slots[i], h))
+		if (s->pack == e->pack && s->offset == e->offset)
 			return 0;
 	}
-}
-
-static bool set_has(const struct hash_set *s, const struct stg_hash *h)
-{
-	if (!s->cap)
-		return false;
-	for (size_t i = slot_of(s, h); s->used[i]; i = (i + 1) & (s->cap - 1))
-		if (stg_hash_eq(&s->slots[i], h))
-			return true;
-	return false;
 }
 
 static int mark_file(void *arg, const char *path, int filedirfd)
 {
 	(void)path;
-	struct hash_set *live = arg;
+	struct live *live = arg;
 	uint64_t *v;
 	size_t n;
 	int r = stg_catalog_versions(filedirfd, &v, &n);
@@ -145,48 +133,23 @@ static int mark_file(void *arg, const char *path, int filedirfd)
 		}
 		for (uint32_t k = 0; k < m.nchunks && r == 0; k++)
 			if (!(m.entries[k].flags & STG_ENTRY_ZERO))
-				r = set_add(live, &m.entries[k].hash);
+				r = live_add(live, &m.entries[k]);
 		stg_manifest_done(&m);
 	}
 	free(v);
 	return r;
 }
 
-static int sweep_dir(int parentfd, const char *sub, const struct hash_set *live,
-		     struct stg_gc_result *res)
+/* Sorted distinct pack ids of the live set. */
+static int cmp_u64(const void *a, const void *b)
 {
-	int fd = openat(parentfd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		int r = -errno;
-		close(fd);
-		return r;
-	}
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		if (de->d_name[0] == '.' && (de->d_name[1] == '\0' || strcmp(de->d_name, "..") == 0))
-			continue;
-		struct stg_hash h;
-		bool tmp = strncmp(de->d_name, ".tmp.", 5) == 0;
-		struct stat st;
-		if (!tmp && stg_hash_from_hex(de->d_name, &h) == 0 && set_has(live, &h)) {
-			res->chunks_kept++;
-			if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
-				res->bytes_kept += (uint64_t)st.st_size;
-			continue;
-		}
-		/* With the collection lock held exclusively, temporaries belong to
-		 * writers that died. */
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    unlinkat(dirfd(d), de->d_name, 0) == 0) {
-			res->chunks_removed += !tmp;
-			res->bytes_removed += (uint64_t)st.st_size;
-		}
-	}
-	closedir(d);
-	return 0;
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static bool has(const uint64_t *v, size_t n, uint64_t x)
+{
+	return bsearch(&x, v, n, sizeof(*v), cmp_u64) != NULL;
 }
 
 int stg_gc_collect(struct stg_cache *c, int wait, struct stg_gc_result *ret)
@@ -202,28 +165,62 @@ int stg_gc_collect(struct stg_cache *c, int wait, struct stg_gc_result *ret)
 			return r;
 		}
 	}
-	struct hash_set live = {0};
+	struct live live = {0};
+	uint64_t *packs = NULL;
+	struct stg_manifest_entry *entries = NULL;
 	int r = stg_catalog_foreach(c, mark_file, &live);
-	if (r == 0) {
-		int fd = openat(c->chunks_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-		if (!d) {
-			r = -errno;
-			if (fd >= 0)
-				close(fd);
-		} else {
-			struct dirent *de;
-			while (r == 0 && (de = readdir(d)))
-				if (strlen(de->d_name) == 2 && de->d_name[0] != '.')
-					r = sweep_dir(dirfd(d), de->d_name, &live, &res);
-			closedir(d);
+	if (r < 0)
+		goto out;
+	packs = malloc((live.n ? live.n : 1) * sizeof(*packs));
+	entries = malloc((live.n ? live.n : 1) * sizeof(*entries));
+	if (!packs || !entries) {
+		r = -ENOMEM;
+		goto out;
+	}
+	size_t np = 0, ne = 0;
+	for (size_t i = 0; i < live.cap; i++) {
+		if (!live.slots[i].pack)
+			continue;
+		entries[ne++] = live.slots[i];
+		packs[np++] = live.slots[i].pack;
+		res.live_bytes += stg_pack_record_size(live.slots[i].stored_len);
+	}
+	res.live_chunks = ne;
+	qsort(packs, np, sizeof(*packs), cmp_u64);
+
+	/* With the lock held exclusively nobody is writing a pack: one that no
+	 * manifest names belongs to a version that was pruned or never made it. */
+	int fd = openat(c->packs_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		r = -errno;
+		if (fd >= 0)
+			close(fd);
+		goto out;
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		uint64_t id;
+		struct stat st;
+		if (de->d_name[0] == '.' || fstatat(c->packs_fd, de->d_name, &st, 0) < 0)
+			continue;
+		if (stg_pack_parse_name(de->d_name, &id) == 0 && has(packs, np, id)) {
+			res.packs_kept++;
+			res.bytes_kept += (uint64_t)st.st_size;
+		} else if (unlinkat(c->packs_fd, de->d_name, 0) == 0) {
+			res.packs_removed++;
+			res.bytes_removed += (uint64_t)st.st_size;
 		}
 	}
+	closedir(d);
+	r = stg_index_rewrite(c, entries, ne);
 	/* Nobody stores while we hold the lock: this count is exact. */
 	if (r == 0)
-		stg_cache_set_usage(c, res.bytes_kept);
+		r = stg_cache_set_usage(c, res.bytes_kept);
+out:
 	free(live.slots);
-	free(live.used);
+	free(packs);
+	free(entries);
 	close(lockfd);
 	if (r == 0 && ret)
 		*ret = res;

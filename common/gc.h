@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: MIT */
-/* Retention (keep = N) and garbage collection of unreferenced chunk objects. */
+/* Retention (keep = N) and garbage collection of packs no version references. */
 #pragma once
 
 #include <stdint.h>
 
 #include "cache.h"
 
-/* Takes the cache's collection lock shared: while any holder has it, no chunk
- * object is collected, so chunks being staged for an unpublished version stay.
- * Returns a descriptor to pass to stg_gc_unpin, or -errno. */
+/* Takes the cache's collection lock shared: while any holder has it, nothing
+ * is collected, so the pack of a version being built stays. Returns a
+ * descriptor to pass to stg_gc_unpin, or -errno. */
 int stg_gc_pin(struct stg_cache *c);
 void stg_gc_unpin(int pinfd);
 
@@ -17,12 +17,13 @@ void stg_gc_unpin(int pinfd);
 int stg_gc_prune(int filedirfd, uint32_t keep);
 
 struct stg_gc_result {
-	uint64_t chunks_removed;
-	uint64_t bytes_removed;
-	uint64_t chunks_kept;
-	uint64_t bytes_kept;
+	uint64_t packs_removed, bytes_removed;
+	uint64_t packs_kept, bytes_kept;
+	uint64_t live_chunks;      /* distinct chunk records still referenced */
+	uint64_t live_bytes;       /* their record bytes */
 };
 
-/* Deletes every chunk object no manifest references. When another process has
- * the cache pinned and wait is false, returns -EAGAIN without doing anything. */
+/* Deletes every pack no manifest references and rewrites the dedup index to
+ * exactly the live chunks. When another process has the cache pinned and
+ * wait is false, returns -EAGAIN without doing anything. */
 int stg_gc_collect(struct stg_cache *c, int wait, struct stg_gc_result *ret);

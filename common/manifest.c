@@ -40,6 +40,8 @@ size_t stg_manifest_encode(const struct stg_manifest *m, uint8_t *out)
 		stg_put_le32(p + 20, e->stored_len);
 		stg_put_le32(p + 24, e->flags);
 		stg_put_le32(p + 28, 0);
+		stg_put_le64(p + 32, e->pack);
+		stg_put_le64(p + 40, e->offset);
 	}
 	stg_put_le64(p, stg_hash64(out, (size_t)(p - out)));
 	return (size_t)(p - out) + STG_MANIFEST_TRAILER_SIZE;
@@ -95,17 +97,23 @@ int stg_manifest_decode(const uint8_t *buf, size_t len, struct stg_manifest *ret
 		e->raw_len = stg_get_le32(p + 16);
 		e->stored_len = stg_get_le32(p + 20);
 		e->flags = stg_get_le32(p + 24);
+		e->pack = stg_get_le64(p + 32);
+		e->offset = stg_get_le64(p + 40);
 		uint64_t want = i + 1 < m.nchunks ? m.chunk_size
 						  : m.size - (uint64_t)i * m.chunk_size;
 		bool ok = e->raw_len == want && !(e->flags & ~STG_ENTRY_KNOWN_FLAGS) &&
 			  stg_get_le32(p + 28) == 0;
 		if (e->flags & STG_ENTRY_ZERO)
-			ok = ok && e->stored_len == 0 && !(e->flags & (STG_ENTRY_NEW | STG_ENTRY_LZ4));
+			ok = ok && e->stored_len == 0 && !(e->flags & (STG_ENTRY_NEW | STG_ENTRY_LZ4)) &&
+			     e->pack == 0 && e->offset == 0;
 		else if (e->flags & STG_ENTRY_LZ4)
 			ok = ok && e->stored_len > 0 &&
 			     e->stored_len <= stg_chunk_bound(e->raw_len) - STG_CHUNK_HEADER_SIZE;
 		else
 			ok = ok && e->stored_len == e->raw_len;
+		/* Stored chunks say where: a pack and an aligned offset in it. */
+		if (!(e->flags & STG_ENTRY_ZERO))
+			ok = ok && e->pack != 0 && e->offset % 4096 == 0 && e->offset < MAX_FILE_SIZE;
 		if (!ok) {
 			free(m.entries);
 			return -EBADMSG;

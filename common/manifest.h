@@ -10,7 +10,7 @@
 #define STG_MANIFEST_MAGIC "SHMF"
 #define STG_MANIFEST_FORMAT 1
 #define STG_MANIFEST_HEADER_SIZE 64
-#define STG_MANIFEST_ENTRY_SIZE 32
+#define STG_MANIFEST_ENTRY_SIZE 48
 #define STG_MANIFEST_TRAILER_SIZE 8
 
 enum stg_entry_flags {
@@ -23,8 +23,10 @@ enum stg_entry_flags {
 struct stg_manifest_entry {
 	struct stg_hash hash;
 	uint32_t raw_len;
-	uint32_t stored_len; /* payload bytes of the chunk object; 0 for ZERO */
+	uint32_t stored_len; /* payload bytes of the chunk record; 0 for ZERO */
 	uint32_t flags;
+	uint64_t pack;       /* the pack holding the record; 0 for ZERO */
+	uint64_t offset;     /* of the record in the pack, 4 KiB-aligned */
 };
 
 struct stg_manifest {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "chunk.h"
+#include "pack.h"
 #include "util.h"
 
 int stg_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
@@ -27,11 +28,11 @@ int stg_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 	for (uint32_t i = 0; i < m->nchunks; i++) {
 		const struct stg_manifest_entry *e = &m->entries[i];
 		if (!(e->flags & STG_ENTRY_ZERO)) {
-			r = stg_cache_chunk_read(c, &e->hash, e->raw_len, raw, scratch);
+			r = stg_pack_read(c, e, raw, scratch);
 			if (r < 0) {
 				if (err) {
 					err->chunk = i;
-					err->hash = e->hash;
+					err->entry = *e;
 				}
 				goto out_free;
 			}

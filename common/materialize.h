@@ -10,8 +10,8 @@
 typedef void (*stg_progress_fn)(void *arg, uint64_t done, uint64_t total);
 
 struct stg_materialize_error {
-	uint64_t chunk;             /* index of the chunk that failed */
-	struct stg_hash hash;
+	uint64_t chunk; /* index of the chunk that failed */
+	struct stg_manifest_entry entry;
 };
 
 /* Writes m's content into fd from offset 0 and sets its size; zero chunks

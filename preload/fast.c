@@ -15,6 +15,7 @@
 
 #include "builder.h"
 #include "chunk.h"
+#include "pack.h"
 #include "internal.h"
 #include "log.h"
 #include "real.h"
@@ -239,7 +240,7 @@ static int write_out(struct fast *f, int wfd)
 		}
 		if (e->flags & STG_ENTRY_ZERO)
 			continue;
-		r = stg_cache_chunk_read(shim.cache, &e->hash, e->raw_len, raw, scratch);
+		r = stg_pack_read(shim.cache, e, raw, scratch);
 		if (r == 0)
 			r = stg_pwrite_all(wfd, raw, e->raw_len, (off_t)(i * f->cs));
 	}

@@ -14,6 +14,7 @@
 
 #include "catalog.h"
 #include "materialize.h"
+#include "pack.h"
 #include "tool.h"
 #include "util.h"
 
@@ -212,12 +213,13 @@ static int restore_one(struct stg_cache *cache, const char *path, uint64_t want_
 	if (pr.on && r < 0)
 		fputc('\n', stderr);
 	if (r < 0) {
-		char rel[64];
-		stg_cache_chunk_relpath(&me.hash, rel);
+		char rel[48];
+		stg_pack_relpath(me.entry.pack, rel);
 		if (r == -EBADMSG || r == -ENOENT)
 			tool_error("restore: '%s' version %" PRIu64 ": chunk %" PRIu64
-				   " is %s (%s); nothing was written",
-				   path, version, me.chunk, r == -EBADMSG ? "corrupt" : "missing", rel);
+				   " is %s (%s at offset %" PRIu64 "); nothing was written",
+				   path, version, me.chunk, r == -EBADMSG ? "corrupt" : "missing", rel,
+				   me.entry.offset);
 		else
 			tool_error("restore: writing '%s': %s", dest, strerror(-r));
 		goto out_unlink;

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* stagehand status: the node cache, what it holds, what is in flight. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -49,34 +48,6 @@ static int count_file(void *arg, const char *path, int filedirfd)
 	return 0;
 }
 
-static void chunk_usage(struct stg_cache *c, uint64_t *ret_n, uint64_t *ret_bytes)
-{
-	*ret_n = *ret_bytes = 0;
-	int fd = openat(c->chunks_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-	if (!d)
-		return;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		if (de->d_name[0] == '.')
-			continue;
-		int sfd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		DIR *s = sfd >= 0 ? fdopendir(sfd) : NULL;
-		if (!s)
-			continue;
-		struct dirent *e;
-		while ((e = readdir(s))) {
-			struct stat st;
-			if (e->d_name[0] != '.' && fstatat(dirfd(s), e->d_name, &st, 0) == 0) {
-				(*ret_n)++;
-				*ret_bytes += (uint64_t)st.st_size;
-			}
-		}
-		closedir(s);
-	}
-	closedir(d);
-}
-
 int cmd_status(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -109,13 +80,13 @@ int cmd_status(int argc, char **argv)
 	} else {
 		struct totals t = {0};
 		stg_catalog_foreach(cache, count_file, &t);
-		uint64_t nchunks, bytes;
-		chunk_usage(cache, &nchunks, &bytes);
+		uint64_t npacks, bytes;
+		stg_cache_count_packs(cache, &npacks, &bytes);
 		printf("files:    %" PRIu64 " (%" PRIu64 " deleted by the application), %" PRIu64
 		       " versions\n",
 		       t.files, t.deleted, t.versions);
-		printf("stored:   %s in %" PRIu64 " chunk objects for %s of newest versions\n",
-		       tool_human(bytes, a, sizeof(a)), nchunks, tool_human(t.logical, b, sizeof(b)));
+		printf("stored:   %s in %" PRIu64 " packs for %s of newest versions\n",
+		       tool_human(bytes, a, sizeof(a)), npacks, tool_human(t.logical, b, sizeof(b)));
 		struct statvfs vfs;
 		if (p->capacity)
 			printf("capacity: %s, %.1f%% used (%s accounted)\n",

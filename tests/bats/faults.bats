@@ -70,24 +70,29 @@ sys.exit(0)"
 @test "a corrupt chunk: restore fails naming file, version and chunk, writes nothing" {
 	random_file "$REF/a" $((300 * 1024))
 	shim cp "$REF/a" "$CKPT/f"
-	chunk=$(find "$CACHE/chunks" -type f | sort | head -n 1)
-	printf '\x01' | dd of="$chunk" bs=1 seek=100 conv=notrunc status=none
+	pack=$(find "$CACHE/packs" -type f)
+	# a byte of the third record's payload (records are 64 KiB + 4 KiB)
+	printf '\x01' | dd of="$pack" bs=1 seek=$((2 * 69632 + 1000)) conv=notrunc status=none
 	run "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
 	[ "$status" -eq 1 ]
-	[[ "$output" == *"'$CKPT/f' version 1: chunk "*" is corrupt (chunks/"* ]]
+	[[ "$output" == *"'$CKPT/f' version 1: chunk 2 is corrupt (packs/"*".pack at offset 139264)"* ]]
 	[ ! -e "$BACK$CKPT/f" ]
 	[ -z "$(find "$BACK" -type f)" ]
 }
 
-@test "a truncated or missing chunk fails the restore too" {
+@test "a truncated or missing pack fails the restore too" {
 	random_file "$REF/a" $((300 * 1024))
 	shim cp "$REF/a" "$CKPT/f"
-	chunks=($(find "$CACHE/chunks" -type f | sort))
-	truncate -s 50 "${chunks[0]}"
-	rm "${chunks[1]}"
+	pack=$(find "$CACHE/packs" -type f)
+	truncate -s $(($(stat -c %s "$pack") - 8000)) "$pack"
 	run "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
 	[ "$status" -eq 1 ]
-	[[ "$output" == *"version 1: chunk "* ]]
+	[[ "$output" == *"version 1: chunk 4 is corrupt"* ]]
+	[ -z "$(find "$BACK" -type f 2>/dev/null)" ]
+	rm "$pack"
+	run "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"version 1: chunk 0 is missing"* ]]
 	[ -z "$(find "$BACK" -type f 2>/dev/null)" ]
 }
 
@@ -130,7 +135,7 @@ sys.exit(0)"
 	rm -rf "$CACHE"
 	printf '[cache]\ndir = %s/deep/er\n[path %s/*]\n' "$CACHE" "$CKPT" >"$POLICY"
 	shim sh -c "echo data > '$CKPT/f'"
-	[ -d "$CACHE/deep/er/chunks" ]
+	[ -d "$CACHE/deep/er/packs" ]
 	[ ! -e "$CKPT/f" ]
 	echo data >"$REF/f"
 	assert_restores "$REF/f" "$CKPT/f"
@@ -192,8 +197,8 @@ except OSError as e:
 	[[ "$output" == *"close failed: No space left on device"* ]]
 	[ "$(version_count "$CKPT/f")" -eq 1 ]
 	assert_restores "$REF/small" "$CKPT/f"
-	# the failed attempt left no chunk objects behind beyond the capacity
-	used=$(du -sb "$CACHE/chunks" | cut -f1)
+	# the failed attempt left nothing behind beyond the capacity
+	used=$(cat "$CACHE"/packs/* | wc -c)
 	[ "$used" -lt $((1024 * 1024 + 65536)) ]
 }
 

@@ -176,8 +176,10 @@ except FileNotFoundError:
 	[ "$(echo "$output" | awk 'NR > 1 {print $2}' | tr '\n' ' ')" = "5 6 " ]
 	assert_restores "$REF/v5" "$CKPT/f" 5
 	assert_restores "$REF/v6" "$CKPT/f" 6
-	# 2 versions of 4 chunks each, nothing shared: 8 chunk objects remain
-	[ "$(find "$CACHE/chunks" -type f | wc -l)" -eq 8 ]
+	# 2 versions of 4 chunks each, nothing shared: their 2 packs remain, and
+	# the collector's count of the live records matches the packs' size
+	[ "$(ls "$CACHE/packs" | wc -l)" -eq 2 ]
+	[ "$(cat "$CACHE"/packs/* | wc -c)" -eq $((2 * (3 * (65536 + 4096) + 4096))) ]
 }
 
 @test "unchanged chunks are stored once: 10% changed, about 10% stored" {

@@ -15,11 +15,13 @@ static void sample(struct stg_manifest *m)
 		for (int k = 0; k < 16; k++)
 			m->entries[i].hash.b[k] = (uint8_t)(i * 16 + k);
 	m->entries[0] = (struct stg_manifest_entry){.hash = m->entries[0].hash, .raw_len = 65536,
-						    .stored_len = 65536, .flags = STG_ENTRY_NEW};
+						    .stored_len = 65536, .flags = STG_ENTRY_NEW,
+						    .pack = 0x0123456789abcdefull, .offset = 4096};
 	m->entries[1] = (struct stg_manifest_entry){.hash = m->entries[1].hash, .raw_len = 65536,
 						    .flags = STG_ENTRY_ZERO};
 	m->entries[2] = (struct stg_manifest_entry){.hash = m->entries[2].hash, .raw_len = 100,
-						    .stored_len = 60, .flags = STG_ENTRY_LZ4};
+						    .stored_len = 60, .flags = STG_ENTRY_LZ4,
+						    .pack = 0xfedcba9876543210ull, .offset = 1u << 20};
 }
 
 int main(void)
@@ -27,7 +29,7 @@ int main(void)
 	struct stg_manifest m, d;
 	sample(&m);
 	size_t len = stg_manifest_encoded_size(&m);
-	CHECK_EQ(len, 64 + 3 * 32 + 8);
+	CHECK_EQ(len, 64 + 3 * 48 + 8);
 	uint8_t *buf = malloc(len);
 	CHECK_EQ(stg_manifest_encode(&m, buf), len);
 	CHECK(harness_golden("manifest-v1.bin", buf, len));
@@ -84,6 +86,19 @@ int main(void)
 	CHECK(stg_manifest_decode(buf, len, &d) == -EBADMSG);
 	sample(&bad);
 	bad.mode = 0100644; /* only permission bits */
+	stg_manifest_encode(&bad, buf);
+	CHECK(stg_manifest_decode(buf, len, &d) == -EBADMSG);
+
+	sample(&bad);
+	bad.entries[0].offset = 100; /* records are 4 KiB-aligned */
+	stg_manifest_encode(&bad, buf);
+	CHECK(stg_manifest_decode(buf, len, &d) == -EBADMSG);
+	sample(&bad);
+	bad.entries[2].pack = 0; /* a stored chunk names its pack */
+	stg_manifest_encode(&bad, buf);
+	CHECK(stg_manifest_decode(buf, len, &d) == -EBADMSG);
+	sample(&bad);
+	bad.entries[1].pack = 5; /* a zero chunk has no location */
 	stg_manifest_encode(&bad, buf);
 	CHECK(stg_manifest_decode(buf, len, &d) == -EBADMSG);
 

@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: MIT */
+/* Pack files: chunk records appended at 4 KiB-aligned offsets. Records are
+ * written with O_DIRECT where the file system allows, straight from an
+ * aligned staging buffer: the data goes to the disk without a second copy
+ * through the page cache. */
+#include "pack.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "chunk.h"
+#include "log.h"
+#include "util.h"
+
+struct stg_pack_writer {
+	struct stg_cache *cache;
+	uint64_t id;
+	int fd;          /* -1 until the first record */
+	bool direct;     /* fd has O_DIRECT */
+	uint64_t end;    /* where the next record goes */
+	uint32_t max_chunk;
+	uint8_t *buf;    /* header + raw bytes + padding, aligned */
+	uint8_t *cbuf;   /* header + compressed bytes + padding, aligned */
+	size_t buflen, cbuflen;
+};
+
+void stg_pack_relpath(uint64_t pack, char out[48])
+{
+	snprintf(out, 48, "packs/%016" PRIx64 ".pack", pack);
+}
+
+static void pack_name(uint64_t pack, char out[32])
+{
+	snprintf(out, 32, "%016" PRIx64 ".pack", pack);
+}
+
+int stg_pack_parse_name(const char *name, uint64_t *ret)
+{
+	if (strlen(name) != 21 || strcmp(name + 16, ".pack") != 0)
+		return -EINVAL;
+	uint64_t v = 0;
+	for (int i = 0; i < 16; i++) {
+		char c = name[i];
+		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+		if (d < 0)
+			return -EINVAL;
+		v = v << 4 | (uint64_t)d;
+	}
+	if (v == 0)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
+static size_t aligned_len(size_t n)
+{
+	return (n + STG_PACK_ALIGN - 1) & ~(size_t)(STG_PACK_ALIGN - 1);
+}
+
+int stg_pack_writer_new(struct stg_cache *c, uint32_t max_chunk, struct stg_pack_writer **ret)
+{
+	struct stg_pack_writer *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->cache = c;
+	w->fd = -1;
+	w->max_chunk = max_chunk;
+	w->buflen = aligned_len(STG_CHUNK_HEADER_SIZE + max_chunk);
+	w->cbuflen = aligned_len(stg_chunk_bound(max_chunk));
+	if (posix_memalign((void **)&w->buf, STG_PACK_ALIGN, w->buflen) ||
+	    posix_memalign((void **)&w->cbuf, STG_PACK_ALIGN, w->cbuflen)) {
+		free(w->buf);
+		free(w);
+		return -ENOMEM;
+	}
+	*ret = w;
+	return 0;
+}
+
+void stg_pack_writer_free(struct stg_pack_writer *w)
+{
+	if (!w)
+		return;
+	if (w->fd >= 0) {
+		close(w->fd);
+		if (w->end == 0) {
+			char name[32];
+			pack_name(w->id, name);
+			unlinkat(w->cache->packs_fd, name, 0);
+		}
+	}
+	free(w->buf);
+	free(w->cbuf);
+	free(w);
+}
+
+uint8_t *stg_pack_writer_buffer(struct stg_pack_writer *w)
+{
+	return w->buf + STG_CHUNK_HEADER_SIZE;
+}
+
+static int open_pack(struct stg_pack_writer *w)
+{
+	for (int tries = 0; tries < 8; tries++) {
+		uint64_t id = 0;
+		if (getrandom(&id, sizeof(id), 0) != sizeof(id))
+			id = (uint64_t)stg_now_ns() ^ ((uint64_t)getpid() << 40);
+		if (id == 0)
+			continue;
+		char name[32];
+		pack_name(id, name);
+		int fd = openat(w->cache->packs_fd, name,
+				O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0600);
+		bool direct = fd >= 0;
+		if (fd < 0 && errno == EINVAL) /* no O_DIRECT on this file system */
+			fd = openat(w->cache->packs_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+				    0600);
+		if (fd < 0 && errno == EEXIST)
+			continue;
+		if (fd < 0)
+			return -errno;
+		w->fd = fd;
+		w->direct = direct;
+		w->id = id;
+		return 0;
+	}
+	return -EEXIST;
+}
+
+static int write_record(struct stg_pack_writer *w, const uint8_t *rec, size_t len)
+{
+	int r = stg_pwrite_all(w->fd, rec, len, (off_t)w->end);
+	if (r == -EINVAL && w->direct) {
+		/* Some file systems take O_DIRECT at open and refuse it at write. */
+		int flags = fcntl(w->fd, F_GETFL);
+		if (flags >= 0 && fcntl(w->fd, F_SETFL, flags & ~O_DIRECT) == 0) {
+			w->direct = false;
+			r = stg_pwrite_all(w->fd, rec, len, (off_t)w->end);
+		}
+	}
+	return r;
+}
+
+int stg_pack_writer_append(struct stg_pack_writer *w, size_t len, const struct stg_hash *h,
+			   bool compress, struct stg_manifest_entry *e)
+{
+	if (len == 0 || len > w->max_chunk)
+		return -EINVAL;
+	const uint8_t *raw = w->buf + STG_CHUNK_HEADER_SIZE;
+	uint8_t *rec = w->buf;
+	size_t n = compress ? stg_chunk_try_compress(raw, len, h, w->cbuf) : 0;
+	uint32_t stored;
+	if (n) {
+		rec = w->cbuf;
+		stored = (uint32_t)(n - STG_CHUNK_HEADER_SIZE);
+	} else {
+		stg_chunk_header_encode(w->buf, STG_CHUNK_RAW, (uint32_t)len, (uint32_t)len, h);
+		stored = (uint32_t)len;
+		n = STG_CHUNK_HEADER_SIZE + len;
+	}
+	size_t padded = (size_t)stg_pack_record_size(stored);
+	memset(rec + n, 0, padded - n);
+	int r = stg_cache_reserve(w->cache, padded);
+	if (r < 0)
+		return r;
+	if (w->fd < 0 && (r = open_pack(w)) < 0) {
+		stg_cache_reserve_undo(w->cache, padded);
+		return r;
+	}
+	r = write_record(w, rec, padded);
+	if (r < 0) {
+		stg_cache_reserve_undo(w->cache, padded);
+		return r;
+	}
+	e->hash = *h;
+	e->raw_len = (uint32_t)len;
+	e->stored_len = stored;
+	e->flags = STG_ENTRY_NEW | (rec == w->cbuf ? STG_ENTRY_LZ4 : 0u);
+	e->pack = w->id;
+	e->offset = w->end;
+	w->end += padded;
+	return 0;
+}
+
+int stg_pack_writer_sync(struct stg_pack_writer *w)
+{
+	if (w->fd < 0)
+		return 0;
+	if (fdatasync(w->fd) < 0)
+		return -errno;
+	/* The new name must survive a crash too. */
+	return fsync(w->cache->packs_fd) < 0 ? -errno : 0;
+}
+
+static int open_for_read(struct stg_cache *c, uint64_t pack)
+{
+	char name[32];
+	pack_name(pack, name);
+	int fd = openat(c->packs_fd, name, O_RDONLY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+int stg_pack_read(struct stg_cache *c, const struct stg_manifest_entry *e, uint8_t *out,
+		  uint8_t *scratch)
+{
+	int fd = open_for_read(c, e->pack);
+	if (fd < 0)
+		return fd;
+	size_t len = STG_CHUNK_HEADER_SIZE + e->stored_len;
+	int r = stg_pread_all(fd, scratch, len, (off_t)e->offset);
+	close(fd);
+	if (r == -ENODATA)
+		return -EBADMSG; /* the pack is shorter than the manifest says */
+	if (r < 0)
+		return r;
+	struct stg_chunk_header h;
+	r = stg_chunk_header_decode(scratch, len, &e->hash, e->raw_len, &h);
+	if (r == 0 && h.stored_len != e->stored_len)
+		r = -EBADMSG;
+	if (r == 0)
+		r = stg_chunk_decode(scratch, len, &e->hash, e->raw_len, out);
+	return r;
+}
+
+int stg_pack_check(struct stg_cache *c, const struct stg_manifest_entry *e)
+{
+	int fd = open_for_read(c, e->pack);
+	if (fd < 0)
+		return fd == -ENOENT ? 0 : fd;
+	uint8_t hdr[STG_CHUNK_HEADER_SIZE];
+	struct stat st;
+	int r = stg_pread_all(fd, hdr, sizeof(hdr), (off_t)e->offset);
+	if (r == 0 && fstat(fd, &st) < 0)
+		r = -errno;
+	close(fd);
+	if (r == -ENODATA)
+		return 0;
+	if (r < 0)
+		return r;
+	struct stg_chunk_header h;
+	if (stg_chunk_header_decode(hdr, sizeof(hdr), &e->hash, e->raw_len, &h) < 0 ||
+	    h.stored_len != e->stored_len ||
+	    e->offset + STG_CHUNK_HEADER_SIZE + h.stored_len > (uint64_t)st.st_size)
+		return 0;
+	return 1;
+}

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/* Pack files: the chunk objects of the node cache, appended as records at
+ * 4 KiB-aligned offsets of packs/<id>.pack, one pack per version being built. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache.h"
+#include "hash.h"
+#include "manifest.h"
+
+#define STG_PACK_ALIGN 4096u
+
+/* A record's size on disk: header + payload, padded to the alignment. */
+static inline uint64_t stg_pack_record_size(uint32_t stored_len)
+{
+	uint64_t n = 40u + (uint64_t)stored_len;
+	return (n + STG_PACK_ALIGN - 1) & ~(uint64_t)(STG_PACK_ALIGN - 1);
+}
+
+struct stg_pack_writer;
+
+/* A writer for a new pack; the file is created at the first record. Chunks
+ * are at most max_chunk bytes. Returns 0 or -errno. */
+int stg_pack_writer_new(struct stg_cache *c, uint32_t max_chunk, struct stg_pack_writer **ret);
+
+/* Closes the pack (removing it if nothing was written). */
+void stg_pack_writer_free(struct stg_pack_writer *w);
+
+/* The writer's staging buffer for the next chunk's raw bytes (max_chunk bytes),
+ * suitably aligned: callers fill it (copying while hashing), then append. */
+uint8_t *stg_pack_writer_buffer(struct stg_pack_writer *w);
+
+/* Appends the chunk in the staging buffer (len bytes, content hash h), lz4-
+ * compressed when compress is set and it pays. Fills e's location, lengths
+ * and flags (NEW, LZ4). Returns 0 or -errno (-ENOSPC past the capacity). */
+int stg_pack_writer_append(struct stg_pack_writer *w, size_t len, const struct stg_hash *h,
+			   bool compress, struct stg_manifest_entry *e);
+
+/* Makes the pack durable (fsync of the file and, once, of packs/). */
+int stg_pack_writer_sync(struct stg_pack_writer *w);
+
+/* Reads and verifies the chunk an entry points at into out (e->raw_len
+ * bytes); scratch holds stg_chunk_bound(e->raw_len) bytes. Returns 0,
+ * -ENOENT (no such pack), -EBADMSG (corrupt or truncated) or -errno. */
+int stg_pack_read(struct stg_cache *c, const struct stg_manifest_entry *e, uint8_t *out,
+		  uint8_t *scratch);
+
+/* Checks that a record with this hash and these lengths sits where e points
+ * (header only). Returns 1 if so, 0 if not, -errno. */
+int stg_pack_check(struct stg_cache *c, const struct stg_manifest_entry *e);
+
+/* "packs/<16 hex>.pack" */
+void stg_pack_relpath(uint64_t pack, char out[48]);
+/* Parses a pack file name; returns 0 or -EINVAL. */
+int stg_pack_parse_name(const char *name, uint64_t *ret);
