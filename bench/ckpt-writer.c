@@ -32,21 +32,22 @@ static double now(void)
 int main(int argc, char **argv)
 {
 	long mib = 2048, block = 1 << 20;
-	int version = 1, nosync = 0;
+	int version = 1, nosync = 0, count = 0;
 	int c;
-	while ((c = getopt(argc, argv, "s:v:b:n")) != -1) {
+	while ((c = getopt(argc, argv, "s:v:b:nc")) != -1) {
 		switch (c) {
+		case 'c': count = 1; break;
 		case 's': mib = atol(optarg); break;
 		case 'v': version = atoi(optarg); break;
 		case 'b': block = atol(optarg); break;
 		case 'n': nosync = 1; break;
 		default:
-			fprintf(stderr, "usage: ckpt-writer [-s MIB] [-v VERSION] [-b BLOCK] [-n] PATH\n");
+			fprintf(stderr, "usage: ckpt-writer [-s MIB] [-v VERSION] [-b BLOCK] [-n] [-c] PATH\n");
 			return 2;
 		}
 	}
 	if (optind != argc - 1 || mib <= 0 || block <= 0) {
-		fprintf(stderr, "usage: ckpt-writer [-s MIB] [-v VERSION] [-b BLOCK] [-n] PATH\n");
+		fprintf(stderr, "usage: ckpt-writer [-s MIB] [-v VERSION] [-b BLOCK] [-n] [-c] PATH\n");
 		return 2;
 	}
 	size_t bytes = (size_t)mib << 20;
@@ -59,12 +60,21 @@ int main(int argc, char **argv)
 	uint64_t s = 0x9e3779b97f4a7c15ull;
 	for (size_t i = 0; i < n; i++)
 		f[i] = sin((double)i * 1e-4) * 100.0 + (double)(rng(&s) >> 11) * 0x1p-53;
+	size_t changed = 0;
 	for (int v = 2; v <= version; v++) {
 		uint64_t vs = 0x5151u + (uint64_t)v;
+		changed = 0;
 		for (size_t b = 0; b * per_mib < n; b++)
-			if (rng(&vs) % 10 == 0)
+			if (rng(&vs) % 10 == 0) {
+				changed++;
 				for (size_t i = b * per_mib; i < (b + 1) * per_mib && i < n; i++)
 					f[i] += (double)(rng(&vs) >> 11) * 0x1p-50;
+			}
+	}
+	if (count) {
+		/* -c: how many 1 MiB blocks this version changed, nothing written */
+		printf("%zu\n", changed);
+		return 0;
 	}
 	double t0 = now();
 	int fd = open(argv[optind], O_WRONLY | O_CREAT | O_TRUNC, 0644);

@@ -85,19 +85,29 @@ for t in $(seq 1 "$trials"); do
 	/usr/bin/time -f '%e' -o "$dir/time.out" "$S" restore --policy "$dir/policy.conf" --to "$dir/restored" "$dir/ckpt/f.dat" >/dev/null
 	cat "$dir/time.out" >>"$dir/t.restore"
 	cmp "$dir/restored$dir/ckpt/f.dat" "$dir/plain/f.dat"
-	# 3. 4 KiB writes to a path the policy does not match (256 MiB, no fsync)
+	# 3. 4 KiB writes to a path the policy does not match (256 MiB, no fsync),
+	# each run to a fresh file, alternating which goes first
 	mkdir -p "$dir/other"
-	for k in 1 2; do
-		"$W" -s 256 -b 4096 -n "$dir/other/small" >>"$dir/t.small.base"
-		shimmed "$W" -s 256 -b 4096 -n "$dir/other/small" >>"$dir/t.small.shim"
+	for k in $(seq 1 10); do
+		rm -f "$dir/other/a" "$dir/other/b"
+		sync
+		if [ $((k % 2)) -eq 0 ]; then
+			"$W" -s 256 -b 4096 -n "$dir/other/a" >>"$dir/t.small.base"
+			shimmed "$W" -s 256 -b 4096 -n "$dir/other/b" >>"$dir/t.small.shim"
+		else
+			shimmed "$W" -s 256 -b 4096 -n "$dir/other/b" >>"$dir/t.small.shim"
+			"$W" -s 256 -b 4096 -n "$dir/other/a" >>"$dir/t.small.base"
+		fi
 	done
 done
 
-changed=$(( (size * 1024 * 1024) / 10 ))
+changed=$(( $("$W" -s "$size" -v 2 -c x) * 1024 * 1024 ))
 b1=$(median <"$dir/t.base1"); s1=$(median <"$dir/t.shim1")
 b2=$(median <"$dir/t.base2"); s2=$(median <"$dir/t.shim2")
 bc=$(median <"$dir/t.cp"); sr=$(median <"$dir/t.restore")
-bs=$(median <"$dir/t.small.base"); ss=$(median <"$dir/t.small.shim")
+# the fastest run: the overhead of a few nanoseconds per call drowns in the
+# page cache's noise otherwise
+bs=$(sort -g "$dir/t.small.base" | head -n 1); ss=$(sort -g "$dir/t.small.shim" | head -n 1)
 
 # 5. memory: peak RSS of the writer with and without the shim, and of restore
 rm -rf "$dir/cache" "$dir/ckpt" "$dir/restored"; mkdir -p "$dir/ckpt"
@@ -110,7 +120,7 @@ printf '\n| # | what | baseline | stagehand | ratio | target |\n|---|---|---|---
 printf '| 1 | first version, %d MiB, write+fsync+close | %.2f s | %.2f s | %sx | >= 0.9x |\n' "$size" "$b1" "$s1" "$(ratio "$b1" "$s1")"
 printf '| 2 | rewrite, 10%% of 1 MiB blocks changed | %.2f s | %.2f s | %sx | >= 3x |\n' "$b2" "$s2" "$(ratio "$b2" "$s2")"
 printf '| 2 | stored bytes for that version vs changed bytes + manifest | %d | %d | %sx | <= 1.1x |\n' "$((changed + manifest))" "$stored2" "$(ratio "$stored2" "$((changed + manifest))")"
-printf '| 3 | 4 KiB writes, unmatched path, 256 MiB | %.3f s | %.3f s | %s%% overhead | <= 2%% |\n' "$bs" "$ss" "$(awk -v a="$bs" -v b="$ss" 'BEGIN {printf "%.1f", (b / a - 1) * 100}')"
+printf '| 3 | 4 KiB writes, unmatched path, 256 MiB (fastest of %d) | %.3f s | %.3f s | %s%% overhead | <= 2%% |\n' "$((10 * trials))" "$bs" "$ss" "$(awk -v a="$bs" -v b="$ss" 'BEGIN {printf "%.1f", (b / a - 1) * 100}')"
 printf '| 4 | restore vs cp + sync of the file | %.2f s | %.2f s | %sx | >= 1x |\n' "$bc" "$sr" "$(ratio "$bc" "$sr")"
 printf '| 5 | peak RSS of the writer (shim adds) | %d MiB | %d MiB | +%d MiB | <= +64 MiB |\n' "$((m_base / 1024))" "$((m_shim / 1024))" "$(((m_shim - m_base) / 1024))"
 printf '| 5 | peak RSS of stagehand restore | | %d MiB | | < 128 MiB |\n' "$((m_rest / 1024))"

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "chunk.h"
+#include "pack.h"
 #include "policy.h"
 #include "util.h"
 
@@ -145,7 +146,7 @@ uint64_t stg_manifest_stored_bytes(const struct stg_manifest *m)
 	uint64_t s = 0;
 	for (uint32_t i = 0; i < m->nchunks; i++)
 		if (m->entries[i].flags & STG_ENTRY_NEW)
-			s += m->entries[i].stored_len;
+			s += stg_pack_record_size(m->entries[i].stored_len);
 	return s;
 }
 

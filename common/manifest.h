@@ -60,7 +60,8 @@ int stg_manifest_init(struct stg_manifest *m, uint64_t size, uint32_t chunk_size
 
 void stg_manifest_done(struct stg_manifest *m);
 
-/* Bytes this version added to the store (payloads of NEW chunks). */
+/* Bytes this version added to the store: the pack records of its NEW chunks,
+ * headers and alignment included. */
 uint64_t stg_manifest_stored_bytes(const struct stg_manifest *m);
 
 /* Number of chunks this version stored itself. */

@@ -3,6 +3,8 @@
 #include "materialize.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -13,9 +15,16 @@
 int stg_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 		    stg_progress_fn progress, void *arg, struct stg_materialize_error *err)
 {
-	uint8_t *raw = malloc(m->chunk_size);
+	/* Aligned, so that an O_DIRECT destination takes it as it is. */
+	uint8_t *raw = NULL;
+	if (posix_memalign((void **)&raw, STG_PACK_ALIGN, m->chunk_size))
+		raw = NULL;
 	uint8_t *scratch = malloc(stg_chunk_bound(m->chunk_size));
+	int flags = fcntl(fd, F_GETFL);
+	bool direct = flags >= 0 && (flags & O_DIRECT);
 	int r = 0;
+	struct stg_pack_reader rd;
+	stg_pack_reader_init(&rd, c);
 	if (!raw || !scratch) {
 		r = -ENOMEM;
 		goto out_free;
@@ -28,13 +37,18 @@ int stg_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 	for (uint32_t i = 0; i < m->nchunks; i++) {
 		const struct stg_manifest_entry *e = &m->entries[i];
 		if (!(e->flags & STG_ENTRY_ZERO)) {
-			r = stg_pack_read(c, e, raw, scratch);
+			r = stg_pack_reader_read(&rd, e, raw, scratch);
 			if (r < 0) {
 				if (err) {
 					err->chunk = i;
 					err->entry = *e;
 				}
 				goto out_free;
+			}
+			if (direct && e->raw_len % STG_PACK_ALIGN) {
+				/* The short last chunk cannot go direct. */
+				fcntl(fd, F_SETFL, flags & ~O_DIRECT);
+				direct = false;
 			}
 			r = stg_pwrite_all(fd, raw, e->raw_len, (off_t)off);
 			if (r < 0)
@@ -47,6 +61,7 @@ int stg_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 	if (ftruncate(fd, (off_t)m->size) < 0)
 		r = -errno;
 out_free:
+	stg_pack_reader_done(&rd);
 	free(raw);
 	free(scratch);
 	return r;

@@ -15,6 +15,6 @@ struct stg_materialize_error {
 };
 
 /* Writes m's content into fd from offset 0 and sets its size; zero chunks
- * become holes. Returns 0, or -EBADMSG / -ENOENT naming the chunk in err. */
+ * become holes. fd may be O_DIRECT. Returns 0, or -EBADMSG / -ENOENT naming the chunk in err. */
 int stg_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 		    stg_progress_fn progress, void *arg, struct stg_materialize_error *err);

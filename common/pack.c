@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "chunk.h"
@@ -207,25 +208,97 @@ static int open_for_read(struct stg_cache *c, uint64_t pack)
 	return fd < 0 ? -errno : fd;
 }
 
-int stg_pack_read(struct stg_cache *c, const struct stg_manifest_entry *e, uint8_t *out,
-		  uint8_t *scratch)
+void stg_pack_reader_init(struct stg_pack_reader *r, struct stg_cache *c)
 {
-	int fd = open_for_read(c, e->pack);
-	if (fd < 0)
-		return fd;
-	size_t len = STG_CHUNK_HEADER_SIZE + e->stored_len;
-	int r = stg_pread_all(fd, scratch, len, (off_t)e->offset);
-	close(fd);
-	if (r == -ENODATA)
-		return -EBADMSG; /* the pack is shorter than the manifest says */
-	if (r < 0)
-		return r;
+	r->cache = c;
+	r->pack = 0;
+	r->fd = -1;
+}
+
+void stg_pack_reader_done(struct stg_pack_reader *r)
+{
+	if (r->fd >= 0)
+		close(r->fd);
+	r->fd = -1;
+	r->pack = 0;
+}
+
+/* Reads exactly the iovecs at off; -EBADMSG when the pack ends first. */
+static int preadv_all(int fd, struct iovec *iov, int cnt, off_t off)
+{
+	while (cnt > 0) {
+		ssize_t n = preadv(fd, iov, cnt, off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EBADMSG; /* the pack is shorter than the manifest says */
+		off += n;
+		while (cnt > 0 && (size_t)n >= iov->iov_len) {
+			n -= (ssize_t)iov->iov_len;
+			iov++;
+			cnt--;
+		}
+		if (cnt > 0) {
+			iov->iov_base = (uint8_t *)iov->iov_base + n;
+			iov->iov_len -= (size_t)n;
+		}
+	}
+	return 0;
+}
+
+int stg_pack_reader_read(struct stg_pack_reader *rd, const struct stg_manifest_entry *e,
+			 uint8_t *out, uint8_t *scratch)
+{
+	if (rd->fd < 0 || rd->pack != e->pack) {
+		stg_pack_reader_done(rd);
+		int fd = open_for_read(rd->cache, e->pack);
+		if (fd < 0)
+			return fd;
+		/* A restore reads a pack front to back: read ahead generously. */
+		posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+		rd->fd = fd;
+		rd->pack = e->pack;
+	}
+	uint8_t hdr[STG_CHUNK_HEADER_SIZE];
 	struct stg_chunk_header h;
-	r = stg_chunk_header_decode(scratch, len, &e->hash, e->raw_len, &h);
+	int r;
+	if (!(e->flags & STG_ENTRY_LZ4)) {
+		/* Raw: the payload lands where it belongs, no copy. */
+		struct iovec iov[2] = {{hdr, sizeof(hdr)}, {out, e->raw_len}};
+		r = preadv_all(rd->fd, iov, 2, (off_t)e->offset);
+		if (r == 0)
+			r = stg_chunk_header_decode(hdr, sizeof(hdr), &e->hash, e->raw_len, &h);
+		if (r == 0 && (h.encoding != STG_CHUNK_RAW || h.stored_len != e->stored_len))
+			r = -EBADMSG;
+		if (r == 0) {
+			struct stg_hash got;
+			stg_hash_compute(out, e->raw_len, &got);
+			if (!stg_hash_eq(&got, &e->hash))
+				r = -EBADMSG;
+		}
+		return r;
+	}
+	size_t len = STG_CHUNK_HEADER_SIZE + e->stored_len;
+	struct iovec iov = {scratch, len};
+	r = preadv_all(rd->fd, &iov, 1, (off_t)e->offset);
+	if (r == 0)
+		r = stg_chunk_header_decode(scratch, len, &e->hash, e->raw_len, &h);
 	if (r == 0 && h.stored_len != e->stored_len)
 		r = -EBADMSG;
 	if (r == 0)
 		r = stg_chunk_decode(scratch, len, &e->hash, e->raw_len, out);
+	return r;
+}
+
+int stg_pack_read(struct stg_cache *c, const struct stg_manifest_entry *e, uint8_t *out,
+		  uint8_t *scratch)
+{
+	struct stg_pack_reader rd;
+	stg_pack_reader_init(&rd, c);
+	int r = stg_pack_reader_read(&rd, e, out, scratch);
+	stg_pack_reader_done(&rd);
 	return r;
 }
 

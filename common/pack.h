@@ -42,9 +42,24 @@ int stg_pack_writer_append(struct stg_pack_writer *w, size_t len, const struct s
 /* Makes the pack durable (fsync of the file and, once, of packs/). */
 int stg_pack_writer_sync(struct stg_pack_writer *w);
 
+/* Reads chunks, keeping the last pack open (restores read many in a row). */
+struct stg_pack_reader {
+	struct stg_cache *cache;
+	uint64_t pack;
+	int fd;
+};
+
+void stg_pack_reader_init(struct stg_pack_reader *r, struct stg_cache *c);
+void stg_pack_reader_done(struct stg_pack_reader *r);
+
 /* Reads and verifies the chunk an entry points at into out (e->raw_len
- * bytes); scratch holds stg_chunk_bound(e->raw_len) bytes. Returns 0,
- * -ENOENT (no such pack), -EBADMSG (corrupt or truncated) or -errno. */
+ * bytes); scratch holds stg_chunk_bound(e->raw_len) bytes (used for
+ * compressed chunks). Returns 0, -ENOENT (no such pack), -EBADMSG (corrupt
+ * or truncated) or -errno. */
+int stg_pack_reader_read(struct stg_pack_reader *r, const struct stg_manifest_entry *e,
+			 uint8_t *out, uint8_t *scratch);
+
+/* The same, for a single chunk. */
 int stg_pack_read(struct stg_cache *c, const struct stg_manifest_entry *e, uint8_t *out,
 		  uint8_t *scratch);
 

@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: MIT */
+/* Restore's pipeline: the reader (this thread) fills a ring of aligned
+ * buffers with verified chunks; a writer thread writes them out. */
+#include "pipeline.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "chunk.h"
+#include "pack.h"
+#include "util.h"
+
+#define RING 4
+
+struct slot {
+	uint8_t *buf;
+	uint64_t off;
+	uint32_t len;
+	bool full;
+};
+
+struct ring {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct slot slots[RING];
+	size_t head, tail; /* the reader fills head, the writer empties tail */
+	bool done;         /* the reader has nothing more */
+	int werr;          /* the writer's first error */
+	int fd, flags;
+	bool direct;
+	stg_progress_fn progress;
+	void *arg;
+	uint64_t total, written;
+};
+
+static void *writer(void *p)
+{
+	struct ring *rg = p;
+	for (;;) {
+		pthread_mutex_lock(&rg->lock);
+		while (!rg->slots[rg->tail].full && !rg->done)
+			pthread_cond_wait(&rg->cond, &rg->lock);
+		struct slot *s = &rg->slots[rg->tail];
+		if (!s->full) {
+			pthread_mutex_unlock(&rg->lock);
+			return NULL;
+		}
+		pthread_mutex_unlock(&rg->lock);
+		int r = 0;
+		if (!rg->werr) {
+			if (rg->direct && s->len % STG_PACK_ALIGN) {
+				fcntl(rg->fd, F_SETFL, rg->flags & ~O_DIRECT);
+				rg->direct = false;
+			}
+			r = stg_pwrite_all(rg->fd, s->buf, s->len, (off_t)s->off);
+		}
+		pthread_mutex_lock(&rg->lock);
+		if (r < 0 && !rg->werr)
+			rg->werr = r;
+		s->full = false;
+		rg->tail = (rg->tail + 1) % RING;
+		rg->written = s->off + s->len;
+		pthread_cond_broadcast(&rg->cond);
+		pthread_mutex_unlock(&rg->lock);
+		if (rg->progress && !r)
+			rg->progress(rg->arg, rg->written, rg->total);
+	}
+}
+
+int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
+		     stg_progress_fn progress, void *arg, struct stg_materialize_error *err)
+{
+	struct ring rg = {.fd = fd, .progress = progress, .arg = arg, .total = m->size};
+	pthread_mutex_init(&rg.lock, NULL);
+	pthread_cond_init(&rg.cond, NULL);
+	rg.flags = fcntl(fd, F_GETFL);
+	rg.direct = rg.flags >= 0 && (rg.flags & O_DIRECT);
+	int r = 0;
+	uint8_t *scratch = malloc(stg_chunk_bound(m->chunk_size));
+	for (int i = 0; i < RING; i++)
+		if (posix_memalign((void **)&rg.slots[i].buf, STG_PACK_ALIGN, m->chunk_size))
+			rg.slots[i].buf = NULL;
+	for (int i = 0; i < RING; i++)
+		if (!rg.slots[i].buf)
+			r = -ENOMEM;
+	if (!scratch)
+		r = -ENOMEM;
+	if (r == 0 && ftruncate(fd, 0) < 0)
+		r = -errno;
+	pthread_t th;
+	bool started = r == 0 && pthread_create(&th, NULL, writer, &rg) == 0;
+	if (r == 0 && !started)
+		r = -EAGAIN;
+	struct stg_pack_reader rd;
+	stg_pack_reader_init(&rd, c);
+	uint64_t off = 0;
+	for (uint32_t i = 0; r == 0 && i < m->nchunks; off += m->entries[i++].raw_len) {
+		const struct stg_manifest_entry *e = &m->entries[i];
+		if (e->flags & STG_ENTRY_ZERO)
+			continue; /* a hole: the final size makes it */
+		pthread_mutex_lock(&rg.lock);
+		while (rg.slots[rg.head].full && !rg.werr)
+			pthread_cond_wait(&rg.cond, &rg.lock);
+		r = rg.werr;
+		pthread_mutex_unlock(&rg.lock);
+		if (r < 0)
+			break;
+		struct slot *s = &rg.slots[rg.head];
+		r = stg_pack_reader_read(&rd, e, s->buf, scratch);
+		if (r < 0) {
+			if (err) {
+				err->chunk = i;
+				err->entry = *e;
+			}
+			break;
+		}
+		pthread_mutex_lock(&rg.lock);
+		s->off = off;
+		s->len = e->raw_len;
+		s->full = true;
+		rg.head = (rg.head + 1) % RING;
+		pthread_cond_broadcast(&rg.cond);
+		pthread_mutex_unlock(&rg.lock);
+	}
+	if (started) {
+		pthread_mutex_lock(&rg.lock);
+		rg.done = true;
+		pthread_cond_broadcast(&rg.cond);
+		pthread_mutex_unlock(&rg.lock);
+		pthread_join(th, NULL);
+	}
+	if (r == 0)
+		r = rg.werr;
+	if (r == 0 && ftruncate(fd, (off_t)m->size) < 0)
+		r = -errno;
+	if (r == 0 && progress)
+		progress(arg, m->size, m->size);
+	stg_pack_reader_done(&rd);
+	for (int i = 0; i < RING; i++)
+		free(rg.slots[i].buf);
+	free(scratch);
+	pthread_mutex_destroy(&rg.lock);
+	pthread_cond_destroy(&rg.cond);
+	return r;
+}
