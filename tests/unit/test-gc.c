@@ -97,6 +97,7 @@ int main(void)
 	e.hash.b[3] = 7;
 	uint8_t rec[STG_INDEX_RECORD_SIZE];
 	stg_index_encode(&e, rec);
+	CHECK(harness_golden("index-record-v1.bin", rec, sizeof(rec)));
 	struct stg_manifest_entry d;
 	CHECK_EQ(stg_index_decode(rec, &d), 0);
 	CHECK(d.pack == 42 && d.offset == 8192 && stg_hash_eq(&d.hash, &e.hash));
