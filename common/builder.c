@@ -111,6 +111,14 @@ void stg_builder_free(struct stg_builder *b)
 	free(b);
 }
 
+int stg_builder_set_path(struct stg_builder *b, const char *path)
+{
+	if (strlen(path) >= PATH_MAX)
+		return -ENAMETOOLONG;
+	strcpy(b->path, path);
+	return 0;
+}
+
 uint32_t stg_builder_chunk_size(const struct stg_builder *b)
 {
 	return b->rule.chunk_size;

@@ -28,6 +28,9 @@ int stg_builder_new(struct stg_cache *c, const char *path, const struct stg_path
 
 void stg_builder_free(struct stg_builder *b);
 
+/* The path the version will be published under (a rename while open). */
+int stg_builder_set_path(struct stg_builder *b, const char *path);
+
 /* The chunk size of the version being built. */
 uint32_t stg_builder_chunk_size(const struct stg_builder *b);
 

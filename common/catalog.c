@@ -170,6 +170,34 @@ int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
 	return r;
 }
 
+int stg_catalog_amend(struct stg_cache *c, const char *path, const uint32_t *mode,
+		      const int64_t *mtime_ns, bool sync)
+{
+	struct stg_catalog_file f;
+	int r = stg_catalog_lock(c, path, false, &f);
+	if (r < 0)
+		return r;
+	uint64_t *v = NULL;
+	size_t n = 0;
+	r = stg_catalog_versions(f.dirfd, &v, &n);
+	if (r == 0 && (n == 0 || stg_catalog_is_deleted(f.dirfd)))
+		r = -ENOENT;
+	struct stg_manifest m;
+	if (r == 0)
+		r = stg_catalog_read(f.dirfd, v[n - 1], &m);
+	if (r == 0) {
+		if (mode)
+			m.mode = *mode & 07777;
+		if (mtime_ns)
+			m.mtime_ns = *mtime_ns;
+		r = stg_catalog_publish(&f, path, &m, sync);
+		stg_manifest_done(&m);
+	}
+	free(v);
+	stg_catalog_unlock(&f);
+	return r;
+}
+
 int stg_catalog_remove_version(int filedirfd, uint64_t version)
 {
 	char name[40];

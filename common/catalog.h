@@ -41,6 +41,12 @@ int stg_catalog_read(int filedirfd, uint64_t version, struct stg_manifest *ret);
 int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
 			const struct stg_manifest *m, bool sync);
 
+/* Changes the mode and/or modification time (NULL: unchanged) of the newest
+ * version in place, as chmod or utimensat after close() mean. Returns 0,
+ * -ENOENT (no version) or -errno. */
+int stg_catalog_amend(struct stg_cache *c, const char *path, const uint32_t *mode,
+		      const int64_t *mtime_ns, bool sync);
+
 /* Removes one version's manifest. Returns 0 or -errno. */
 int stg_catalog_remove_version(int filedirfd, uint64_t version);
 

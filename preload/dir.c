@@ -4,8 +4,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "catalog.h"
 #include "internal.h"
@@ -111,6 +113,33 @@ SHIM_EXPORT DIR *opendir(const char *path)
 	int saved = errno;
 	char abs[PATH_MAX];
 	if (shim_abspath(AT_FDCWD, path, abs, sizeof(abs)) == 0) {
+		struct listing *l = listing_for(abs);
+		if (l) {
+			l->dir = d;
+			pthread_mutex_lock(&shim.lock);
+			l->link = listings;
+			listings = l;
+			pthread_mutex_unlock(&shim.lock);
+		}
+	}
+	errno = saved;
+	shim_busy--;
+	return d;
+}
+
+SHIM_EXPORT DIR *fdopendir(int fd)
+{
+	ENSURE(fdopendir);
+	DIR *d = real_fdopendir(fd);
+	if (!d || shim_busy || !shim_active() || shim.policy->nrules == 0)
+		return d;
+	shim_busy++;
+	int saved = errno;
+	char link[64], abs[PATH_MAX];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(link, abs, sizeof(abs) - 1);
+	if (n > 0 && abs[0] == '/') {
+		abs[n] = '\0';
 		struct listing *l = listing_for(abs);
 		if (l) {
 			l->dir = d;

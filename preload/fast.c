@@ -21,8 +21,9 @@
 #include "real.h"
 #include "util.h"
 
+/* Everything here is guarded by the session's fast_lock, which outlives it:
+ * a thread waiting to write must find out the fast path ended meanwhile. */
 struct fast {
-	pthread_mutex_t lock;
 	struct stg_builder *b;
 	uint32_t cs;      /* chunk size */
 	uint64_t pos;     /* the descriptor's offset, as the application sees it */
@@ -49,7 +50,6 @@ int fast_start(struct session *s)
 		free(f);
 		return r;
 	}
-	pthread_mutex_init(&f->lock, NULL);
 	f->cs = stg_builder_chunk_size(f->b);
 	f->dirty = true;
 	s->fast = f;
@@ -61,20 +61,34 @@ static void fast_free(struct fast *f)
 	stg_builder_free(f->b);
 	if (f->pending)
 		real_munmap(f->pending, f->cs);
-	pthread_mutex_destroy(&f->lock);
 	free(f);
 }
 
 void fast_discard(struct session *s)
 {
+	pthread_mutex_lock(&s->fast_lock);
 	if (s->fast)
 		fast_free(s->fast);
 	s->fast = NULL;
+	pthread_mutex_unlock(&s->fast_lock);
 }
 
-uint64_t fast_size(const struct session *s)
+void fast_renamed(struct session *s)
 {
-	return s->fast->staged;
+	pthread_mutex_lock(&s->fast_lock);
+	if (s->fast)
+		stg_builder_set_path(s->fast->b, s->path);
+	pthread_mutex_unlock(&s->fast_lock);
+}
+
+bool fast_size(struct session *s, uint64_t *ret)
+{
+	pthread_mutex_lock(&s->fast_lock);
+	bool on = s->fast != NULL;
+	if (on)
+		*ret = s->fast->staged;
+	pthread_mutex_unlock(&s->fast_lock);
+	return on;
 }
 
 static int seal(struct fast *f, const void *data, size_t len)
@@ -127,15 +141,19 @@ static ssize_t append(struct fast *f, const uint8_t *buf, size_t n)
 
 ssize_t fast_write(struct session *s, const struct iovec *iov, int cnt, int64_t off)
 {
+	pthread_mutex_lock(&s->fast_lock);
 	struct fast *f = s->fast;
-	pthread_mutex_lock(&f->lock);
+	if (!f) {
+		pthread_mutex_unlock(&s->fast_lock);
+		return FAST_OFF; /* another thread ended it meanwhile */
+	}
 	if (f->failed) {
-		pthread_mutex_unlock(&f->lock);
+		pthread_mutex_unlock(&s->fast_lock);
 		return f->failed;
 	}
 	uint64_t at = off < 0 ? f->pos : (uint64_t)off;
 	if (at != f->staged) {
-		pthread_mutex_unlock(&f->lock);
+		pthread_mutex_unlock(&s->fast_lock);
 		return FAST_OFF; /* not sequential: the shadow takes over */
 	}
 	ssize_t total = 0;
@@ -158,21 +176,25 @@ ssize_t fast_write(struct session *s, const struct iovec *iov, int cnt, int64_t 
 		if (off < 0)
 			f->pos += (uint64_t)total;
 	}
-	pthread_mutex_unlock(&f->lock);
+	pthread_mutex_unlock(&s->fast_lock);
 	return total;
 }
 
 int64_t fast_lseek(struct session *s, int64_t off, int whence)
 {
+	pthread_mutex_lock(&s->fast_lock);
 	struct fast *f = s->fast;
-	pthread_mutex_lock(&f->lock);
+	if (!f) {
+		pthread_mutex_unlock(&s->fast_lock);
+		return FAST_OFF;
+	}
 	int64_t base;
 	switch (whence) {
 	case SEEK_SET: base = 0; break;
 	case SEEK_CUR: base = (int64_t)f->pos; break;
 	case SEEK_END: base = (int64_t)f->staged; break;
 	default:
-		pthread_mutex_unlock(&f->lock);
+		pthread_mutex_unlock(&s->fast_lock);
 		return FAST_OFF; /* SEEK_DATA, SEEK_HOLE: ask the real file */
 	}
 	int64_t r = -EINVAL;
@@ -180,7 +202,7 @@ int64_t fast_lseek(struct session *s, int64_t off, int whence)
 		f->pos = (uint64_t)r;
 	else
 		r = -EINVAL;
-	pthread_mutex_unlock(&f->lock);
+	pthread_mutex_unlock(&s->fast_lock);
 	return r;
 }
 
@@ -192,10 +214,13 @@ static int commit_locked(struct session *s, struct fast *f, bool last)
 		r = stg_builder_add(f->b, f->sealed / f->cs, f->pending, (size_t)tail);
 	if (r < 0)
 		return r;
-	int64_t v = stg_builder_commit(f->b, f->staged, s->mode, stg_now_ns());
+	int64_t v = stg_builder_commit(f->b, f->staged, s->mode,
+				       s->mtime_set ? s->mtime_ns : stg_now_ns());
 	if (v < 0)
 		return (int)v;
 	f->dirty = false;
+	s->meta_dirty = false;
+	s->mtime_set = false;
 	shim_log(STG_LOG_DEBUG, "staged '%s' version %lld (%llu bytes, as written)", s->path,
 		 (long long)v, (unsigned long long)f->staged);
 	if (last)
@@ -217,10 +242,10 @@ static int commit_locked(struct session *s, struct fast *f, bool last)
 
 int fast_commit(struct session *s, bool last)
 {
+	pthread_mutex_lock(&s->fast_lock);
 	struct fast *f = s->fast;
-	pthread_mutex_lock(&f->lock);
-	int r = f->failed ? f->failed : f->dirty ? commit_locked(s, f, last) : 0;
-	pthread_mutex_unlock(&f->lock);
+	int r = !f ? 0 : f->failed ? f->failed : f->dirty ? commit_locked(s, f, last) : 0;
+	pthread_mutex_unlock(&s->fast_lock);
 	if (r < 0)
 		shim_log(STG_LOG_ERROR, "could not stage '%s': %s", s->path, strerror(-r));
 	return r;
@@ -255,10 +280,12 @@ static int write_out(struct fast *f, int wfd)
 
 int fast_materialize(struct session *s, int fd)
 {
+	pthread_mutex_lock(&s->fast_lock);
 	struct fast *f = s->fast;
-	if (!f)
+	if (!f) {
+		pthread_mutex_unlock(&s->fast_lock);
 		return 0;
-	pthread_mutex_lock(&f->lock);
+	}
 	char link[64];
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 	int wfd = real_open(link, O_RDWR | O_CLOEXEC);
@@ -273,14 +300,15 @@ int fast_materialize(struct session *s, int fd)
 	}
 	if (wfd >= 0)
 		real_close(wfd);
-	pthread_mutex_unlock(&f->lock);
+	s->fast = NULL;
+	fast_free(f);
+	pthread_mutex_unlock(&s->fast_lock);
 	if (r < 0) {
 		/* The shadow cannot take over: nothing must be committed from it. */
 		s->broken = true;
 		shim_log(STG_LOG_ERROR, "cannot continue writing '%s' (%s): its next version will "
 			 "not be staged", s->path, strerror(-r));
 	}
-	fast_discard(s);
 	return r;
 }
 

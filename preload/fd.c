@@ -195,16 +195,6 @@ SHIM_EXPORT int fdatasync(int fd)
 	return sync_common(fd, real_fdatasync);
 }
 
-SHIM_EXPORT int fchmod(int fd, mode_t mode)
-{
-	ENSURE(fchmod);
-	struct session *s = fdtable_get(fd);
-	if (shim_busy || !s)
-		return real_fchmod(fd, mode);
-	s->mode = mode & 07777;
-	return 0;
-}
-
 static void *mmap_common(void *addr, size_t len, int prot, int flags, int fd, off_t off,
 			 void *(*real)(void *, size_t, int, int, int, off_t))
 {

@@ -82,7 +82,11 @@ struct session {
 	dev_t dev;            /* the shadow's inode */
 	ino_t ino;
 	int64_t base_mtime_ns;
+	bool meta_dirty;      /* chmod/utime since the last commit */
+	bool mtime_set;       /* the application set the mtime: mtime_ns */
+	int64_t mtime_ns;
 	struct fast *fast;    /* the sequential fast path, while it lasts */
+	pthread_mutex_t fast_lock; /* guards fast, and it ending */
 	bool broken;          /* content lost track of: the next commit fails */
 };
 
@@ -115,7 +119,7 @@ void session_mapped(int fd, void *addr, size_t len);
 int session_unmapped(void *addr, size_t len, bool sync_only);
 
 /* A stat of an open session's shadow, made to look like the captured file. */
-void session_fix_stat(const struct session *s, struct stat *st);
+void session_fix_stat(struct session *s, struct stat *st);
 
 /* Scans inherited descriptors for shadows (exec keeps them, not our tables). */
 void session_adopt_inherited(void);
@@ -137,7 +141,10 @@ struct session *session_find_path(const char *path);
 bool fast_enabled(void);
 int fast_start(struct session *s);
 void fast_discard(struct session *s);
-uint64_t fast_size(const struct session *s);
+/* While the fast path lasts: true, and the size written so far. */
+bool fast_size(struct session *s, uint64_t *ret);
+/* The session's path changed: the version goes under the new one. */
+void fast_renamed(struct session *s);
 /* Returns bytes written, -errno, or FAST_OFF (off < 0: at the offset). */
 ssize_t fast_write(struct session *s, const struct iovec *iov, int cnt, int64_t off);
 int64_t fast_lseek(struct session *s, int64_t off, int whence);
@@ -150,6 +157,12 @@ void fast_materialize_all(void);
 /* Ends the fast path of fd's session, if it has one (before any call the
  * fast path does not handle). */
 void shim_leave_fast(int fd);
+
+/* ---- mapping.c ---- */
+
+/* At exit: commits files whose last descriptor was closed while a shared
+ * writable mapping stayed (exit unmaps it). */
+void mapping_exit(void);
 
 /* ---- fdtable.c: which descriptors are captured files ---- */
 

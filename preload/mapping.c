@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "real.h"
@@ -75,4 +76,22 @@ int session_unmapped(void *addr, size_t len, bool sync_only)
 	}
 	pthread_mutex_unlock(&shim.lock);
 	return result;
+}
+
+void mapping_exit(void)
+{
+	pid_t self = getpid();
+	pthread_mutex_lock(&shim.lock);
+	while (nmaps > 0) {
+		struct session *s = maps[--nmaps].s;
+		if (--s->nmaps == 0 && s->refs == 0 && s->keep_fd >= 0) {
+			if (s->owner == self) {
+				commit_orphan(s);
+			} else {
+				real_close(s->keep_fd);
+				free(s);
+			}
+		}
+	}
+	pthread_mutex_unlock(&shim.lock);
 }

@@ -18,6 +18,13 @@ static void forget_stale(int fd)
 		session_discard_fd(fd);
 }
 
+/* Drops a descriptor of a session the shim just handed out elsewhere. */
+static void close_quietly(int fd)
+{
+	session_release_fd(fd);
+	real_close(fd);
+}
+
 static int open_common(int dirfd, const char *path, int flags, mode_t mode)
 {
 	if (!real_openat)
@@ -231,4 +238,61 @@ SHIM_EXPORT int fclose(FILE *f)
 	}
 	errno = saved;
 	return 0;
+}
+
+/* freopen onto a captured path: the stream keeps its FILE (stdout stays
+ * stdout) and gets the captured file under its descriptor number. */
+static FILE *freopen_common(const char *path, const char *mode, FILE *f,
+			    FILE *(*real)(const char *, const char *, FILE *))
+{
+	if (!real)
+		shim_real_init();
+	real = real ? real : real_freopen;
+	if (shim_busy || !path || !mode || !f)
+		return real(path, mode, f);
+	shim_busy++;
+	int saved = errno;
+	char abs[PATH_MAX];
+	int flags = fopen_flags(mode);
+	int target = fileno(f);
+	const struct stg_path_rule *rule =
+		flags < 0 || target < 0 ? NULL : shim_resolve(AT_FDCWD, path, abs, sizeof(abs));
+	int fd = rule ? session_open(abs, rule, flags, 0666, false) : SESSION_PASS;
+	FILE *ret = f;
+	if (fd == SESSION_PASS) {
+		shim_busy--;
+		return real(path, mode, f);
+	}
+	if (fd < 0) {
+		errno = -fd;
+		ret = NULL;
+	} else {
+		fflush(f);
+		/* dup2 over the old descriptor closes it, which may commit a
+		 * captured file it was: go through the hook for that. */
+		shim_busy--;
+		int d = dup2(fd, target);
+		shim_busy++;
+		int e = errno;
+		close_quietly(fd);
+		if (d < 0) {
+			errno = e;
+			ret = NULL;
+		} else {
+			clearerr(f);
+			errno = saved;
+		}
+	}
+	shim_busy--;
+	return ret;
+}
+
+SHIM_EXPORT FILE *freopen(const char *path, const char *mode, FILE *f)
+{
+	return freopen_common(path, mode, f, real_freopen);
+}
+
+SHIM_EXPORT FILE *freopen64(const char *path, const char *mode, FILE *f)
+{
+	return freopen_common(path, mode, f, real_freopen64);
 }

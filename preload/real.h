@@ -4,7 +4,9 @@
 
 #include <dirent.h>
 #include <spawn.h>
+#include <sys/time.h>
 #include <sys/uio.h>
+#include <utime.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/types.h>

@@ -176,11 +176,47 @@ static int check_parent(const char *path)
 	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
-int session_open(const char *path, const struct stg_path_rule *rule, int flags, mode_t mode,
-		 bool allow_fast)
+/* A second open of a file this process is writing shares its shadow. */
+static int share_open(struct session *s, int flags)
+{
+	int acc = flags & O_ACCMODE;
+	if ((flags & O_CREAT) && (flags & O_EXCL))
+		return -EEXIST;
+	if (flags & O_DIRECTORY)
+		return -ENOTDIR;
+	int other = session_any_fd(s);
+	if (other < 0)
+		return -ENOENT;
+	if (s->fast)
+		fast_materialize(s, other);
+	char link[64];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", other);
+	int fd = real_open(link, (flags & KEEP_FLAGS) | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (!(flags & O_CLOEXEC))
+		real_fcntl(fd, F_SETFD, 0);
+	int r = 0;
+	if ((flags & O_TRUNC) && acc != O_RDONLY && real_ftruncate(fd, 0) < 0)
+		r = -errno;
+	if (r == 0)
+		r = fdtable_set(fd, s);
+	if (r < 0) {
+		real_close(fd);
+		return r;
+	}
+	s->refs++;
+	return fd;
+}
+
+static int open_locked(const char *path, const struct stg_path_rule *rule, int flags, mode_t mode,
+		       bool allow_fast)
 {
 	int acc = flags & O_ACCMODE;
 	bool writing = acc != O_RDONLY || (flags & O_TRUNC);
+	struct session *s = session_find_path(path);
+	if (s)
+		return share_open(s, flags);
 	struct stg_file_state state;
 	int r = stg_catalog_state(shim.cache, path, &state);
 	if (r < 0)
@@ -209,39 +245,6 @@ int session_open(const char *path, const struct stg_path_rule *rule, int flags, 
 	if (!visible && real_exists && !writing)
 		return SESSION_PASS; /* a plain file the shim never captured */
 
-	pthread_mutex_lock(&shim.lock);
-	/* A second open of a file this process is writing shares its shadow. */
-	struct session *s = writing || visible ? session_find_path(path) : NULL;
-	if (s) {
-		int other = session_any_fd(s);
-		if (other >= 0 && s->fast)
-			fast_materialize(s, other);
-		char link[64];
-		snprintf(link, sizeof(link), "/proc/self/fd/%d", other);
-		int fd = other >= 0 ? real_open(link, (flags & KEEP_FLAGS) | O_CLOEXEC) : -ENOENT;
-		if (fd < 0) {
-			r = other >= 0 ? -errno : fd;
-			goto out_unlock;
-		}
-		if (!(flags & O_CLOEXEC))
-			real_fcntl(fd, F_SETFD, 0);
-		if ((flags & O_TRUNC) && acc != O_RDONLY) {
-			if (ftruncate(fd, 0) < 0) {
-				r = -errno;
-				real_close(fd);
-				goto out_unlock;
-			}
-		}
-		if ((r = fdtable_set(fd, s)) < 0) {
-			real_close(fd);
-			goto out_unlock;
-		}
-		s->refs++;
-		pthread_mutex_unlock(&shim.lock);
-		return fd;
-	}
-	pthread_mutex_unlock(&shim.lock);
-
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
@@ -251,6 +254,7 @@ int session_open(const char *path, const struct stg_path_rule *rule, int flags, 
 	s->readonly = !writing;
 	s->keep_fd = -1;
 	s->refs = 1;
+	pthread_mutex_init(&s->fast_lock, NULL);
 	int fd = create_shadow(path);
 	if (fd < 0) {
 		r = fd;
@@ -293,9 +297,7 @@ int session_open(const char *path, const struct stg_path_rule *rule, int flags, 
 	 * writes bypass the hooks) can take the fast path. */
 	if (changed && allow_fast && acc != O_RDONLY && fast_enabled() && fast_start(s) < 0)
 		stg_debug("no fast path for '%s'", path);
-	pthread_mutex_lock(&shim.lock);
 	r = fdtable_set(fd, s);
-	pthread_mutex_unlock(&shim.lock);
 	if (r < 0) {
 		fast_discard(s);
 		goto out_close;
@@ -306,8 +308,30 @@ out_close:
 out_free:
 	free(s);
 	return r;
-out_unlock:
+}
+
+int session_open(const char *path, const struct stg_path_rule *rule, int flags, mode_t mode,
+		 bool allow_fast)
+{
+	/* One open at a time: two threads opening the same new file must end up
+	 * sharing one shadow, not racing to make two. */
+	pthread_mutex_lock(&shim.lock);
+	int r = open_locked(path, rule, flags, mode, allow_fast);
 	pthread_mutex_unlock(&shim.lock);
+	return r;
+}
+
+/* chmod or utime since the last commit, nothing written: the newest version
+ * takes them. -ENOENT when there is no version yet. */
+static int amend_meta(struct session *s)
+{
+	uint32_t mode = s->mode;
+	int r = stg_catalog_amend(shim.cache, s->path, &mode, s->mtime_set ? &s->mtime_ns : NULL,
+				  s->rule->durability != STG_DURABILITY_ASYNC);
+	if (r == 0) {
+		s->meta_dirty = false;
+		s->mtime_set = false;
+	}
 	return r;
 }
 
@@ -319,15 +343,21 @@ static int commit_through(struct session *s, int fd)
 	/* The shadow's mtime is shared by every process holding it: whoever
 	 * commits first parks it, so a file is committed once, not once per
 	 * process that had it open (a shell and the command it redirected). */
-	if (is_sentinel(&st))
-		return 0;
+	if (is_sentinel(&st)) {
+		if (!s->meta_dirty)
+			return 0;
+		int r = amend_meta(s);
+		if (r != -ENOENT)
+			return r;
+	}
 	/* Park the mtime before reading: a write racing with this commit moves it
 	 * again, so the next close stages it. */
 	park_mtime(fd);
 	char link[64];
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 	int rfd = real_open(link, O_RDONLY | O_CLOEXEC);
-	int64_t mtime = is_sentinel(&st) ? s->base_mtime_ns : ts_ns(&st.st_mtim);
+	int64_t mtime = s->mtime_set ? s->mtime_ns
+		      : is_sentinel(&st) ? s->base_mtime_ns : ts_ns(&st.st_mtim);
 	int64_t v = stg_commit_fd(shim.cache, s->path, s->rule, rfd >= 0 ? rfd : fd,
 				  (uint64_t)st.st_size, s->mode, mtime);
 	if (rfd >= 0)
@@ -340,6 +370,8 @@ static int commit_through(struct session *s, int fd)
 		return v == -ENOSPC || v == -EDQUOT || v == -EFBIG ? (int)v : -EIO;
 	}
 	s->base_mtime_ns = mtime;
+	s->meta_dirty = false;
+	s->mtime_set = false;
 	shim_log(STG_LOG_DEBUG, "staged '%s' version %lld (%lld bytes)", s->path, (long long)v,
 		 (long long)st.st_size);
 	return 0;
@@ -353,8 +385,30 @@ int session_commit(struct session *s, int fd, bool last)
 		shim_log(STG_LOG_ERROR, "'%s' is not staged: its content was lost track of", s->path);
 		return -EIO;
 	}
-	if (s->fast)
-		return fast_commit(s, last);
+	if (s->fast) {
+		/* In the fast path the shadow stays empty. If it is not, something
+		 * wrote around the hooks (POSIX AIO's threads, io_uring, raw system
+		 * calls): with nothing staged, the shadow simply is the content;
+		 * with both, they cannot be merged, and nothing wrong is published. */
+		/* The size tells: any write grows an empty file (st_blocks would
+		 * not, an xattr block counts there). */
+		struct stat st;
+		if (real_fstat(fd, &st) == 0 && st.st_size > 0) {
+			uint64_t size = 0;
+			if (!fast_size(s, &size) || size == 0) {
+				fast_discard(s);
+				return commit_through(s, fd);
+			}
+			s->broken = true;
+			shim_log(STG_LOG_ERROR, "'%s' was written both through write() and around it "
+				 "(asynchronous or raw I/O): it is not staged", s->path);
+			return -EIO;
+		}
+		int r = fast_commit(s, last);
+		if (r == 0 && s->meta_dirty)
+			r = amend_meta(s);
+		return r;
+	}
 	return commit_through(s, fd);
 }
 
@@ -401,7 +455,7 @@ int session_release_fd(int fd)
 	return r;
 }
 
-void session_fix_stat(const struct session *s, struct stat *st)
+void session_fix_stat(struct session *s, struct stat *st)
 {
 	/* One identity for a captured file, through a descriptor or by name, in
 	 * every process: cp and tar compare them. */
@@ -411,9 +465,10 @@ void session_fix_stat(const struct session *s, struct stat *st)
 	st->st_ino = (ino_t)stg_catalog_ino(s->path);
 	st->st_mode = S_IFREG | s->mode;
 	st->st_nlink = 1;
-	if (s->fast) {
-		st->st_size = (off_t)fast_size(s);
-		st->st_blocks = (blkcnt_t)((fast_size(s) + 511) / 512);
+	uint64_t size;
+	if (fast_size(s, &size)) {
+		st->st_size = (off_t)size;
+		st->st_blocks = (blkcnt_t)((size + 511) / 512);
 		return; /* the shadow's mtime is not the file's here: now is */
 	}
 	if (is_sentinel(st)) {
@@ -439,6 +494,8 @@ void session_renamed(const char *oldpath, const char *newpath)
 			const struct stg_path_rule *rule = shim_match(np);
 			if (rule)
 				s->rule = rule;
+			if (s->fast)
+				fast_renamed(s);
 		}
 	}
 	pthread_mutex_unlock(&shim.lock);
@@ -492,6 +549,7 @@ static void adopt_fd(int fd)
 	s->owner = getpid();
 	s->adopted = true;
 	s->keep_fd = -1;
+	pthread_mutex_init(&s->fast_lock, NULL);
 	s->refs = 1;
 	s->dev = st.st_dev;
 	s->ino = st.st_ino;
@@ -536,7 +594,7 @@ void session_exit(void)
 	pid_t self = getpid();
 	pthread_mutex_lock(&shim.lock);
 	FDTABLE_EACH(fd, s)
-		any_adopted |= s->adopted && s->owner == self;
+		any_adopted |= (s->adopted || fd <= STDERR_FILENO) && s->owner == self;
 	pthread_mutex_unlock(&shim.lock);
 	/* stdio flushes after the destructors run; an inherited stdout needs its
 	 * buffered bytes in the shadow before the commit. */
@@ -546,8 +604,11 @@ void session_exit(void)
 	FDTABLE_EACH(fd, s) {
 		if (s->owner != self || s->readonly || s->unlinked || s->refs <= 0)
 			continue;
-		if (s->adopted) {
-			commit_through(s, fd);
+		/* Exit closes a redirection's descriptors: inherited ones and the
+		 * standard streams commit like a close. A file the program opened
+		 * and never closed does not: it may be half-written. */
+		if (s->adopted || fd <= STDERR_FILENO) {
+			session_commit(s, fd, true);
 		} else {
 			shim_log(STG_LOG_WARN,
 				 "'%s' was never closed: what was written since its last close "
@@ -557,4 +618,5 @@ void session_exit(void)
 		s->refs = 0; /* once per session, whatever other fds share it */
 	}
 	pthread_mutex_unlock(&shim.lock);
+	mapping_exit();
 }

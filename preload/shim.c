@@ -14,7 +14,8 @@
 #include "log.h"
 #include "real.h"
 
-struct shim shim = {.lock = PTHREAD_MUTEX_INITIALIZER};
+/* Recursive: a handler holding it may reach another path that takes it. */
+struct shim shim = {.lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP};
 __thread int shim_busy __attribute__((tls_model("initial-exec")));
 
 static int log_fd = STDERR_FILENO;

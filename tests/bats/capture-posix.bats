@@ -56,7 +56,7 @@ setup() {
 @test "O_TRUNC without O_CREAT on a missing captured file fails with ENOENT" {
 	run "$WRITER" trunc "$REF/x"
 	[ "$status" -eq 1 ]
-	run shim "$WRITER" trunc "$CKPT/x"
+	run tshim "$WRITER" trunc "$CKPT/x"
 	[ "$status" -eq 1 ]
 	[[ "$output" == *"No such file or directory"* ]]
 	[ ! -e "$CKPT/x" ]
@@ -188,7 +188,7 @@ os.close(fd)
 }
 
 @test "O_CREAT in a directory that does not exist fails with ENOENT" {
-	run shim "$WRITER" seq "$CKPT/nodir/x"
+	run tshim "$WRITER" seq "$CKPT/nodir/x"
 	[ "$status" -eq 1 ]
 	[[ "$output" == *"No such file or directory"* ]]
 	[ ! -e "$CKPT/nodir" ]
@@ -263,7 +263,7 @@ os.close(fd)
 	run "$WRITER" uring "$REF/x"
 	[ "$status" -ne 4 ] || skip "io_uring not available: $output"
 	[ "$status" -eq 0 ]
-	run shim "$WRITER" uring "$CKPT/x"
+	run tshim "$WRITER" uring "$CKPT/x"
 	[ "$status" -eq 0 ] || { complain "captured run exited $status: $output"; return 1; }
 	check_file x 1
 }
@@ -275,7 +275,7 @@ os.close(fd)
 twice_map() {
 	refused=
 	"$1" "$2" "$REF/$3"
-	run shim "$1" "$2" "$CKPT/$3"
+	run tshim "$1" "$2" "$CKPT/$3"
 	if [ "$status" -eq 3 ]; then
 		[[ "$output" == *"mmap refused: "* ]]
 		refused=1
@@ -318,7 +318,7 @@ twice_map() {
 
 @test "mmap MAP_SHARED: fd closed, written, process exits without munmap: staged or warned" {
 	"$WRITER" mmap-exit "$REF/x"
-	run shim "$WRITER" mmap-exit "$CKPT/x"
+	run tshim "$WRITER" mmap-exit "$CKPT/x"
 	if [ "$status" -eq 3 ]; then
 		[[ "$output" == *"mmap refused: "* ]]
 		return 0

@@ -19,7 +19,7 @@ setup() {
 			mode=seq
 			[ "$i" -eq 4 ] && mode=pwrite
 			if [ "$d" = "$CKPT" ]; then
-				shim "$WRITER" "$mode" "$d/f$i" - "$seed" &
+				tshim "$WRITER" "$mode" "$d/f$i" - "$seed" &
 			else
 				"$WRITER" "$mode" "$d/f$i" - "$seed" &
 			fi
@@ -39,7 +39,7 @@ setup() {
 			(
 				for m in "${modes[@]}"; do
 					if [ "$d" = "$CKPT" ]; then
-						shim "$WRITER" "$m" "$d/p$i-$m" - "$i"
+						tshim "$WRITER" "$m" "$d/p$i-$m" - "$i"
 					else
 						"$WRITER" "$m" "$d/p$i-$m" - "$i"
 					fi
@@ -97,14 +97,14 @@ setup() {
 
 @test "close, then more writes and _exit without close: version 1 intact, no version 2" {
 	"$WRITER" noclose "$REF/x" v1
-	run shim "$WRITER" noclose "$CKPT/x"
+	run tshim "$WRITER" noclose "$CKPT/x"
 	[ "$status" -eq 0 ]
 	check_file x 1
 }
 
 @test "close, then more writes and exit() without close: version 1 intact, a warning" {
 	"$WRITER" noclose-exit "$REF/x" v1
-	run shim "$WRITER" noclose-exit "$CKPT/x"
+	run tshim "$WRITER" noclose-exit "$CKPT/x"
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"$CKPT/x"*"never closed"* ]] || {
 		complain "no warning about the unclosed file: '$output'"

@@ -901,13 +901,15 @@ static void do_posix_spawn(void)
 
 static int shared_fd;
 static int per_thread_open;
-static pthread_barrier_t all_open;
+static pthread_barrier_t all_open, start;
 
 static void *thread_main(void *p)
 {
 	int id = (int)(intptr_t)p;
 	uint64_t s = 1000 + (uint64_t)id;
 	int fd = shared_fd;
+	/* All threads start (open, or write) at the same moment. */
+	pthread_barrier_wait(&start);
 	if (per_thread_open) {
 		fd = open(path, O_WRONLY | O_CREAT, 0644);
 		if (fd < 0)
@@ -933,6 +935,7 @@ static void *thread_main(void *p)
 static void run_threads(void)
 {
 	pthread_t t[NTHREADS];
+	pthread_barrier_init(&start, NULL, NTHREADS);
 	for (int i = 0; i < NTHREADS; i++)
 		if (pthread_create(&t[i], NULL, thread_main, (void *)(intptr_t)i) != 0)
 			die("pthread_create");

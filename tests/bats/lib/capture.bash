@@ -8,6 +8,23 @@
 WRITER="$PROGS/writer"
 WRITER64="$PROGS/writer64"
 
+# A program under test that hangs (a deadlock in the shim) fails its test
+# after this many seconds instead of stalling the suite.
+CAPTURE_TIMEOUT=20
+
+# tshim CMD ARGS...: shim, with the time limit; exit status 124 on timeout.
+tshim() {
+	shim timeout -k 5 "$CAPTURE_TIMEOUT" "$@"
+}
+
+# Explains an exit status of a run under the time limit.
+why() {
+	case "$1" in
+	124 | 137) echo "timed out after ${CAPTURE_TIMEOUT}s (hung)" ;;
+	*) echo "exited $1" ;;
+	esac
+}
+
 # Prints a failure reason on stderr (bats shows it with the failing test).
 fail() {
 	echo "FAIL: $*" >&2
@@ -32,8 +49,8 @@ twice() {
 	rc=0
 	"${ref[@]}" || rc=$?
 	[ "$rc" -eq 0 ] || { complain "reference run exited $rc: ${ref[*]}"; return 1; }
-	shim "${ckpt[@]}" || rc=$?
-	[ "$rc" -eq 0 ] || { complain "captured run exited $rc: ${ckpt[*]}"; return 1; }
+	tshim "${ckpt[@]}" || rc=$?
+	[ "$rc" -eq 0 ] || { complain "captured run $(why "$rc"): ${ckpt[*]}"; return 1; }
 }
 
 # twice_sh SCRIPT ARGS...: twice, for a bash script; in the script $D is $REF
@@ -43,8 +60,8 @@ twice_sh() {
 	shift
 	D="$REF" bash -c "$script" bash "$@" || rc=$?
 	[ "$rc" -eq 0 ] || { complain "reference script exited $rc: $script"; return 1; }
-	D="$CKPT" shim bash -c "$script" bash "$@" || rc=$?
-	[ "$rc" -eq 0 ] || { complain "captured script exited $rc: $script"; return 1; }
+	D="$CKPT" tshim bash -c "$script" bash "$@" || rc=$?
+	[ "$rc" -eq 0 ] || { complain "captured script $(why "$rc"): $script"; return 1; }
 }
 
 # check_file REL [VERSIONS]: $CKPT/REL against $REF/REL.

@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: MIT */
+/* chmod and utime, by name and by descriptor: a captured file's mode and
+ * modification time live in its manifest. On an open file they apply to the
+ * version its close() commits; on a closed one, to its newest version (cp -p,
+ * rsync, tar and shutil.copy2 set them after writing). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <utime.h>
+
+#include "catalog.h"
+#include "internal.h"
+#include "real.h"
+#include "util.h"
+
+#define ENSURE(fn)                        \
+	do {                              \
+		if (!real_##fn)           \
+			shim_real_init(); \
+	} while (0)
+
+/* glibc declares these path arguments nonnull, but Linux accepts NULL for
+ * utimensat (meaning dirfd itself): test it where the compiler cannot assume. */
+__attribute__((noinline)) static bool absent(const char *path)
+{
+	__asm__ volatile("" : "+r"(path));
+	return path == NULL;
+}
+
+/* What to change: a mode, an mtime, or both. */
+struct change {
+	bool has_mode, has_mtime;
+	mode_t mode;
+	int64_t mtime_ns;
+};
+
+/* The modification time a times[2] argument asks for: [1] is the mtime. */
+static void from_timespec(const struct timespec *t, struct change *c)
+{
+	if (!t) {
+		c->has_mtime = true;
+		c->mtime_ns = stg_now_ns();
+	} else if (t[1].tv_nsec == UTIME_NOW) {
+		c->has_mtime = true;
+		c->mtime_ns = stg_now_ns();
+	} else if (t[1].tv_nsec != UTIME_OMIT) {
+		c->has_mtime = true;
+		c->mtime_ns = (int64_t)t[1].tv_sec * 1000000000 + t[1].tv_nsec;
+	}
+}
+
+static void from_timeval(const struct timeval *t, struct change *c)
+{
+	c->has_mtime = true;
+	c->mtime_ns = t ? (int64_t)t[1].tv_sec * 1000000000 + (int64_t)t[1].tv_usec * 1000
+			: stg_now_ns();
+}
+
+static void apply_to_session(struct session *s, const struct change *c)
+{
+	if (c->has_mode)
+		s->mode = c->mode & 07777;
+	if (c->has_mtime) {
+		s->mtime_set = true;
+		s->mtime_ns = c->mtime_ns;
+	}
+	s->meta_dirty = true;
+}
+
+static int amend(const char *path, const struct stg_path_rule *rule, const struct change *c)
+{
+	uint32_t mode = c->mode & 07777;
+	int r = stg_catalog_amend(shim.cache, path, c->has_mode ? &mode : NULL,
+				  c->has_mtime ? &c->mtime_ns : NULL,
+				  rule->durability != STG_DURABILITY_ASYNC);
+	return r == -EBADMSG ? -EIO : r;
+}
+
+/* 1: not a captured file (the real call goes), else 0 or -errno. */
+static int change_path(int dirfd, const char *path, const struct change *c)
+{
+	char abs[PATH_MAX];
+	const struct stg_path_rule *rule = shim_resolve(dirfd, path, abs, sizeof(abs));
+	if (!rule)
+		return 1;
+	pthread_mutex_lock(&shim.lock);
+	struct session *s = session_find_path(abs);
+	if (s)
+		apply_to_session(s, c);
+	pthread_mutex_unlock(&shim.lock);
+	if (s)
+		return 0;
+	struct stat st;
+	int r = view_stat(abs, &st);
+	if (r <= 0)
+		return r == 0 ? 1 : r; /* the catalog does not know it: a real file */
+	return amend(abs, rule, c);
+}
+
+static int change_fd(int fd, const struct change *c)
+{
+	struct session *s = fdtable_get(fd);
+	if (!s)
+		return 1;
+	if (!s->readonly) {
+		apply_to_session(s, c);
+		return 0;
+	}
+	/* Read-only: nothing will be committed through it, so change the
+	 * version it shows. */
+	if (c->has_mode)
+		s->mode = c->mode & 07777;
+	return amend(s->path, s->rule, c);
+}
+
+/* Runs a change by name or descriptor; returns what the hook returns, or 1
+ * for "make the real call". */
+static int run(int dirfd, const char *path, int fd, const struct change *c)
+{
+	if (shim_busy || !shim_active())
+		return 1;
+	shim_busy++;
+	int saved = errno;
+	int r = path ? change_path(dirfd, path, c) : change_fd(fd, c);
+	shim_busy--;
+	if (r == 1)
+		return 1;
+	if (r < 0) {
+		errno = -r;
+		return -1;
+	}
+	errno = saved;
+	return 0;
+}
+
+SHIM_EXPORT int chmod(const char *path, mode_t mode)
+{
+	ENSURE(chmod);
+	struct change c = {.has_mode = true, .mode = mode};
+	int r = run(AT_FDCWD, path, -1, &c);
+	return r == 1 ? real_chmod(path, mode) : r;
+}
+
+SHIM_EXPORT int fchmodat(int dirfd, const char *path, mode_t mode, int flags)
+{
+	ENSURE(fchmodat);
+	struct change c = {.has_mode = true, .mode = mode};
+	int r = !absent(path) && path[0] ? run(dirfd, path, -1, &c) : 1;
+	return r == 1 ? real_fchmodat(dirfd, path, mode, flags) : r;
+}
+
+SHIM_EXPORT int fchmod(int fd, mode_t mode)
+{
+	ENSURE(fchmod);
+	struct change c = {.has_mode = true, .mode = mode};
+	int r = fdtable_get(fd) ? run(-1, NULL, fd, &c) : 1;
+	return r == 1 ? real_fchmod(fd, mode) : r;
+}
+
+SHIM_EXPORT int futimens(int fd, const struct timespec t[2])
+{
+	ENSURE(futimens);
+	struct change c = {0};
+	from_timespec(t, &c);
+	int r = fdtable_get(fd) ? run(-1, NULL, fd, &c) : 1;
+	return r == 1 ? real_futimens(fd, t) : r;
+}
+
+SHIM_EXPORT int utimensat(int dirfd, const char *path, const struct timespec t[2], int flags)
+{
+	ENSURE(utimensat);
+	struct change c = {0};
+	from_timespec(t, &c);
+	int r;
+	if (absent(path)) /* utimensat(fd, NULL, ...): the descriptor itself */
+		r = fdtable_get(dirfd) ? run(-1, NULL, dirfd, &c) : 1;
+	else if (!path[0] && (flags & AT_EMPTY_PATH))
+		r = fdtable_get(dirfd) ? run(-1, NULL, dirfd, &c) : 1;
+	else
+		r = run(dirfd, path, -1, &c);
+	return r == 1 ? real_utimensat(dirfd, path, t, flags) : r;
+}
+
+SHIM_EXPORT int utime(const char *path, const struct utimbuf *t)
+{
+	ENSURE(utime);
+	struct change c = {.has_mtime = true};
+	c.mtime_ns = t ? (int64_t)t->modtime * 1000000000 : stg_now_ns();
+	int r = run(AT_FDCWD, path, -1, &c);
+	return r == 1 ? real_utime(path, t) : r;
+}
+
+SHIM_EXPORT int utimes(const char *path, const struct timeval t[2])
+{
+	ENSURE(utimes);
+	struct change c = {0};
+	from_timeval(t, &c);
+	int r = run(AT_FDCWD, path, -1, &c);
+	return r == 1 ? real_utimes(path, t) : r;
+}
+
+SHIM_EXPORT int lutimes(const char *path, const struct timeval t[2])
+{
+	ENSURE(lutimes);
+	struct change c = {0};
+	from_timeval(t, &c);
+	int r = run(AT_FDCWD, path, -1, &c);
+	return r == 1 ? real_lutimes(path, t) : r;
+}
+
+SHIM_EXPORT int futimes(int fd, const struct timeval t[2])
+{
+	ENSURE(futimes);
+	struct change c = {0};
+	from_timeval(t, &c);
+	int r = fdtable_get(fd) ? run(-1, NULL, fd, &c) : 1;
+	return r == 1 ? real_futimes(fd, t) : r;
+}
