@@ -152,6 +152,32 @@ static bool has(const uint64_t *v, size_t n, uint64_t x)
 	return bsearch(&x, v, n, sizeof(*v), cmp_u64) != NULL;
 }
 
+/* tmp/<dev>-<ino>.hold: the lock files of open shadows (see the shim). One
+ * nobody holds is left over from a process that died: remove it. */
+static void sweep_holds(struct stg_cache *c)
+{
+	int fd = openat(c->tmp_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t n = strlen(de->d_name);
+		if (n < 6 || strcmp(de->d_name + n - 5, ".hold") != 0)
+			continue;
+		int h = openat(c->tmp_fd, de->d_name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+		if (h < 0)
+			continue;
+		if (flock(h, LOCK_EX | LOCK_NB) == 0)
+			unlinkat(c->tmp_fd, de->d_name, 0);
+		close(h);
+	}
+	closedir(d);
+}
+
 int stg_gc_collect(struct stg_cache *c, int wait, struct stg_gc_result *ret)
 {
 	struct stg_gc_result res = {0};
@@ -214,6 +240,7 @@ int stg_gc_collect(struct stg_cache *c, int wait, struct stg_gc_result *ret)
 	}
 	closedir(d);
 	r = stg_index_rewrite(c, entries, ne);
+	sweep_holds(c);
 	/* Nobody stores while we hold the lock: this count is exact. */
 	if (r == 0)
 		r = stg_cache_set_usage(c, res.bytes_kept);

@@ -30,6 +30,10 @@ static int finish(int r, int saved)
 SHIM_EXPORT int close(int fd)
 {
 	ENSURE(close);
+	if (!shim_busy && shim_fd_reserved(fd)) {
+		errno = EBADF; /* not the application's: as if it were not open */
+		return -1;
+	}
 	if (shim_busy || !fdtable_get(fd))
 		return real_close(fd);
 	shim_busy++;
@@ -64,7 +68,22 @@ SHIM_EXPORT int close_range(unsigned first, unsigned last, int flags)
 		fd = fdtable_next(fd + 1, &s);
 		pthread_mutex_unlock(&shim.lock);
 	}
-	int cr = real_close_range(first, last, flags) < 0 ? -errno : 0;
+	/* Close around the shim's own descriptors. */
+	int keep[256];
+	size_t nkeep = shim_reserved_in(first, last, keep, 256);
+	int cr = 0;
+	unsigned from = first;
+	for (size_t i = 0; i <= nkeep && cr == 0; i++) {
+		unsigned to = i < nkeep ? (unsigned)keep[i] - 1 : last;
+		if (i < nkeep && (unsigned)keep[i] == from) {
+			from = (unsigned)keep[i] + 1;
+			continue;
+		}
+		if (from <= to && real_close_range(from, to, flags) < 0)
+			cr = -errno;
+		if (i < nkeep)
+			from = (unsigned)keep[i] + 1;
+	}
 	shim_busy--;
 	return finish(cr < 0 ? cr : r, saved);
 }
@@ -95,8 +114,11 @@ SHIM_EXPORT int dup(int fd)
 
 static int dup_onto(int fd, int newfd, int flags, bool three)
 {
-	if (!shim_busy && fd != newfd)
+	if (!shim_busy && fd != newfd) {
 		shim_leave_fast(fd);
+		if (shim_fd_reserved(newfd))
+			shim_fd_evict(newfd);
+	}
 	if (shim_busy || fd == newfd || (!fdtable_get(fd) && !fdtable_get(newfd)))
 		return three ? real_dup3(fd, newfd, flags) : real_dup2(fd, newfd);
 	shim_busy++;

@@ -40,6 +40,25 @@ struct stg_cache *shim_cache(void);
 
 void shim_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The shim's own long-lived descriptors live at or above this number, out of
+ * the way of the application's, and are protected from its close() calls. */
+#define SHIM_HIGH_FD 800
+
+/* Registers fd as the shim's own: *where holds it, and is updated if the
+ * application dup2()s over the number. */
+void shim_reserve_fd(int fd, int *where);
+void shim_release_fd(int fd);
+/* Is fd one of the shim's own? */
+bool shim_fd_reserved(int fd);
+/* Moves the shim's own descriptor away from fd (dup2 is about to reuse it). */
+void shim_fd_evict(int fd);
+/* The reserved descriptors within [first, last], sorted; returns the count. */
+size_t shim_reserved_in(unsigned first, unsigned last, int *out, size_t max);
+/* In a fork child: the registry's lock starts afresh. */
+void shim_fdguard_after_fork(void);
+/* Moves *fd up among the shim's own numbers and reserves it. */
+int shim_move_high(int *fd);
+
 /* Turns a -errno result into libc's -1/errno. */
 static inline int shim_ret(int r)
 {
@@ -75,6 +94,8 @@ struct session {
 	int refs;             /* descriptors of this process referring to it */
 	int nmaps;            /* writable shared mappings still mapped */
 	int keep_fd;          /* our own descriptor while mappings outlive the fds */
+	int holder_fd;        /* our flock'ed descriptor: see take_holder() */
+	bool forked;          /* scratch flag of session_after_fork() */
 	pid_t owner;          /* only the owner commits */
 	bool readonly;        /* opened for reading: never commits */
 	bool adopted;         /* inherited through exec: commits at exit too */
@@ -120,6 +141,12 @@ int session_unmapped(void *addr, size_t len, bool sync_only);
 
 /* A stat of an open session's shadow, made to look like the captured file. */
 void session_fix_stat(struct session *s, struct stat *st);
+
+/* Releases a session of this process (its descriptors are gone). */
+void session_free(struct session *s);
+
+/* In a fork child: takes the child's own hold on every open captured file. */
+void session_after_fork(void);
 
 /* Scans inherited descriptors for shadows (exec keeps them, not our tables). */
 void session_adopt_inherited(void);

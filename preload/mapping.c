@@ -43,7 +43,7 @@ static int commit_orphan(struct session *s)
 	/* Neither descriptors nor mappings remain: this was the last reference. */
 	int r = session_commit(s, s->keep_fd, true);
 	real_close(s->keep_fd);
-	free(s);
+	session_free(s);
 	return r;
 }
 
@@ -80,18 +80,11 @@ int session_unmapped(void *addr, size_t len, bool sync_only)
 
 void mapping_exit(void)
 {
-	pid_t self = getpid();
 	pthread_mutex_lock(&shim.lock);
 	while (nmaps > 0) {
 		struct session *s = maps[--nmaps].s;
-		if (--s->nmaps == 0 && s->refs == 0 && s->keep_fd >= 0) {
-			if (s->owner == self) {
-				commit_orphan(s);
-			} else {
-				real_close(s->keep_fd);
-				free(s);
-			}
-		}
+		if (--s->nmaps == 0 && s->refs == 0 && s->keep_fd >= 0)
+			commit_orphan(s);
 	}
 	pthread_mutex_unlock(&shim.lock);
 }

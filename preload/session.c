@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -176,6 +177,77 @@ static int check_parent(const char *path)
 	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
+/* Every process holding a captured file open holds a shared flock on a lock
+ * file of its shadow (tmp/<dev>-<inode>.hold; not on the shadow itself, whose
+ * locks are the application's). Whoever is last to let go commits: a shell
+ * and the commands it redirected into one file make one version. */
+static void holder_name(const struct session *s, char out[64])
+{
+	snprintf(out, 64, "%llx-%llx.hold", (unsigned long long)s->dev,
+		 (unsigned long long)s->ino);
+}
+
+static void take_holder(struct session *s, int fd)
+{
+	(void)fd;
+	if (s->readonly)
+		return;
+	char name[64];
+	holder_name(s, name);
+	int h = real_openat(shim.cache->tmp_fd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (h < 0)
+		return; /* then every holder commits: more versions, nothing lost */
+	if (flock(h, LOCK_SH) < 0) {
+		real_close(h);
+		return;
+	}
+	s->holder_fd = h;
+	shim_move_high(&s->holder_fd);
+}
+
+/* Are we the last process holding it? Drops our own hold either way; the
+ * last one removes the lock file. */
+static bool last_holder(struct session *s)
+{
+	if (s->holder_fd < 0)
+		return true;
+	if (flock(s->holder_fd, LOCK_EX | LOCK_NB) < 0)
+		return false;
+	char name[64];
+	holder_name(s, name);
+	unlinkat(shim.cache->tmp_fd, name, 0);
+	return true;
+}
+
+void session_free(struct session *s)
+{
+	fast_discard(s);
+	if (s->holder_fd >= 0) {
+		shim_release_fd(s->holder_fd);
+		real_close(s->holder_fd);
+	}
+	free(s);
+}
+
+void session_after_fork(void)
+{
+	/* The child shares the parent's holder descriptors: it needs its own. */
+	int fd;
+	struct session *s;
+	FDTABLE_EACH(fd, s) {
+		if (s->holder_fd < 0 || s->forked)
+			continue;
+		int old = s->holder_fd;
+		s->holder_fd = -1;
+		shim_release_fd(old);
+		take_holder(s, fd);
+		real_close(old);
+		s->forked = true;
+	}
+	FDTABLE_EACH(fd, s)
+		s->forked = false;
+}
+
 /* A second open of a file this process is writing shares its shadow. */
 static int share_open(struct session *s, int flags)
 {
@@ -253,6 +325,7 @@ static int open_locked(const char *path, const struct stg_path_rule *rule, int f
 	s->owner = getpid();
 	s->readonly = !writing;
 	s->keep_fd = -1;
+	s->holder_fd = -1;
 	s->refs = 1;
 	pthread_mutex_init(&s->fast_lock, NULL);
 	int fd = create_shadow(path);
@@ -293,20 +366,19 @@ static int open_locked(const char *path, const struct stg_path_rule *rule, int f
 	r = reopen_for_app(fd, flags);
 	if (r < 0)
 		goto out_close;
+	take_holder(s, fd);
 	/* A new or truncated file written by write() calls (not stdio: its
 	 * writes bypass the hooks) can take the fast path. */
 	if (changed && allow_fast && acc != O_RDONLY && fast_enabled() && fast_start(s) < 0)
 		stg_debug("no fast path for '%s'", path);
 	r = fdtable_set(fd, s);
-	if (r < 0) {
-		fast_discard(s);
+	if (r < 0)
 		goto out_close;
-	}
 	return fd;
 out_close:
 	real_close(fd);
 out_free:
-	free(s);
+	session_free(s);
 	return r;
 }
 
@@ -379,7 +451,10 @@ static int commit_through(struct session *s, int fd)
 
 int session_commit(struct session *s, int fd, bool last)
 {
-	if (s->readonly || s->unlinked || s->owner != getpid())
+	if (s->readonly || s->unlinked)
+		return 0;
+	/* Letting go while another process still holds it: that one commits. */
+	if (last && !last_holder(s))
 		return 0;
 	if (s->broken) {
 		shim_log(STG_LOG_ERROR, "'%s' is not staged: its content was lost track of", s->path);
@@ -417,10 +492,8 @@ void session_discard_fd(int fd)
 	pthread_mutex_lock(&shim.lock);
 	struct session *s = fdtable_get(fd);
 	fdtable_set(fd, NULL);
-	if (s && --s->refs == 0) {
-		fast_discard(s);
-		free(s);
-	}
+	if (s && --s->refs == 0)
+		session_free(s);
 	pthread_mutex_unlock(&shim.lock);
 }
 
@@ -450,8 +523,7 @@ int session_release_fd(int fd)
 	}
 	pthread_mutex_unlock(&shim.lock);
 	r = session_commit(s, fd, true);
-	fast_discard(s);
-	free(s);
+	session_free(s);
 	return r;
 }
 
@@ -549,6 +621,7 @@ static void adopt_fd(int fd)
 	s->owner = getpid();
 	s->adopted = true;
 	s->keep_fd = -1;
+	s->holder_fd = -1;
 	pthread_mutex_init(&s->fast_lock, NULL);
 	s->refs = 1;
 	s->dev = st.st_dev;
@@ -561,8 +634,11 @@ static void adopt_fd(int fd)
 		s->mode = 0666 & ~shim.umask;
 		s->base_mtime_ns = stg_now_ns();
 	}
-	if (fdtable_set(fd, s) < 0)
-		free(s);
+	if (fdtable_set(fd, s) < 0) {
+		session_free(s);
+		return;
+	}
+	take_holder(s, fd);
 }
 
 void session_adopt_inherited(void)
@@ -594,7 +670,7 @@ void session_exit(void)
 	pid_t self = getpid();
 	pthread_mutex_lock(&shim.lock);
 	FDTABLE_EACH(fd, s)
-		any_adopted |= (s->adopted || fd <= STDERR_FILENO) && s->owner == self;
+		any_adopted |= s->adopted || s->owner != self || fd <= STDERR_FILENO;
 	pthread_mutex_unlock(&shim.lock);
 	/* stdio flushes after the destructors run; an inherited stdout needs its
 	 * buffered bytes in the shadow before the commit. */
@@ -602,12 +678,13 @@ void session_exit(void)
 		fflush(NULL);
 	pthread_mutex_lock(&shim.lock);
 	FDTABLE_EACH(fd, s) {
-		if (s->owner != self || s->readonly || s->unlinked || s->refs <= 0)
+		if (s->readonly || s->unlinked || s->refs <= 0)
 			continue;
-		/* Exit closes a redirection's descriptors: inherited ones and the
-		 * standard streams commit like a close. A file the program opened
-		 * and never closed does not: it may be half-written. */
-		if (s->adopted || fd <= STDERR_FILENO) {
+		/* Exit closes what the program inherited (through exec or fork) and
+		 * its standard streams (a redirection): those commit like a close,
+		 * if no other process still holds them. A file the program opened
+		 * itself and never closed does not: it may be half-written. */
+		if (s->adopted || s->owner != self || fd <= STDERR_FILENO) {
 			session_commit(s, fd, true);
 		} else {
 			shim_log(STG_LOG_WARN,

@@ -77,13 +77,8 @@ static void load_policy(void)
 	if (lf && *lf) {
 		int fd = open(lf, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
 		if (fd >= 0) {
-			/* Keep it out of the way of the application's low numbers. */
-			int hi = fcntl(fd, F_DUPFD_CLOEXEC, 900);
-			if (hi >= 0) {
-				close(fd);
-				fd = hi;
-			}
 			log_fd = fd;
+			shim_move_high(&log_fd);
 		}
 	}
 	stg_log_set_sink(log_sink);
@@ -112,13 +107,35 @@ static void load_policy(void)
 
 static void before_fork(void)
 {
-	if (shim_busy)
-		return;
 	int saved = errno;
-	shim_busy++;
-	fast_materialize_all();
-	shim_busy--;
+	if (!shim_busy) {
+		shim_busy++;
+		fast_materialize_all();
+		shim_busy--;
+	}
+	/* Held across fork, so the child's copy of the tables is consistent. */
+	pthread_mutex_lock(&shim.lock);
 	errno = saved;
+}
+
+static void after_fork_parent(void)
+{
+	pthread_mutex_unlock(&shim.lock);
+}
+
+static void after_fork_child(void)
+{
+	/* The child's only thread is not the one that locked it (another TID):
+	 * start the lock afresh. */
+	pthread_mutexattr_t attr;
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&shim.lock, &attr);
+	pthread_mutexattr_destroy(&attr);
+	shim_fdguard_after_fork();
+	shim_busy++;
+	session_after_fork();
+	shim_busy--;
 }
 
 static void shim_init(void)
@@ -146,8 +163,9 @@ static void shim_init(void)
 		load_policy();
 		if (shim.ready) {
 			session_adopt_inherited();
-			/* A child must find every open file's content in its shadow. */
-			pthread_atfork(before_fork, NULL, NULL);
+			/* A child must find every open file's content in its shadow,
+			 * and hold the files it shares with its parent in its own name. */
+			pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 		}
 	}
 	shim_busy--;
@@ -181,8 +199,13 @@ struct stg_cache *shim_cache(void)
 	pthread_mutex_lock(&shim.lock);
 	if (!shim.cache && !shim.cache_failed) {
 		int r = stg_cache_open(shim.policy->cache_dir, &shim.cache);
-		if (r == 0)
+		if (r == 0) {
 			shim.cache->capacity = shim.policy->capacity;
+			int *fds[] = {&shim.cache->dirfd, &shim.cache->packs_fd, &shim.cache->index_fd,
+				      &shim.cache->files_fd, &shim.cache->tmp_fd, &shim.cache->usage_fd};
+			for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+				shim_move_high(fds[i]);
+		}
 		if (r < 0) {
 			shim.cache_failed = true;
 			shim_log(STG_LOG_WARN,

@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: MIT */
+/* The shim's own long-lived descriptors (the cache's directories, the
+ * holders of open captured files, the log): kept at high numbers and out of
+ * reach of the application's close() loops, close_range() and dup2(). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+
+#include "internal.h"
+#include "real.h"
+
+struct reserved {
+	int fd;
+	int *where;
+};
+
+static struct reserved *res;
+static size_t nres, capres;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+void shim_reserve_fd(int fd, int *where)
+{
+	pthread_mutex_lock(&lock);
+	if (nres == capres) {
+		size_t cap = capres ? capres * 2 : 16;
+		struct reserved *r = realloc(res, cap * sizeof(*r));
+		if (r) {
+			res = r;
+			capres = cap;
+		}
+	}
+	if (nres < capres)
+		res[nres++] = (struct reserved){fd, where};
+	pthread_mutex_unlock(&lock);
+}
+
+void shim_release_fd(int fd)
+{
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < nres; i++)
+		if (res[i].fd == fd) {
+			res[i] = res[--nres];
+			break;
+		}
+	pthread_mutex_unlock(&lock);
+}
+
+bool shim_fd_reserved(int fd)
+{
+	if (__atomic_load_n(&nres, __ATOMIC_RELAXED) == 0)
+		return false;
+	bool found = false;
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < nres && !found; i++)
+		found = res[i].fd == fd;
+	pthread_mutex_unlock(&lock);
+	return found;
+}
+
+void shim_fd_evict(int fd)
+{
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < nres; i++) {
+		if (res[i].fd != fd)
+			continue;
+		int nfd = real_fcntl(fd, F_DUPFD_CLOEXEC, fd + 1);
+		if (nfd >= 0) {
+			/* The application takes the number; ours moves on. */
+			real_close(fd);
+			res[i].fd = nfd;
+			*res[i].where = nfd;
+		}
+		break;
+	}
+	pthread_mutex_unlock(&lock);
+}
+
+/* The reserved descriptors in [first, last], ascending, into out (at most
+ * max); returns how many. */
+size_t shim_reserved_in(unsigned first, unsigned last, int *out, size_t max)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < nres && n < max; i++)
+		if ((unsigned)res[i].fd >= first && (unsigned)res[i].fd <= last)
+			out[n++] = res[i].fd;
+	pthread_mutex_unlock(&lock);
+	for (size_t i = 1; i < n; i++)
+		for (size_t k = i; k > 0 && out[k - 1] > out[k]; k--) {
+			int t = out[k];
+			out[k] = out[k - 1];
+			out[k - 1] = t;
+		}
+	return n;
+}
+
+int shim_move_high(int *fd)
+{
+	int hi = real_fcntl(*fd, F_DUPFD_CLOEXEC, SHIM_HIGH_FD);
+	if (hi >= 0) {
+		real_close(*fd);
+		*fd = hi;
+	}
+	shim_reserve_fd(*fd, fd);
+	return *fd;
+}
+
+void shim_fdguard_after_fork(void)
+{
+	pthread_mutex_init(&lock, NULL);
+}
