@@ -87,6 +87,7 @@ int stg_builder_new(struct stg_cache *c, const char *path, const struct stg_path
 	r = b->pinfd = stg_gc_pin(c);
 	if (r < 0)
 		goto out_free;
+	stg_fd_keep(&b->pinfd);
 	if (rule->dedup && (r = load_base(b)) < 0)
 		goto out_free;
 	*ret = b;
@@ -101,6 +102,7 @@ void stg_builder_free(struct stg_builder *b)
 	if (!b)
 		return;
 	stg_pack_writer_free(b->pack);
+	stg_fd_drop(b->pinfd);
 	stg_gc_unpin(b->pinfd);
 	if (b->has_base)
 		stg_manifest_done(&b->base);
@@ -405,6 +407,7 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 	stg_catalog_unlock(&f);
 	/* Pruned versions free their chunks now, unless another writer has the
 	 * cache pinned: then a later commit collects them. */
+	stg_fd_drop(b->pinfd);
 	stg_gc_unpin(b->pinfd);
 	b->pinfd = -1;
 	if (pruned > 0) {

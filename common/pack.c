@@ -90,6 +90,7 @@ void stg_pack_writer_free(struct stg_pack_writer *w)
 	if (!w)
 		return;
 	if (w->fd >= 0) {
+		stg_fd_drop(w->fd);
 		close(w->fd);
 		if (w->end == 0) {
 			char name[32];
@@ -128,6 +129,7 @@ static int open_pack(struct stg_pack_writer *w)
 		if (fd < 0)
 			return -errno;
 		w->fd = fd;
+		stg_fd_keep(&w->fd);
 		w->direct = direct;
 		w->id = id;
 		return 0;

@@ -11,6 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
+void (*stg_fd_keep_hook)(int *fd);
+void (*stg_fd_drop_hook)(int fd);
+
 int stg_write_all(int fd, const void *buf, size_t len)
 {
 	const uint8_t *p = buf;

@@ -69,5 +69,24 @@ int stg_write_file_atomic(int dirfd, const char *name, const void *data, size_t 
  * (-EFBIG). Returns 0 or -errno. */
 int stg_read_file(int dirfd, const char *name, size_t max, uint8_t **ret_data, size_t *ret_len);
 
+/* Descriptors the library keeps open across calls (a pack being written, the
+ * collection pin) are announced here, so that the shim can keep them out of
+ * the application's reach: keep moves *fd and remembers where it is, drop
+ * forgets fd before it is closed. Both are optional. */
+extern void (*stg_fd_keep_hook)(int *fd);
+extern void (*stg_fd_drop_hook)(int fd);
+
+static inline void stg_fd_keep(int *fd)
+{
+	if (stg_fd_keep_hook && *fd >= 0)
+		stg_fd_keep_hook(fd);
+}
+
+static inline void stg_fd_drop(int fd)
+{
+	if (stg_fd_drop_hook && fd >= 0)
+		stg_fd_drop_hook(fd);
+}
+
 /* Nanoseconds of CLOCK_REALTIME. */
 int64_t stg_now_ns(void);

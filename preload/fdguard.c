@@ -109,3 +109,8 @@ void shim_fdguard_after_fork(void)
 {
 	pthread_mutex_init(&lock, NULL);
 }
+
+void shim_keep_fd(int *fd)
+{
+	shim_move_high(fd);
+}

@@ -54,6 +54,8 @@ bool shim_fd_reserved(int fd);
 void shim_fd_evict(int fd);
 /* The reserved descriptors within [first, last], sorted; returns the count. */
 size_t shim_reserved_in(unsigned first, unsigned last, int *out, size_t max);
+/* shim_move_high for the library's hook. */
+void shim_keep_fd(int *fd);
 /* In a fork child: the registry's lock starts afresh. */
 void shim_fdguard_after_fork(void);
 /* Moves *fd up among the shim's own numbers and reserves it. */

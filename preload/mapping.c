@@ -42,6 +42,7 @@ static int commit_orphan(struct session *s)
 {
 	/* Neither descriptors nor mappings remain: this was the last reference. */
 	int r = session_commit(s, s->keep_fd, true);
+	shim_release_fd(s->keep_fd);
 	real_close(s->keep_fd);
 	session_free(s);
 	return r;

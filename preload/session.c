@@ -513,10 +513,11 @@ int session_release_fd(int fd)
 	}
 	if (s->nmaps > 0 && !s->readonly) {
 		/* Writes through a mapping may still come: commit at munmap(). */
-		s->keep_fd = real_fcntl(fd, F_DUPFD_CLOEXEC, 512);
+		s->keep_fd = real_fcntl(fd, F_DUPFD_CLOEXEC, SHIM_HIGH_FD);
 		if (s->keep_fd < 0)
 			s->keep_fd = real_fcntl(fd, F_DUPFD_CLOEXEC, 0);
 		if (s->keep_fd >= 0) {
+			shim_reserve_fd(s->keep_fd, &s->keep_fd);
 			pthread_mutex_unlock(&shim.lock);
 			return 0;
 		}

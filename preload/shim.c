@@ -13,6 +13,7 @@
 #include "internal.h"
 #include "log.h"
 #include "real.h"
+#include "util.h"
 
 /* Recursive: a handler holding it may reach another path that takes it. */
 struct shim shim = {.lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP};
@@ -149,6 +150,8 @@ static void shim_init(void)
 	}
 	shim_busy++;
 	shim.pid = getpid();
+	stg_fd_keep_hook = shim_keep_fd;
+	stg_fd_drop_hook = shim_release_fd;
 	/* stagehand's own programs write the real files they are asked to. */
 	extern char *program_invocation_short_name;
 	if (strncmp(program_invocation_short_name, "stagehand", 9) == 0) {

@@ -183,7 +183,9 @@ try:
     os.close(fd)
 except OSError as e:
     print('close failed:', e.strerror)"
-	[[ "$output" == *"write failed: No space left on device"* ]]
+	if [ "${STAGEHAND_FAST:-1}" != 0 ]; then
+		[[ "$output" == *"write failed: No space left on device"* ]]
+	fi
 	[[ "$output" == *"close failed: No space left on device"* ]]
 	[ "$(version_count "$CKPT/f")" -eq 1 ]
 	STAGEHAND_FAST=0 run shim "$PYTHON" -c "
@@ -216,4 +218,41 @@ except OSError as e:
 	[ "$(version_count "$CKPT/f")" -eq 1 ]
 	assert_restores "$REF/small" "$CKPT/f"
 	umount "$T/small"
+}
+
+@test "the application closing every descriptor it does not know cannot break the shim" {
+	head -c 300000 /dev/urandom >"$REF/a"
+	# a daemon-style loop of close() and a close_range(), while the file is open:
+	# the shim's own descriptors (cache, holders) must survive both
+	run shim "$PYTHON" -c "
+import os
+fd = os.open('$CKPT/f', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+data = open('$REF/a', 'rb').read()
+os.write(fd, data[:100000])
+for other in range(3, 4096):
+    if other != fd:
+        try:
+            os.close(other)
+        except OSError:
+            pass
+os.write(fd, data[100000:200000])
+os.closerange(fd + 1, 65536)
+os.write(fd, data[200000:])
+os.close(fd)
+print('ok')"
+	[ "$status" -eq 0 ]
+	[ "$output" = ok ]
+	assert_restores "$REF/a" "$CKPT/f"
+	# and dup2 over one of its numbers moves it out of the way
+	run shim "$PYTHON" -c "
+import os
+fd = os.open('$CKPT/g', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+src = os.open('$REF/a', os.O_RDONLY)
+for n in range(800, 830):
+    os.dup2(src, n)
+os.write(fd, open('$REF/a', 'rb').read())
+os.close(fd)
+print('ok')"
+	[ "$output" = ok ]
+	assert_restores "$REF/a" "$CKPT/g"
 }

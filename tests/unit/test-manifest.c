@@ -68,39 +68,49 @@ int main(void)
 	bad.entries[1].flags = STG_ENTRY_ZERO | STG_ENTRY_NEW;
 	stg_manifest_encode(&bad, buf);
 	CHECK(stg_manifest_decode(buf, len, &d) == -EBADMSG);
+	stg_manifest_done(&bad);
 	sample(&bad);
 	bad.entries[0].stored_len = 10; /* raw but shorter than its data */
 	stg_manifest_encode(&bad, buf);
 	CHECK(stg_manifest_decode(buf, len, &d) == -EBADMSG);
+	stg_manifest_done(&bad);
 	sample(&bad);
 	bad.entries[2].raw_len = 99;
 	stg_manifest_encode(&bad, buf);
 	CHECK(stg_manifest_decode(buf, len, &d) == -EBADMSG);
+	stg_manifest_done(&bad);
 	sample(&bad);
 	bad.chunk_size = 3000;
 	stg_manifest_encode(&bad, buf);
 	CHECK(stg_manifest_decode(buf, len, &d) == -EBADMSG);
+	stg_manifest_done(&bad);
 	sample(&bad);
 	bad.version = 0;
 	stg_manifest_encode(&bad, buf);
 	CHECK(stg_manifest_decode(buf, len, &d) == -EBADMSG);
+	stg_manifest_done(&bad);
 	sample(&bad);
 	bad.mode = 0100644; /* only permission bits */
 	stg_manifest_encode(&bad, buf);
 	CHECK(stg_manifest_decode(buf, len, &d) == -EBADMSG);
 
+	stg_manifest_done(&bad);
 	sample(&bad);
 	bad.entries[0].offset = 100; /* records are 4 KiB-aligned */
 	stg_manifest_encode(&bad, buf);
 	CHECK(stg_manifest_decode(buf, len, &d) == -EBADMSG);
+	stg_manifest_done(&bad);
 	sample(&bad);
 	bad.entries[2].pack = 0; /* a stored chunk names its pack */
 	stg_manifest_encode(&bad, buf);
 	CHECK(stg_manifest_decode(buf, len, &d) == -EBADMSG);
+	stg_manifest_done(&bad);
 	sample(&bad);
 	bad.entries[1].pack = 5; /* a zero chunk has no location */
 	stg_manifest_encode(&bad, buf);
 	CHECK(stg_manifest_decode(buf, len, &d) == -EBADMSG);
+
+	stg_manifest_done(&bad);
 
 	/* An empty file has no chunks. */
 	struct stg_manifest e;
