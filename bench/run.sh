@@ -62,6 +62,7 @@ policy
 echo "stagehand benchmark: ${size} MiB file, 1 MiB write() calls, $trials trials, on $(df -h "$dir" | awk 'NR==2 {print $1}')"
 : >"$dir/t.base1"; : >"$dir/t.shim1"; : >"$dir/t.base2"; : >"$dir/t.shim2"
 : >"$dir/t.cp"; : >"$dir/t.restore"; : >"$dir/t.small.base"; : >"$dir/t.small.shim"
+: >"$dir/t.null.base"; : >"$dir/t.null.shim"
 stored2=0
 for t in $(seq 1 "$trials"); do
 	rm -rf "$dir/plain" "$dir/ckpt" "$dir/cache" "$dir/restored" "$dir/copy"
@@ -98,6 +99,9 @@ for t in $(seq 1 "$trials"); do
 			shimmed "$W" -s 256 -b 4096 -n "$dir/other/b" >>"$dir/t.small.shim"
 			"$W" -s 256 -b 4096 -n "$dir/other/a" >>"$dir/t.small.base"
 		fi
+		# the same calls to /dev/null: only the system call and the hook
+		"$W" -s 1024 -b 4096 -n /dev/null >>"$dir/t.null.base"
+		shimmed "$W" -s 1024 -b 4096 -n /dev/null >>"$dir/t.null.shim"
 	done
 done
 
@@ -108,6 +112,7 @@ bc=$(median <"$dir/t.cp"); sr=$(median <"$dir/t.restore")
 # the fastest run: the overhead of a few nanoseconds per call drowns in the
 # page cache's noise otherwise
 bs=$(sort -g "$dir/t.small.base" | head -n 1); ss=$(sort -g "$dir/t.small.shim" | head -n 1)
+bn=$(sort -g "$dir/t.null.base" | head -n 1); sn=$(sort -g "$dir/t.null.shim" | head -n 1)
 
 # 5. memory: peak RSS of the writer with and without the shim, and of restore
 rm -rf "$dir/cache" "$dir/ckpt" "$dir/restored"; mkdir -p "$dir/ckpt"
@@ -121,6 +126,7 @@ printf '| 1 | first version, %d MiB, write+fsync+close | %.2f s | %.2f s | %sx |
 printf '| 2 | rewrite, 10%% of 1 MiB blocks changed | %.2f s | %.2f s | %sx | >= 3x |\n' "$b2" "$s2" "$(ratio "$b2" "$s2")"
 printf '| 2 | stored bytes for that version vs changed bytes + manifest | %d | %d | %sx | <= 1.1x |\n' "$((changed + manifest))" "$stored2" "$(ratio "$stored2" "$((changed + manifest))")"
 printf '| 3 | 4 KiB writes, unmatched path, 256 MiB (fastest of %d) | %.3f s | %.3f s | %s%% overhead | <= 2%% |\n' "$((10 * trials))" "$bs" "$ss" "$(awk -v a="$bs" -v b="$ss" 'BEGIN {printf "%.1f", (b / a - 1) * 100}')"
+printf '| 3 | the same calls to /dev/null, 1 GiB: the hook alone (fastest of %d) | %.3f s | %.3f s | %s%% overhead | <= 2%% |\n' "$((10 * trials))" "$bn" "$sn" "$(awk -v a="$bn" -v b="$sn" 'BEGIN {printf "%.1f", (b / a - 1) * 100}')"
 printf '| 4 | restore vs cp + sync of the file | %.2f s | %.2f s | %sx | >= 1x |\n' "$bc" "$sr" "$(ratio "$bc" "$sr")"
 printf '| 5 | peak RSS of the writer (shim adds) | %d MiB | %d MiB | +%d MiB | <= +64 MiB |\n' "$((m_base / 1024))" "$((m_shim / 1024))" "$(((m_shim - m_base) / 1024))"
 printf '| 5 | peak RSS of stagehand restore | | %d MiB | | < 128 MiB |\n' "$((m_rest / 1024))"

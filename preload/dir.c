@@ -103,6 +103,19 @@ static struct listing *listing_for(const char *abs)
 	return l;
 }
 
+/* Gives a freshly opened stream of directory abs its captured names. */
+static void attach_listing(DIR *d, const char *abs)
+{
+	struct listing *l = listing_for(abs);
+	if (!l)
+		return;
+	l->dir = d;
+	pthread_mutex_lock(&shim.lock);
+	l->link = listings;
+	listings = l;
+	pthread_mutex_unlock(&shim.lock);
+}
+
 SHIM_EXPORT DIR *opendir(const char *path)
 {
 	ENSURE(opendir);
@@ -112,16 +125,8 @@ SHIM_EXPORT DIR *opendir(const char *path)
 	shim_busy++;
 	int saved = errno;
 	char abs[PATH_MAX];
-	if (shim_abspath(AT_FDCWD, path, abs, sizeof(abs)) == 0) {
-		struct listing *l = listing_for(abs);
-		if (l) {
-			l->dir = d;
-			pthread_mutex_lock(&shim.lock);
-			l->link = listings;
-			listings = l;
-			pthread_mutex_unlock(&shim.lock);
-		}
-	}
+	if (shim_abspath(AT_FDCWD, path, abs, sizeof(abs)) == 0)
+		attach_listing(d, abs);
 	errno = saved;
 	shim_busy--;
 	return d;
@@ -140,14 +145,7 @@ SHIM_EXPORT DIR *fdopendir(int fd)
 	ssize_t n = readlink(link, abs, sizeof(abs) - 1);
 	if (n > 0 && abs[0] == '/') {
 		abs[n] = '\0';
-		struct listing *l = listing_for(abs);
-		if (l) {
-			l->dir = d;
-			pthread_mutex_lock(&shim.lock);
-			l->link = listings;
-			listings = l;
-			pthread_mutex_unlock(&shim.lock);
-		}
+		attach_listing(d, abs);
 	}
 	errno = saved;
 	shim_busy--;

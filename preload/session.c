@@ -94,8 +94,8 @@ static int materialize_latest(const char *path, int fd)
 	int r = stg_catalog_lock(shim.cache, path, false, &f);
 	if (r < 0)
 		return r;
-	uint64_t *v;
-	size_t n;
+	uint64_t *v = NULL;
+	size_t n = 0;
 	r = stg_catalog_versions(f.dirfd, &v, &n);
 	if (r == 0 && n == 0)
 		r = -ENOENT;
@@ -113,8 +113,7 @@ static int materialize_latest(const char *path, int fd)
 				 (unsigned long long)latest, path,
 				 r == -EBADMSG ? "its data in the cache is corrupt" : strerror(-r));
 	}
-	if (n || r == 0)
-		free(v);
+	free(v);
 	stg_catalog_unlock(&f);
 	return r;
 }
