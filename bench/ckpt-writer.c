@@ -32,22 +32,23 @@ static double now(void)
 int main(int argc, char **argv)
 {
 	long mib = 2048, block = 1 << 20;
-	int version = 1, nosync = 0, count = 0;
+	int version = 1, nosync = 0, count = 0, repeat = 1;
 	int c;
-	while ((c = getopt(argc, argv, "s:v:b:nc")) != -1) {
+	while ((c = getopt(argc, argv, "s:v:b:ncr:")) != -1) {
 		switch (c) {
+		case 'r': repeat = atoi(optarg); break;
 		case 'c': count = 1; break;
 		case 's': mib = atol(optarg); break;
 		case 'v': version = atoi(optarg); break;
 		case 'b': block = atol(optarg); break;
 		case 'n': nosync = 1; break;
 		default:
-			fprintf(stderr, "usage: ckpt-writer [-s MIB] [-v VERSION] [-b BLOCK] [-n] [-c] PATH\n");
+			fprintf(stderr, "usage: ckpt-writer [-s MIB] [-v VERSION] [-b BLOCK] [-n] [-c] [-r REPEAT] PATH\n");
 			return 2;
 		}
 	}
 	if (optind != argc - 1 || mib <= 0 || block <= 0) {
-		fprintf(stderr, "usage: ckpt-writer [-s MIB] [-v VERSION] [-b BLOCK] [-n] [-c] PATH\n");
+		fprintf(stderr, "usage: ckpt-writer [-s MIB] [-v VERSION] [-b BLOCK] [-n] [-c] [-r REPEAT] PATH\n");
 		return 2;
 	}
 	size_t bytes = (size_t)mib << 20;
@@ -83,19 +84,22 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	const char *p = (const char *)f;
-	for (size_t off = 0; off < bytes;) {
-		size_t len = bytes - off < (size_t)block ? bytes - off : (size_t)block;
-		ssize_t w = write(fd, p + off, len);
-		if (w < 0) {
-			fprintf(stderr, "ckpt-writer: write: %s\n", strerror(errno));
-			return 1;
+	/* -r N writes the buffer N times over (to /dev/null: many calls, little memory) */
+	for (int rep = 0; rep < repeat; rep++) {
+		for (size_t off = 0; off < bytes;) {
+			size_t len = bytes - off < (size_t)block ? bytes - off : (size_t)block;
+			ssize_t w = write(fd, p + off, len);
+			if (w < 0) {
+				fprintf(stderr, "ckpt-writer: write: %s\n", strerror(errno));
+				return 1;
+			}
+			off += (size_t)w;
 		}
-		off += (size_t)w;
 	}
 	if ((!nosync && fsync(fd) < 0) || close(fd) < 0) {
 		fprintf(stderr, "ckpt-writer: %s\n", strerror(errno));
 		return 1;
 	}
-	printf("%.3f\n", now() - t0);
+	printf("%.6f\n", now() - t0);
 	return 0;
 }

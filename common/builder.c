@@ -36,6 +36,7 @@ struct stg_builder {
 	size_t tablecap;
 	struct stg_hash zero_hash; /* of chunk_size zero bytes */
 	int pinfd;
+	bool defer_collect;
 	struct stg_builder_stats stats;
 };
 
@@ -119,6 +120,11 @@ int stg_builder_set_path(struct stg_builder *b, const char *path)
 		return -ENAMETOOLONG;
 	strcpy(b->path, path);
 	return 0;
+}
+
+void stg_builder_defer_collect(struct stg_builder *b)
+{
+	b->defer_collect = true;
 }
 
 uint32_t stg_builder_chunk_size(const struct stg_builder *b)
@@ -410,7 +416,7 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 	stg_fd_drop(b->pinfd);
 	stg_gc_unpin(b->pinfd);
 	b->pinfd = -1;
-	if (pruned > 0) {
+	if (pruned > 0 && !b->defer_collect) {
 		int gr = stg_gc_collect(b->cache, 0, NULL);
 		if (gr < 0 && gr != -EAGAIN)
 			stg_log_errno(STG_LOG_DEBUG, gr, "collecting chunks");

@@ -31,6 +31,10 @@ void stg_builder_free(struct stg_builder *b);
 /* The path the version will be published under (a rename while open). */
 int stg_builder_set_path(struct stg_builder *b, const char *path);
 
+/* Commit without collecting what pruning freed (a later commit will): for a
+ * caller that goes on using the chunk locations it recorded. */
+void stg_builder_defer_collect(struct stg_builder *b);
+
 /* The chunk size of the version being built. */
 uint32_t stg_builder_chunk_size(const struct stg_builder *b);
 

@@ -13,12 +13,18 @@
 #include <unistd.h>
 
 #include "catalog.h"
+#include "chunk.h"
+#include "policy.h"
 #include "index.h"
 #include "log.h"
 #include "pack.h"
 #include "util.h"
 
 #define LOCK_FILE "gc.lock"
+/* Compaction: only packs of at least this size, at most this much copied per
+ * collection (it runs in the close() that pruned a version). */
+#define STG_COMPACT_MIN (1ull << 20)
+#define STG_COMPACT_BUDGET (256ull << 20)
 
 static int open_lock(struct stg_cache *c)
 {
@@ -140,16 +146,171 @@ static int mark_file(void *arg, const char *path, int filedirfd)
 	return r;
 }
 
-/* Sorted distinct pack ids of the live set. */
-static int cmp_u64(const void *a, const void *b)
+static int cmp_location(const void *a, const void *b)
 {
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return x < y ? -1 : x > y;
+	const struct stg_manifest_entry *x = a, *y = b;
+	if (x->pack != y->pack)
+		return x->pack < y->pack ? -1 : 1;
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-static bool has(const uint64_t *v, size_t n, uint64_t x)
+/* The live entries of one pack: a run of the location-sorted array. */
+struct run {
+	size_t first, n;
+	uint64_t live;
+};
+
+static bool find_run(const struct stg_manifest_entry *v, size_t n, uint64_t pack, struct run *ret)
 {
-	return bsearch(&x, v, n, sizeof(*v), cmp_u64) != NULL;
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (v[mid].pack < pack)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == n || v[lo].pack != pack)
+		return false;
+	*ret = (struct run){.first = lo};
+	for (size_t i = lo; i < n && v[i].pack == pack; i++) {
+		ret->n++;
+		ret->live += stg_pack_record_size(v[i].stored_len);
+	}
+	return true;
+}
+
+/* Compaction moves records: each pair is (old location, new location). */
+struct move {
+	struct stg_manifest_entry from, to;
+};
+
+struct moves {
+	struct move *v;
+	size_t n;
+};
+
+static int cmp_move(const void *a, const void *b)
+{
+	return cmp_location(&((const struct move *)a)->from, &((const struct move *)b)->from);
+}
+
+static const struct stg_manifest_entry *moved_to(const struct moves *mv,
+						 const struct stg_manifest_entry *e)
+{
+	size_t lo = 0, hi = mv->n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		int c = cmp_location(&mv->v[mid].from, e);
+		if (c == 0)
+			return &mv->v[mid].to;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/* Points every manifest of one path at the records' new places. */
+static int relocate_file(void *arg, const char *path, int filedirfd)
+{
+	const struct moves *mv = arg;
+	/* The path's lock: a chmod amending a manifest must not race with this. */
+	while (flock(filedirfd, LOCK_EX) < 0)
+		if (errno != EINTR)
+			return -errno;
+	uint64_t *v = NULL;
+	size_t n = 0;
+	int r = stg_catalog_versions(filedirfd, &v, &n);
+	for (size_t i = 0; r == 0 && i < n; i++) {
+		struct stg_manifest m;
+		if (stg_catalog_read(filedirfd, v[i], &m) < 0)
+			continue;
+		bool changed = false;
+		for (uint32_t k = 0; k < m.nchunks; k++) {
+			const struct stg_manifest_entry *to =
+				m.entries[k].flags & STG_ENTRY_ZERO ? NULL : moved_to(mv, &m.entries[k]);
+			if (to) {
+				m.entries[k].pack = to->pack;
+				m.entries[k].offset = to->offset;
+				changed = true;
+			}
+		}
+		/* Same version, same content, new addresses: rewritten atomically. */
+		struct stg_catalog_file f = {.dirfd = filedirfd};
+		if (changed)
+			r = stg_catalog_publish(&f, path, &m, true);
+		stg_manifest_done(&m);
+	}
+	free(v);
+	flock(filedirfd, LOCK_UN);
+	return r;
+}
+
+/* Copies the live records of mostly-dead packs into one new pack and points
+ * the manifests there. Returns how many packs it emptied (their ids in
+ * emptied[]), or -errno. */
+static int compact(struct stg_cache *c, struct stg_manifest_entry *live, size_t nlive,
+		   const uint64_t *ids, const uint64_t *sizes, size_t npacks, uint64_t *emptied)
+{
+	uint32_t maxlen = 1;
+	for (size_t i = 0; i < nlive; i++)
+		if (live[i].raw_len > maxlen)
+			maxlen = live[i].raw_len;
+	struct moves mv = {.v = malloc((nlive ? nlive : 1) * sizeof(*mv.v))};
+	uint8_t *rec = malloc(STG_CHUNK_HEADER_SIZE + stg_chunk_bound(maxlen));
+	struct stg_pack_writer *w = NULL;
+	int r = mv.v && rec ? stg_pack_writer_new(c, maxlen, &w) : -ENOMEM;
+	size_t nemptied = 0;
+	uint64_t budget = STG_COMPACT_BUDGET;
+	for (size_t p = 0; r == 0 && p < npacks; p++) {
+		struct run run;
+		if (!find_run(live, nlive, ids[p], &run))
+			continue;
+		/* Worth it: at least half of it dead, and not a small one. */
+		uint64_t dead = sizes[p] > run.live ? sizes[p] - run.live : 0;
+		if (sizes[p] < STG_COMPACT_MIN || dead * 2 < sizes[p] || run.live > budget)
+			continue;
+		budget -= run.live;
+		bool all = true;
+		for (size_t i = run.first; r == 0 && i < run.first + run.n; i++) {
+			struct stg_manifest_entry e = live[i];
+			r = stg_pack_read_record(c, &e, rec);
+			if (r == -EBADMSG || r == -ENOENT) {
+				r = 0; /* damaged: it stays, for restore to report */
+				all = false;
+				continue;
+			}
+			if (r == 0)
+				r = stg_pack_writer_copy(w, rec, STG_CHUNK_HEADER_SIZE + e.stored_len, &e);
+			if (r == 0)
+				mv.v[mv.n++] = (struct move){live[i], e};
+		}
+		if (r == 0 && all)
+			emptied[nemptied++] = ids[p];
+	}
+	if (r == 0 && mv.n) {
+		/* The copies durable first, then the manifests that point at them;
+		 * the old packs go last (the caller). A crash in between leaves
+		 * both, and the next collection finishes the job. */
+		r = stg_pack_writer_sync(w);
+		qsort(mv.v, mv.n, sizeof(*mv.v), cmp_move);
+		if (r == 0)
+			r = stg_catalog_foreach(c, relocate_file, &mv);
+		/* The live set follows too (it becomes the index). */
+		for (size_t i = 0; r == 0 && i < nlive; i++) {
+			const struct stg_manifest_entry *to = moved_to(&mv, &live[i]);
+			if (to) {
+				live[i].pack = to->pack;
+				live[i].offset = to->offset;
+			}
+		}
+	}
+	stg_pack_writer_free(w);
+	free(mv.v);
+	free(rec);
+	return r < 0 ? r : (int)nemptied;
 }
 
 /* tmp/<dev>-<ino>.hold: the lock files of open shadows (see the shim). One
@@ -178,6 +339,60 @@ static void sweep_holds(struct stg_cache *c)
 	closedir(d);
 }
 
+/* The pack files there are, with their sizes. */
+static int list_packs(struct stg_cache *c, uint64_t **ret_ids, uint64_t **ret_sizes, size_t *ret_n)
+{
+	int fd = openat(c->packs_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		int r = -errno;
+		if (fd >= 0)
+			close(fd);
+		return r;
+	}
+	uint64_t *ids = NULL, *sizes = NULL;
+	size_t n = 0, cap = 0;
+	int r = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		uint64_t id;
+		struct stat st;
+		if (stg_pack_parse_name(de->d_name, &id) < 0 ||
+		    fstatat(c->packs_fd, de->d_name, &st, 0) < 0)
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 64;
+			uint64_t *a = realloc(ids, cap * sizeof(*a)), *b = a ? realloc(sizes, cap * sizeof(*b)) : NULL;
+			if (a)
+				ids = a;
+			if (!a || !b) {
+				r = -ENOMEM;
+				break;
+			}
+			sizes = b;
+		}
+		ids[n] = id;
+		sizes[n++] = (uint64_t)st.st_size;
+	}
+	closedir(d);
+	if (r < 0) {
+		free(ids);
+		free(sizes);
+		return r;
+	}
+	*ret_ids = ids;
+	*ret_sizes = sizes;
+	*ret_n = n;
+	return 0;
+}
+
+static void remove_pack(struct stg_cache *c, uint64_t id)
+{
+	char rel[48];
+	stg_pack_relpath(id, rel);
+	unlinkat(c->packs_fd, rel + strlen("packs/"), 0);
+}
+
 int stg_gc_collect(struct stg_cache *c, int wait, struct stg_gc_result *ret)
 {
 	struct stg_gc_result res = {0};
@@ -192,62 +407,76 @@ int stg_gc_collect(struct stg_cache *c, int wait, struct stg_gc_result *ret)
 		}
 	}
 	struct live live = {0};
-	uint64_t *packs = NULL;
 	struct stg_manifest_entry *entries = NULL;
+	uint64_t *ids = NULL, *sizes = NULL, *emptied = NULL;
+	size_t np = 0, ne = 0;
 	int r = stg_catalog_foreach(c, mark_file, &live);
 	if (r < 0)
 		goto out;
-	packs = malloc((live.n ? live.n : 1) * sizeof(*packs));
 	entries = malloc((live.n ? live.n : 1) * sizeof(*entries));
-	if (!packs || !entries) {
+	if (!entries) {
 		r = -ENOMEM;
 		goto out;
 	}
-	size_t np = 0, ne = 0;
-	for (size_t i = 0; i < live.cap; i++) {
-		if (!live.slots[i].pack)
-			continue;
-		entries[ne++] = live.slots[i];
-		packs[np++] = live.slots[i].pack;
-		res.live_bytes += stg_pack_record_size(live.slots[i].stored_len);
-	}
-	res.live_chunks = ne;
-	qsort(packs, np, sizeof(*packs), cmp_u64);
+	for (size_t i = 0; i < live.cap; i++)
+		if (live.slots[i].pack)
+			entries[ne++] = live.slots[i];
+	qsort(entries, ne, sizeof(*entries), cmp_location);
+	r = list_packs(c, &ids, &sizes, &np);
+	if (r < 0)
+		goto out;
 
 	/* With the lock held exclusively nobody is writing a pack: one that no
 	 * manifest names belongs to a version that was pruned or never made it. */
-	int fd = openat(c->packs_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-	if (!d) {
-		r = -errno;
-		if (fd >= 0)
-			close(fd);
-		goto out;
-	}
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		uint64_t id;
-		struct stat st;
-		if (de->d_name[0] == '.' || fstatat(c->packs_fd, de->d_name, &st, 0) < 0)
-			continue;
-		if (stg_pack_parse_name(de->d_name, &id) == 0 && has(packs, np, id)) {
-			res.packs_kept++;
-			res.bytes_kept += (uint64_t)st.st_size;
-		} else if (unlinkat(c->packs_fd, de->d_name, 0) == 0) {
+	for (size_t p = 0; p < np; p++) {
+		struct run run;
+		if (!find_run(entries, ne, ids[p], &run)) {
+			remove_pack(c, ids[p]);
 			res.packs_removed++;
-			res.bytes_removed += (uint64_t)st.st_size;
+			res.bytes_removed += sizes[p];
+			ids[p] = 0;
 		}
 	}
-	closedir(d);
+	/* Packs mostly dead (an early version whose unchanged chunks later ones
+	 * still use) are compacted: their live records move to a new pack. */
+	emptied = calloc(np ? np : 1, sizeof(*emptied));
+	if (!emptied) {
+		r = -ENOMEM;
+		goto out;
+	}
+	int ncompacted = compact(c, entries, ne, ids, sizes, np, emptied);
+	if (ncompacted < 0) {
+		r = ncompacted;
+		goto out;
+	}
+	for (int k = 0; k < ncompacted; k++) {
+		for (size_t p = 0; p < np; p++) {
+			if (ids[p] != emptied[k])
+				continue;
+			remove_pack(c, ids[p]);
+			res.packs_removed++;
+			res.bytes_removed += sizes[p];
+			res.packs_compacted++;
+		}
+	}
+	res.live_chunks = ne;
+	for (size_t i = 0; i < ne; i++)
+		res.live_bytes += stg_pack_record_size(entries[i].stored_len);
 	r = stg_index_rewrite(c, entries, ne);
 	sweep_holds(c);
 	/* Nobody stores while we hold the lock: this count is exact. */
+	uint64_t npacks, bytes;
+	stg_cache_count_packs(c, &npacks, &bytes);
+	res.packs_kept = npacks;
+	res.bytes_kept = bytes;
 	if (r == 0)
-		r = stg_cache_set_usage(c, res.bytes_kept);
+		r = stg_cache_set_usage(c, bytes);
 out:
 	free(live.slots);
-	free(packs);
 	free(entries);
+	free(ids);
+	free(sizes);
+	free(emptied);
 	close(lockfd);
 	if (r == 0 && ret)
 		*ret = res;

@@ -18,12 +18,15 @@ int stg_gc_prune(int filedirfd, uint32_t keep);
 
 struct stg_gc_result {
 	uint64_t packs_removed, bytes_removed;
+	uint64_t packs_compacted;  /* of the removed: emptied by moving their live records */
 	uint64_t packs_kept, bytes_kept;
 	uint64_t live_chunks;      /* distinct chunk records still referenced */
 	uint64_t live_bytes;       /* their record bytes */
 };
 
-/* Deletes every pack no manifest references and rewrites the dedup index to
- * exactly the live chunks. When another process has the cache pinned and
+/* Deletes every pack no manifest references, compacts packs that are mostly
+ * unreferenced (moving their live records to a new pack and rewriting the
+ * manifests that name them), and rewrites the dedup index to exactly the
+ * live chunks. When another process has the cache pinned and
  * wait is false, returns -EAGAIN without doing anything. */
 int stg_gc_collect(struct stg_cache *c, int wait, struct stg_gc_result *ret);

@@ -192,6 +192,55 @@ int stg_pack_writer_append(struct stg_pack_writer *w, size_t len, const struct s
 	return 0;
 }
 
+static int open_for_read(struct stg_cache *c, uint64_t pack)
+{
+	char name[32];
+	pack_name(pack, name);
+	int fd = openat(c->packs_fd, name, O_RDONLY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+uint64_t stg_pack_writer_id(const struct stg_pack_writer *w)
+{
+	return w->fd >= 0 ? w->id : 0;
+}
+
+int stg_pack_writer_copy(struct stg_pack_writer *w, const uint8_t *rec, size_t len,
+			 struct stg_manifest_entry *e)
+{
+	size_t padded = (size_t)stg_pack_record_size(e->stored_len);
+	if (len != STG_CHUNK_HEADER_SIZE + e->stored_len || padded > w->cbuflen)
+		return -EINVAL;
+	memcpy(w->cbuf, rec, len);
+	memset(w->cbuf + len, 0, padded - len);
+	int r = w->fd < 0 ? open_pack(w) : 0;
+	if (r == 0)
+		r = write_record(w, w->cbuf, padded);
+	if (r < 0)
+		return r;
+	e->pack = w->id;
+	e->offset = w->end;
+	w->end += padded;
+	return 0;
+}
+
+int stg_pack_read_record(struct stg_cache *c, const struct stg_manifest_entry *e, uint8_t *buf)
+{
+	int fd = open_for_read(c, e->pack);
+	if (fd < 0)
+		return fd;
+	size_t len = STG_CHUNK_HEADER_SIZE + e->stored_len;
+	int r = stg_pread_all(fd, buf, len, (off_t)e->offset);
+	close(fd);
+	if (r == -ENODATA)
+		return -EBADMSG;
+	struct stg_chunk_header h;
+	if (r == 0 && (stg_chunk_header_decode(buf, len, &e->hash, e->raw_len, &h) < 0 ||
+		       h.stored_len != e->stored_len))
+		r = -EBADMSG;
+	return r;
+}
+
 int stg_pack_writer_sync(struct stg_pack_writer *w)
 {
 	if (w->fd < 0)
@@ -200,14 +249,6 @@ int stg_pack_writer_sync(struct stg_pack_writer *w)
 		return -errno;
 	/* The new name must survive a crash too. */
 	return fsync(w->cache->packs_fd) < 0 ? -errno : 0;
-}
-
-static int open_for_read(struct stg_cache *c, uint64_t pack)
-{
-	char name[32];
-	pack_name(pack, name);
-	int fd = openat(c->packs_fd, name, O_RDONLY | O_CLOEXEC);
-	return fd < 0 ? -errno : fd;
 }
 
 void stg_pack_reader_init(struct stg_pack_reader *r, struct stg_cache *c)

@@ -39,6 +39,18 @@ uint8_t *stg_pack_writer_buffer(struct stg_pack_writer *w);
 int stg_pack_writer_append(struct stg_pack_writer *w, size_t len, const struct stg_hash *h,
 			   bool compress, struct stg_manifest_entry *e);
 
+/* Copies an existing record (header + payload, as read from another pack)
+ * into this one; e's location is updated. Returns 0 or -errno. */
+int stg_pack_writer_copy(struct stg_pack_writer *w, const uint8_t *rec, size_t len,
+			 struct stg_manifest_entry *e);
+
+/* The id of the pack being written (0 before the first record). */
+uint64_t stg_pack_writer_id(const struct stg_pack_writer *w);
+
+/* Reads a whole record (header + payload) as stored, checking its header
+ * against e. buf holds 40 + e->stored_len bytes. Returns 0 or -errno. */
+int stg_pack_read_record(struct stg_cache *c, const struct stg_manifest_entry *e, uint8_t *buf);
+
 /* Makes the pack durable (fsync of the file and, once, of packs/). */
 int stg_pack_writer_sync(struct stg_pack_writer *w);
 

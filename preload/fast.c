@@ -214,6 +214,10 @@ static int commit_locked(struct session *s, struct fast *f, bool last)
 		r = stg_builder_add(f->b, f->sealed / f->cs, f->pending, (size_t)tail);
 	if (r < 0)
 		return r;
+	/* Writing goes on after this commit from the locations recorded so far:
+	 * nothing may move them now. */
+	if (!last)
+		stg_builder_defer_collect(f->b);
 	int64_t v = stg_builder_commit(f->b, f->staged, s->mode,
 				       s->mtime_set ? s->mtime_ns : stg_now_ns());
 	if (v < 0)

@@ -10,8 +10,10 @@
 /* Reserved, not committed: untouched pages cost nothing. */
 #define FDTABLE_MAX (1 << 20)
 
-static struct session **table;
-static int table_len;
+struct session **shim_fdtable;
+int shim_fdtable_len;
+#define table shim_fdtable
+#define table_len shim_fdtable_len
 static int high_water; /* one past the highest fd ever set */
 
 int fdtable_init(void)

@@ -197,6 +197,16 @@ void mapping_exit(void);
 
 int fdtable_init(void);
 struct session *fdtable_get(int fd);
+
+/* The same lookup, inline, for the hooks every write() and read() of the
+ * application passes through: a bounds check and a load. */
+extern struct session **shim_fdtable;
+extern int shim_fdtable_len;
+static inline struct session *fdtable_peek(int fd)
+{
+	unsigned len = (unsigned)__atomic_load_n(&shim_fdtable_len, __ATOMIC_ACQUIRE);
+	return (unsigned)fd < len ? __atomic_load_n(&shim_fdtable[fd], __ATOMIC_ACQUIRE) : NULL;
+}
 /* Sets (or clears, with NULL) the entry; -EMFILE when fd is out of range. */
 int fdtable_set(int fd, struct session *s);
 /* The first captured fd >= fd with its session, or -1 (caller holds shim.lock):

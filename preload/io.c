@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Data calls on descriptors: the write family feeds the fast path; every
  * other call that touches a fast-path file's content ends the fast path
- * first. On any other descriptor they cost one table lookup. */
+ * first. On any other descriptor the hottest ones (read, write, lseek and
+ * their relatives) cost an inline table lookup and a tail call. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -69,7 +70,7 @@ static ssize_t fast_io(struct session *s, int fd, const struct iovec *iov, int c
 	return r;
 }
 
-SHIM_EXPORT ssize_t write(int fd, const void *buf, size_t n)
+__attribute__((noinline)) static ssize_t write_slow(int fd, const void *buf, size_t n)
 {
 	ENSURE(write);
 	struct session *s = fast_session(fd);
@@ -95,19 +96,19 @@ static ssize_t pwrite_common(int fd, const void *buf, size_t n, off_t off,
 	return real(fd, buf, n, off);
 }
 
-SHIM_EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
+__attribute__((noinline)) static ssize_t pwrite_slow(int fd, const void *buf, size_t n, off_t off)
 {
 	ENSURE(pwrite);
 	return pwrite_common(fd, buf, n, off, real_pwrite);
 }
 
-SHIM_EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
+__attribute__((noinline)) static ssize_t pwrite64_slow(int fd, const void *buf, size_t n, off_t off)
 {
 	ENSURE(pwrite64);
 	return pwrite_common(fd, buf, n, off, real_pwrite64 ? real_pwrite64 : real_pwrite);
 }
 
-SHIM_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
+__attribute__((noinline)) static ssize_t writev_slow(int fd, const struct iovec *iov, int cnt)
 {
 	ENSURE(writev);
 	struct session *s = fast_session(fd);
@@ -178,13 +179,13 @@ static off_t lseek_common(int fd, off_t off, int whence, off_t (*real)(int, off_
 	return real(fd, off, whence);
 }
 
-SHIM_EXPORT off_t lseek(int fd, off_t off, int whence)
+__attribute__((noinline)) static off_t lseek_slow(int fd, off_t off, int whence)
 {
 	ENSURE(lseek);
 	return lseek_common(fd, off, whence, real_lseek);
 }
 
-SHIM_EXPORT off_t lseek64(int fd, off_t off, int whence)
+__attribute__((noinline)) static off_t lseek64_slow(int fd, off_t off, int whence)
 {
 	ENSURE(lseek64);
 	return lseek_common(fd, off, whence, real_lseek64 ? real_lseek64 : real_lseek);
@@ -197,7 +198,7 @@ SHIM_EXPORT off_t lseek64(int fd, off_t off, int whence)
 			shim_leave_fast(fd);                         \
 	} while (0)
 
-SHIM_EXPORT ssize_t read(int fd, void *buf, size_t n)
+__attribute__((noinline)) static ssize_t read_slow(int fd, void *buf, size_t n)
 {
 	ENSURE(read);
 	LEAVE_FAST(fd);
@@ -211,14 +212,14 @@ SHIM_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 	return real___read_chk(fd, buf, n, buflen);
 }
 
-SHIM_EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t off)
+__attribute__((noinline)) static ssize_t pread_slow(int fd, void *buf, size_t n, off_t off)
 {
 	ENSURE(pread);
 	LEAVE_FAST(fd);
 	return real_pread(fd, buf, n, off);
 }
 
-SHIM_EXPORT ssize_t pread64(int fd, void *buf, size_t n, off_t off)
+__attribute__((noinline)) static ssize_t pread64_slow(int fd, void *buf, size_t n, off_t off)
 {
 	ENSURE(pread64);
 	LEAVE_FAST(fd);
@@ -239,7 +240,7 @@ SHIM_EXPORT ssize_t __pread64_chk(int fd, void *buf, size_t n, off_t off, size_t
 	return real___pread64_chk(fd, buf, n, off, buflen);
 }
 
-SHIM_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
+__attribute__((noinline)) static ssize_t readv_slow(int fd, const struct iovec *iov, int cnt)
 {
 	ENSURE(readv);
 	LEAVE_FAST(fd);
@@ -494,4 +495,84 @@ SHIM_EXPORT FILE *popen(const char *cmd, const char *type)
 	ENSURE(popen);
 	before_exec();
 	return real_popen(cmd, type);
+}
+
+SHIM_EXPORT ssize_t write(int fd, const void *buf, size_t n)
+{
+	/* Not a captured file (nearly always): straight on, a tail call. */
+	if (__builtin_expect(!fdtable_peek(fd) && real_write != NULL, 1))
+		return real_write(fd, buf, n);
+	return write_slow(fd, buf, n);
+}
+
+SHIM_EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+	/* Not a captured file (nearly always): straight on, a tail call. */
+	if (__builtin_expect(!fdtable_peek(fd) && real_pwrite != NULL, 1))
+		return real_pwrite(fd, buf, n, off);
+	return pwrite_slow(fd, buf, n, off);
+}
+
+SHIM_EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
+{
+	/* Not a captured file (nearly always): straight on, a tail call. */
+	if (__builtin_expect(!fdtable_peek(fd) && real_pwrite64 != NULL, 1))
+		return real_pwrite64(fd, buf, n, off);
+	return pwrite64_slow(fd, buf, n, off);
+}
+
+SHIM_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
+{
+	/* Not a captured file (nearly always): straight on, a tail call. */
+	if (__builtin_expect(!fdtable_peek(fd) && real_writev != NULL, 1))
+		return real_writev(fd, iov, cnt);
+	return writev_slow(fd, iov, cnt);
+}
+
+SHIM_EXPORT ssize_t read(int fd, void *buf, size_t n)
+{
+	/* Not a captured file (nearly always): straight on, a tail call. */
+	if (__builtin_expect(!fdtable_peek(fd) && real_read != NULL, 1))
+		return real_read(fd, buf, n);
+	return read_slow(fd, buf, n);
+}
+
+SHIM_EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t off)
+{
+	/* Not a captured file (nearly always): straight on, a tail call. */
+	if (__builtin_expect(!fdtable_peek(fd) && real_pread != NULL, 1))
+		return real_pread(fd, buf, n, off);
+	return pread_slow(fd, buf, n, off);
+}
+
+SHIM_EXPORT ssize_t pread64(int fd, void *buf, size_t n, off_t off)
+{
+	/* Not a captured file (nearly always): straight on, a tail call. */
+	if (__builtin_expect(!fdtable_peek(fd) && real_pread64 != NULL, 1))
+		return real_pread64(fd, buf, n, off);
+	return pread64_slow(fd, buf, n, off);
+}
+
+SHIM_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
+{
+	/* Not a captured file (nearly always): straight on, a tail call. */
+	if (__builtin_expect(!fdtable_peek(fd) && real_readv != NULL, 1))
+		return real_readv(fd, iov, cnt);
+	return readv_slow(fd, iov, cnt);
+}
+
+SHIM_EXPORT off_t lseek(int fd, off_t off, int whence)
+{
+	/* Not a captured file (nearly always): straight on, a tail call. */
+	if (__builtin_expect(!fdtable_peek(fd) && real_lseek != NULL, 1))
+		return real_lseek(fd, off, whence);
+	return lseek_slow(fd, off, whence);
+}
+
+SHIM_EXPORT off_t lseek64(int fd, off_t off, int whence)
+{
+	/* Not a captured file (nearly always): straight on, a tail call. */
+	if (__builtin_expect(!fdtable_peek(fd) && real_lseek64 != NULL, 1))
+		return real_lseek64(fd, off, whence);
+	return lseek64_slow(fd, off, whence);
 }

@@ -10,6 +10,7 @@
 
 #include "builder.h"
 #include "catalog.h"
+#include "gc.h"
 #include "internal.h"
 #include "log.h"
 #include "materialize.h"
@@ -49,8 +50,18 @@ static bool sync_for(const struct stg_path_rule *rule)
 	return rule->durability != STG_DURABILITY_ASYNC;
 }
 
+static int export_pinned(const char *from, const char *to);
+
 /* Writes the newest version of a captured file to a real path, atomically. */
 static int export_latest(const char *from, const char *to)
+{
+	int pin = stg_gc_pin(shim.cache);
+	int r = export_pinned(from, to);
+	stg_gc_unpin(pin);
+	return r;
+}
+
+static int export_pinned(const char *from, const char *to)
 {
 	struct stg_catalog_file f;
 	int r = stg_catalog_lock(shim.cache, from, false, &f);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "catalog.h"
+#include "gc.h"
 #include "materialize.h"
 #include "pack.h"
 #include "pipeline.h"
@@ -138,8 +139,21 @@ static int open_parent_beneath(int rootfd, const char *rel, char *ret_name, size
 	return fd;
 }
 
+static int restore_pinned(struct stg_cache *cache, const char *path, uint64_t want_version,
+			  const char *to);
+
 static int restore_one(struct stg_cache *cache, const char *path, uint64_t want_version,
 		       const char *to)
+{
+	/* Keeps the collector from moving or deleting packs under the restore. */
+	int pin = stg_gc_pin(cache);
+	int r = restore_pinned(cache, path, want_version, to);
+	stg_gc_unpin(pin);
+	return r;
+}
+
+static int restore_pinned(struct stg_cache *cache, const char *path, uint64_t want_version,
+			  const char *to)
 {
 	struct stg_catalog_file f;
 	int r = stg_catalog_lock(cache, path, false, &f);

@@ -91,6 +91,46 @@ int main(void)
 	stg_builder_free(b);
 	CHECK_EQ(stg_cache_usage(c), 2 * RECORD);
 
+	/* Compaction: a pack mostly unreferenced after pruning gives its live
+	 * records to a new pack, and the manifests follow them. */
+	c->capacity = 0;
+	struct stg_path_rule one = rule;
+	one.keep = 1;
+	uint8_t *file = malloc(32 * 65536);
+	for (size_t i = 0; i < 32 * 65536; i++)
+		file[i] = (uint8_t)(i * 7 + i / 65536 * 131 + (i >> 9));
+	CHECK_EQ(stg_builder_new(c, "/ckpt/z", &one, &b), 0);
+	for (int k = 0; k < 32; k++)
+		CHECK_EQ(stg_builder_add(b, (uint64_t)k, file + k * 65536, 65536), 0);
+	CHECK(stg_builder_commit(b, 32 * 65536, 0644, 0) == 1);
+	stg_builder_free(b);
+	for (int k = 0; k < 20; k++)
+		file[k * 65536 + 5] ^= 0xff; /* version 2 changes 20 of 32 chunks */
+	CHECK_EQ(stg_builder_new(c, "/ckpt/z", &one, &b), 0);
+	for (int k = 0; k < 32; k++)
+		CHECK_EQ(stg_builder_add(b, (uint64_t)k, file + k * 65536, 65536), 0);
+	CHECK(stg_builder_commit(b, 32 * 65536, 0644, 0) == 2);
+	stg_builder_free(b);
+	/* The commit pruned version 1 and collected: its pack (12 of 32 records
+	 * alive) was compacted. What remains is exactly the live records. */
+	CHECK_EQ(stg_gc_collect(c, 1, &res), 0);
+	CHECK_EQ(res.live_chunks, 32 + 2); /* z's 32, y's 2 */
+	CHECK_EQ(stg_cache_usage(c), res.live_bytes);
+	CHECK_EQ(res.bytes_kept, res.live_bytes);
+	struct stg_catalog_file zf;
+	CHECK_EQ(stg_catalog_lock(c, "/ckpt/z", false, &zf), 0);
+	struct stg_manifest zm;
+	CHECK_EQ(stg_catalog_read(zf.dirfd, 2, &zm), 0);
+	stg_catalog_unlock(&zf);
+	uint8_t out[65536], scratch[70000];
+	int bad = 0;
+	for (int k = 0; k < 32; k++)
+		bad += stg_pack_read(c, &zm.entries[k], out, scratch) != 0 ||
+		       memcmp(out, file + k * 65536, 65536) != 0;
+	CHECK_EQ(bad, 0);
+	stg_manifest_done(&zm);
+	free(file);
+
 	/* Index records: round trip, and damage is refused. */
 	struct stg_manifest_entry e = {.raw_len = 65536, .stored_len = 65536, .pack = 42,
 				       .offset = 8192};
