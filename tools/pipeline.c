@@ -8,13 +8,16 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "chunk.h"
 #include "pack.h"
 #include "util.h"
 
-#define RING 4
+#define RING 16
+/* The writer hands the disk up to this many chunks in one call. */
+#define BATCH 8
 
 struct slot {
 	uint8_t *buf;
@@ -37,6 +40,29 @@ struct ring {
 	uint64_t total, written;
 };
 
+/* Writes n iovecs at off in full. Returns 0 or -errno. */
+static int pwritev_all(int fd, struct iovec *iov, int n, off_t off)
+{
+	while (n > 0) {
+		ssize_t w = pwritev(fd, iov, n, off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		off += w;
+		while (n > 0 && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (uint8_t *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
 static void *writer(void *p)
 {
 	struct ring *rg = p;
@@ -44,26 +70,41 @@ static void *writer(void *p)
 		pthread_mutex_lock(&rg->lock);
 		while (!rg->slots[rg->tail].full && !rg->done)
 			pthread_cond_wait(&rg->cond, &rg->lock);
-		struct slot *s = &rg->slots[rg->tail];
-		if (!s->full) {
+		if (!rg->slots[rg->tail].full) {
 			pthread_mutex_unlock(&rg->lock);
 			return NULL;
+		}
+		/* Consecutive full slots that continue each other go in one call:
+		 * bigger writes keep the disk busier. */
+		struct iovec iov[BATCH];
+		int n = 0;
+		uint64_t off = rg->slots[rg->tail].off, end = off;
+		for (size_t i = rg->tail; n < BATCH; i = (i + 1) % RING) {
+			struct slot *s = &rg->slots[i];
+			if (!s->full || s->off != end || (n > 0 && s->len % STG_PACK_ALIGN))
+				break;
+			iov[n++] = (struct iovec){s->buf, s->len};
+			end += s->len;
+			if (s->len % STG_PACK_ALIGN)
+				break; /* a short last chunk ends a batch */
 		}
 		pthread_mutex_unlock(&rg->lock);
 		int r = 0;
 		if (!rg->werr) {
-			if (rg->direct && s->len % STG_PACK_ALIGN) {
+			if (rg->direct && iov[n - 1].iov_len % STG_PACK_ALIGN) {
 				fcntl(rg->fd, F_SETFL, rg->flags & ~O_DIRECT);
 				rg->direct = false;
 			}
-			r = stg_pwrite_all(rg->fd, s->buf, s->len, (off_t)s->off);
+			r = pwritev_all(rg->fd, iov, n, (off_t)off);
 		}
 		pthread_mutex_lock(&rg->lock);
 		if (r < 0 && !rg->werr)
 			rg->werr = r;
-		s->full = false;
-		rg->tail = (rg->tail + 1) % RING;
-		rg->written = s->off + s->len;
+		for (int k = 0; k < n; k++) {
+			rg->slots[rg->tail].full = false;
+			rg->tail = (rg->tail + 1) % RING;
+		}
+		rg->written = end;
 		pthread_cond_broadcast(&rg->cond);
 		pthread_mutex_unlock(&rg->lock);
 		if (rg->progress && !r)

@@ -252,3 +252,30 @@ os.close(fd)"
 	[ "$(cat "$BACK$CKPT/d/two")" = 2 ]
 	[ ! -e "$BACK$CKPT/other" ]
 }
+
+@test "restore shows its progress on a terminal, and only there" {
+	head -c $((80 * 1024 * 1024)) /dev/urandom >"$REF/big"
+	shim cp "$REF/big" "$CKPT/big"
+	# script(1) gives the restore a terminal
+	run script -qec "'$STAGEHAND' restore --to '$BACK' '$CKPT/big'" /dev/null
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"restoring $CKPT/big: 100% (80.0 MiB of 80.0 MiB)"* ]]
+	cmp "$REF/big" "$BACK$CKPT/big"
+	run "$STAGEHAND" restore --to "$BACK/again" "$CKPT/big"
+	[ "$status" -eq 0 ]
+	[[ "$output" != *"restoring $CKPT"* ]]
+}
+
+@test "a version pruned by keep frees what only it used, even inside a shared pack" {
+	printf '[cache]\ndir = %s\n[path %s/*]\nchunk_size = 64K\nkeep = 1\ncompress = off\n' "$CACHE" "$CKPT" >"$POLICY"
+	head -c $((64 * 65536)) /dev/urandom >"$REF/a"
+	shim cp "$REF/a" "$CKPT/f"
+	# the next version changes 48 of its 64 chunks: version 1 goes, and of
+	# its pack only the 16 chunks version 2 still uses may remain
+	cp "$REF/a" "$REF/b"
+	head -c $((48 * 65536)) /dev/urandom | dd of="$REF/b" conv=notrunc status=none
+	shim cp "$REF/b" "$CKPT/f"
+	[ "$(version_count "$CKPT/f")" -eq 1 ]
+	assert_restores "$REF/b" "$CKPT/f"
+	[ "$(cat "$CACHE"/packs/* | wc -c)" -eq $((64 * (65536 + 4096))) ]
+}
