@@ -72,7 +72,7 @@ sys.exit(0)"
 	shim cp "$REF/a" "$CKPT/f"
 	pack=$(find "$CACHE/packs" -type f)
 	# a byte of the third record's payload (records are 64 KiB + 4 KiB)
-	printf '\x01' | dd of="$pack" bs=1 seek=$((2 * 69632 + 1000)) conv=notrunc status=none
+	flip_byte "$pack" $((2 * 69632 + 1000))
 	run "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
 	[ "$status" -eq 1 ]
 	[[ "$output" == *"'$CKPT/f' version 1: chunk 2 is corrupt (packs/"*".pack at offset 139264)"* ]]
@@ -102,7 +102,7 @@ sys.exit(0)"
 	random_file "$REF/b" 100000
 	shim cp "$REF/b" "$CKPT/f"
 	mf=$(find "$CACHE/files" -name 'v*2.mf')
-	printf '\xff' | dd of="$mf" bs=1 seek=20 conv=notrunc status=none
+	flip_byte "$mf" 20
 	run "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
 	[ "$status" -eq 1 ]
 	[[ "$output" == *"'$CKPT/f' version 2: the manifest is corrupt"* ]]

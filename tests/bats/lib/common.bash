@@ -66,3 +66,10 @@ version_count() {
 latest_version() {
 	"$STAGEHAND" ls "$1" | awk -v p="$1" '$1 == p { v = $2 } END { print v }'
 }
+
+# Flips every bit of one byte of a file (a corruption that always changes it).
+flip_byte() {
+	local file="$1" off="$2" old
+	old=$(od -An -tu1 -j "$off" -N1 "$file" | tr -d ' ')
+	printf "\\x$(printf %02x $((old ^ 0xff)))" | dd of="$file" bs=1 seek="$off" conv=notrunc status=none
+}
