@@ -193,6 +193,14 @@ void shim_leave_fast(int fd);
  * writable mapping stayed (exit unmaps it). */
 void mapping_exit(void);
 
+/* ---- background.c: durability = async ---- */
+
+/* Hands the shadow (fd) to a detached committer. Returns 0, or -errno when
+ * the caller must commit itself. */
+int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns);
+/* Waits for this process's background commits of path (or below it). */
+void background_wait(const char *path);
+
 /* ---- fdtable.c: which descriptors are captured files ---- */
 
 int fdtable_init(void);

@@ -187,6 +187,10 @@ static int rename_common(int od, const char *op, int nd, const char *np, unsigne
 	char oabs[PATH_MAX], nabs[PATH_MAX];
 	const struct stg_path_rule *ro = shim_resolve(od, op, oabs, sizeof(oabs));
 	const struct stg_path_rule *rn = shim_resolve(nd, np, nabs, sizeof(nabs));
+	if (ro)
+		background_wait(oabs);
+	if (rn)
+		background_wait(nabs);
 	int r = 1; /* 1: let the real rename do it */
 	struct stat st;
 	if (!ro && !rn) {
@@ -269,7 +273,10 @@ SHIM_EXPORT int renameat2(int od, const char *op, int nd, const char *np, unsign
 static int unlink_captured(int dirfd, const char *path)
 {
 	char abs[PATH_MAX];
-	if (!shim_resolve(dirfd, path, abs, sizeof(abs)) || !captured_exists(abs))
+	if (!shim_resolve(dirfd, path, abs, sizeof(abs)))
+		return 1;
+	background_wait(abs);
+	if (!captured_exists(abs))
 		return 1;
 	int r = mark_deleted(abs);
 	session_unlinked(abs);

@@ -283,6 +283,7 @@ static int share_open(struct session *s, int flags)
 static int open_locked(const char *path, const struct stg_path_rule *rule, int flags, mode_t mode,
 		       bool allow_fast)
 {
+	background_wait(path);
 	int acc = flags & O_ACCMODE;
 	bool writing = acc != O_RDONLY || (flags & O_TRUNC);
 	struct session *s = session_find_path(path);
@@ -406,7 +407,7 @@ static int amend_meta(struct session *s)
 	return r;
 }
 
-static int commit_through(struct session *s, int fd)
+static int commit_through(struct session *s, int fd, bool last)
 {
 	struct stat st;
 	if (fstat(fd, &st) < 0)
@@ -424,11 +425,18 @@ static int commit_through(struct session *s, int fd)
 	/* Park the mtime before reading: a write racing with this commit moves it
 	 * again, so the next close stages it. */
 	park_mtime(fd);
+	int64_t mtime = s->mtime_set ? s->mtime_ns
+		      : is_sentinel(&st) ? s->base_mtime_ns : ts_ns(&st.st_mtim);
+	/* async: a detached process commits, close() returns now. */
+	if (last && s->rule->durability == STG_DURABILITY_ASYNC &&
+	    background_commit(s, fd, s->mode, mtime) == 0) {
+		s->meta_dirty = false;
+		s->mtime_set = false;
+		return 0;
+	}
 	char link[64];
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 	int rfd = real_open(link, O_RDONLY | O_CLOEXEC);
-	int64_t mtime = s->mtime_set ? s->mtime_ns
-		      : is_sentinel(&st) ? s->base_mtime_ns : ts_ns(&st.st_mtim);
 	int64_t v = stg_commit_fd(shim.cache, s->path, s->rule, rfd >= 0 ? rfd : fd,
 				  (uint64_t)st.st_size, s->mode, mtime);
 	if (rfd >= 0)
@@ -471,7 +479,7 @@ int session_commit(struct session *s, int fd, bool last)
 			uint64_t size = 0;
 			if (!fast_size(s, &size) || size == 0) {
 				fast_discard(s);
-				return commit_through(s, fd);
+				return commit_through(s, fd, last);
 			}
 			s->broken = true;
 			shim_log(STG_LOG_ERROR, "'%s' was written both through write() and around it "
@@ -483,7 +491,7 @@ int session_commit(struct session *s, int fd, bool last)
 			r = amend_meta(s);
 		return r;
 	}
-	return commit_through(s, fd);
+	return commit_through(s, fd, last);
 }
 
 void session_discard_fd(int fd)

@@ -20,6 +20,7 @@
  * the catalog holds, 0 when the real file system should answer, -errno. */
 static int captured_stat(const char *abspath, struct stat *st)
 {
+	background_wait(abspath);
 	pthread_mutex_lock(&shim.lock);
 	struct session *s = session_find_path(abspath);
 	int fd = s ? session_any_fd(s) : -1;

@@ -67,6 +67,8 @@ int tool_open(const char *policy_file, struct stg_policy **ret_policy, struct st
 		return 0;
 	}
 	r = stg_cache_open((*ret_policy)->cache_dir, ret_cache);
+	if (r == 0)
+		(*ret_cache)->capacity = (*ret_policy)->capacity;
 	if (r < 0) {
 		tool_error("cannot open the cache '%s': %s", (*ret_policy)->cache_dir,
 			   r == -EPROTO ? "it holds a cache of another format" : strerror(-r));
@@ -139,6 +141,8 @@ int main(int argc, char **argv)
 		return cmd_restore(argc - 1, argv + 1);
 	if (strcmp(cmd, "status") == 0)
 		return cmd_status(argc - 1, argv + 1);
+	if (strcmp(cmd, "__commit") == 0)
+		return cmd_commit(argc - 1, argv + 1);
 	tool_error("unknown command '%s' (try 'stagehand --help')", cmd);
 	return EXIT_USAGE;
 }

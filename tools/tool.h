@@ -25,5 +25,6 @@ int cmd_run(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_restore(int argc, char **argv);
 int cmd_status(int argc, char **argv);
+int cmd_commit(int argc, char **argv);
 
 #define EXIT_USAGE 2

@@ -256,3 +256,42 @@ print('ok')"
 	[ "$output" = ok ]
 	assert_restores "$REF/a" "$CKPT/g"
 }
+
+# Polls until a path has n versions (a background commit), for at most 60 s.
+wait_versions() {
+	local i
+	for i in $(seq 1 600); do
+		[ "$(version_count "$1")" -ge "$2" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+@test "durability = async: close returns, the commit completes in the background after exit" {
+	printf '[cache]\ndir = %s\n[path %s/*]\nchunk_size = 64K\ndurability = async\n' "$CACHE" "$CKPT" >"$POLICY"
+	head -c 3000000 /dev/urandom >"$REF/a"
+	# written with a seek back (so staged from its shadow file at close), then
+	# the process dies at once
+	STAGEHAND_LOG=debug run shim "$PYTHON" -c "
+import os, signal
+children = []
+signal.signal(signal.SIGCHLD, lambda *a: children.append(1))
+data = open('$REF/a', 'rb').read()
+with open('$CKPT/f', 'wb') as f:
+    f.write(data)
+    f.seek(0)
+    f.write(data[:10])
+# this process reads what it wrote, at once
+assert open('$CKPT/f', 'rb').read() == open('$REF/a', 'rb').read()
+# and never sees the committer: no SIGCHLD, nothing to wait for
+try:
+    os.waitpid(-1, os.WNOHANG)
+    print('a child')
+except ChildProcessError:
+    print('no child', len(children))
+os.kill(os.getpid(), signal.SIGKILL)"
+	[[ "$output" == *"no child 0"* ]]
+	[[ "$output" == *"committing '$CKPT/f' in the background"* ]]
+	wait_versions "$CKPT/f" 1
+	assert_restores "$REF/a" "$CKPT/f"
+}

@@ -1,0 +1,203 @@
+/* SPDX-License-Identifier: MIT */
+/* durability = async for files staged from their shadow: close() hands the
+ * shadow to a detached `stagehand __commit` process and returns. The commit
+ * completes in the background, surviving the application's exit; this
+ * process waits for it only if it touches that path again, so it always
+ * reads what it wrote. The helper is started so that the application never
+ * sees it: no SIGCHLD, nothing for its wait() to reap, none of its
+ * descriptors held open. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "log.h"
+#include "real.h"
+
+#define SPAWN_STACK (64u << 10)
+
+extern char **environ;
+
+struct pending {
+	char path[PATH_MAX];
+	int rfd; /* EOF when the helper is done */
+	struct pending *next;
+};
+
+static struct pending *pending; /* guarded by shim.lock */
+
+/* The stagehand tool next to this library: build tree or installed. */
+static const char *helper(void)
+{
+	static char path[PATH_MAX];
+	static int looked;
+	if (looked)
+		return path[0] ? path : NULL;
+	looked = 1;
+	const char *env = getenv("STAGEHAND_TOOL");
+	if (env && *env && access(env, X_OK) == 0) {
+		snprintf(path, sizeof(path), "%s", env);
+		return path;
+	}
+	Dl_info info;
+	if (!dladdr((void *)helper, &info) || !info.dli_fname)
+		return NULL;
+	char lib[PATH_MAX];
+	snprintf(lib, sizeof(lib), "%s", info.dli_fname);
+	const char *dir = dirname(lib);
+	const char *cands[] = {"%s/../tools/stagehand", "%s/../bin/stagehand", "%s/../../bin/stagehand"};
+	for (size_t i = 0; i < sizeof(cands) / sizeof(cands[0]); i++) {
+		char p[PATH_MAX * 2];
+		snprintf(p, sizeof(p), cands[i], dir);
+		if (realpath(p, path) && access(path, X_OK) == 0)
+			return path;
+	}
+	path[0] = '\0';
+	return NULL;
+}
+
+struct spawn {
+	const char *exe;
+	char **argv;
+	int shadow, done_w, in, err;
+	int failed; /* the helper could not be started */
+};
+
+/* Runs in a child sharing our memory (CLONE_VM | CLONE_VFORK): raw system
+ * calls only. It forks the helper and exits at once, so the helper is
+ * reparented away from the application. */
+static int intermediate(void *arg)
+{
+	struct spawn *sp = arg;
+	long pid = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+	if (pid < 0) {
+		sp->failed = 1;
+		return 0;
+	}
+	if (pid > 0)
+		return 0;
+	/* The helper: its own session, only the descriptors it needs. */
+	syscall(SYS_setsid);
+	syscall(SYS_dup2, sp->shadow, 3);
+	syscall(SYS_dup2, sp->done_w, 4);
+	syscall(SYS_dup2, sp->in, 0);
+	syscall(SYS_dup2, sp->in, 1);
+	syscall(SYS_dup2, sp->err, 2);
+	syscall(SYS_close_range, 5, ~0u, 0);
+	syscall(SYS_execve, sp->exe, sp->argv, environ);
+	syscall(SYS_exit_group, 127);
+	return 0;
+}
+
+int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns)
+{
+	const char *exe = helper();
+	if (!exe)
+		return -ENOSYS;
+	/* A read-only description of its own: the application's may be
+	 * write-only. */
+	char link[64];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	int rfd = real_open(link, O_RDONLY | O_CLOEXEC);
+	if (rfd < 0)
+		return -errno;
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		int r = -errno;
+		real_close(rfd);
+		return r;
+	}
+	const char *lf = getenv("STAGEHAND_LOG_FILE");
+	int in = real_open("/dev/null", O_RDWR | O_CLOEXEC);
+	int err = lf && *lf ? real_open(lf, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644) : -1;
+	if (err < 0 && in >= 0)
+		err = real_fcntl(in, F_DUPFD_CLOEXEC, 0);
+	char smode[16], smtime[32];
+	snprintf(smode, sizeof(smode), "%o", mode & 07777);
+	snprintf(smtime, sizeof(smtime), "%lld", (long long)mtime_ns);
+	char *argv[] = {"stagehand", "__commit", s->path, smode, smtime, NULL};
+	struct spawn sp = {.exe = exe, .argv = argv, .shadow = rfd, .done_w = p[1], .in = in,
+			   .err = err};
+	void *stack = real_mmap(NULL, SPAWN_STACK, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	int r = 0;
+	if (in < 0 || err < 0 || stack == MAP_FAILED) {
+		r = -EIO;
+	} else {
+		/* Exit signal 0: the application gets no SIGCHLD for it, and its
+		 * wait() does not see it (only __WCLONE does). */
+		int pid = clone(intermediate, (char *)stack + SPAWN_STACK, CLONE_VM | CLONE_VFORK,
+				&sp);
+		if (pid < 0)
+			r = -errno;
+		else
+			waitpid(pid, NULL, __WCLONE);
+		if (r == 0 && sp.failed)
+			r = -EAGAIN;
+	}
+	if (stack != MAP_FAILED)
+		real_munmap(stack, SPAWN_STACK);
+	if (in >= 0)
+		real_close(in);
+	if (err >= 0)
+		real_close(err);
+	real_close(rfd);
+	real_close(p[1]);
+	if (r < 0) {
+		real_close(p[0]);
+		return r;
+	}
+	struct pending *pd = calloc(1, sizeof(*pd));
+	if (!pd) {
+		/* Handed off already: we just cannot wait for it. */
+		real_close(p[0]);
+		return 0;
+	}
+	snprintf(pd->path, sizeof(pd->path), "%s", s->path);
+	pd->rfd = p[0];
+	shim_move_high(&pd->rfd);
+	pthread_mutex_lock(&shim.lock);
+	pd->next = pending;
+	pending = pd;
+	pthread_mutex_unlock(&shim.lock);
+	shim_log(STG_LOG_DEBUG, "committing '%s' in the background", s->path);
+	return 0;
+}
+
+void background_wait(const char *path)
+{
+	if (!__atomic_load_n(&pending, __ATOMIC_RELAXED))
+		return;
+	size_t n = strlen(path);
+	pthread_mutex_lock(&shim.lock);
+	for (struct pending **pp = &pending; *pp;) {
+		struct pending *pd = *pp;
+		/* The path itself, or anything below it (a directory rename). */
+		if (strncmp(pd->path, path, n) != 0 || (pd->path[n] && pd->path[n] != '/')) {
+			pp = &pd->next;
+			continue;
+		}
+		char buf[64];
+		for (;;) {
+			ssize_t got = real_read(pd->rfd, buf, sizeof(buf));
+			if (got > 0 || (got < 0 && errno == EINTR))
+				continue;
+			break; /* EOF: the helper is done (or gone) */
+		}
+		*pp = pd->next;
+		shim_release_fd(pd->rfd);
+		real_close(pd->rfd);
+		free(pd);
+	}
+	pthread_mutex_unlock(&shim.lock);
+}

@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+/* stagehand __commit: the shim's background committer for durability = async
+ * (not for people). It gets the shadow file on descriptor 3 and a pipe on 4
+ * whose closing tells the application's process that the version is there. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "builder.h"
+#include "tool.h"
+
+int cmd_commit(int argc, char **argv)
+{
+	if (argc != 4) {
+		tool_error("__commit: PATH MODE MTIME_NS expected (this command is the shim's)");
+		return EXIT_USAGE;
+	}
+	const char *path = argv[1];
+	char *end;
+	unsigned long mode = strtoul(argv[2], &end, 8);
+	if (*end || mode > 07777) {
+		tool_error("__commit: bad mode '%s'", argv[2]);
+		return EXIT_USAGE;
+	}
+	long long mtime = strtoll(argv[3], &end, 10);
+	if (*end) {
+		tool_error("__commit: bad time '%s'", argv[3]);
+		return EXIT_USAGE;
+	}
+	struct stat st;
+	if (fstat(3, &st) < 0 || !S_ISREG(st.st_mode)) {
+		tool_error("__commit: descriptor 3 is not the shadow of '%s'", path);
+		return 1;
+	}
+	struct stg_policy *p;
+	struct stg_cache *cache;
+	if (tool_open(NULL, &p, &cache))
+		return 1;
+	const struct stg_path_rule *rule = stg_policy_match(p, path);
+	int r = 1;
+	if (!rule || !cache) {
+		tool_error("__commit: '%s' is not captured by %s", path, p->file);
+	} else {
+		int64_t v = stg_commit_fd(cache, path, rule, 3, (uint64_t)st.st_size, (uint32_t)mode,
+					  mtime);
+		if (v < 0)
+			tool_error("could not stage '%s' (durability = async): %s", path,
+				   strerror((int)-v));
+		r = v < 0;
+	}
+	stg_cache_free(cache);
+	stg_policy_free(p);
+	return r;
+}
