@@ -406,25 +406,29 @@ SHIM_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 	return real_fexecve(fd, argv, envp);
 }
 
-/* The execl family, rebuilt on execv*: collects the NULL-terminated list. */
+/* The execl family, rebuilt on execv*: collects the NULL-terminated list
+ * into argv (MAX_EXECL_ARGS + 1 slots). Returns false when it is too long. */
 #define MAX_EXECL_ARGS 4096
-#define COLLECT_ARGS(first, ap, argv, n)                                   \
-	do {                                                               \
-		argv[0] = (char *)(first);                                 \
-		for (n = 1; argv[n - 1] && n < MAX_EXECL_ARGS; n++)        \
-			argv[n] = va_arg(ap, char *);                      \
-	} while (0)
+static bool collect_args(const char *first, va_list *ap, char **argv)
+{
+	argv[0] = (char *)first;
+	for (int n = 1; argv[n - 1]; n++) {
+		if (n > MAX_EXECL_ARGS)
+			return false;
+		argv[n] = va_arg(*ap, char *);
+	}
+	return true;
+}
 
 SHIM_EXPORT int execl(const char *path, const char *arg, ...)
 {
 	ENSURE(execv);
 	char *argv[MAX_EXECL_ARGS + 1];
-	int n;
 	va_list ap;
 	va_start(ap, arg);
-	COLLECT_ARGS(arg, ap, argv, n);
+	bool ok = collect_args(arg, &ap, argv);
 	va_end(ap);
-	if (argv[n - 1]) {
+	if (!ok) {
 		errno = E2BIG;
 		return -1;
 	}
@@ -436,12 +440,11 @@ SHIM_EXPORT int execlp(const char *file, const char *arg, ...)
 {
 	ENSURE(execvp);
 	char *argv[MAX_EXECL_ARGS + 1];
-	int n;
 	va_list ap;
 	va_start(ap, arg);
-	COLLECT_ARGS(arg, ap, argv, n);
+	bool ok = collect_args(arg, &ap, argv);
 	va_end(ap);
-	if (argv[n - 1]) {
+	if (!ok) {
 		errno = E2BIG;
 		return -1;
 	}
@@ -453,13 +456,12 @@ SHIM_EXPORT int execle(const char *path, const char *arg, ...)
 {
 	ENSURE(execve);
 	char *argv[MAX_EXECL_ARGS + 1];
-	int n;
 	va_list ap;
 	va_start(ap, arg);
-	COLLECT_ARGS(arg, ap, argv, n);
-	char *const *envp = va_arg(ap, char *const *);
+	bool ok = collect_args(arg, &ap, argv);
+	char *const *envp = ok ? va_arg(ap, char *const *) : NULL;
 	va_end(ap);
-	if (argv[n - 1]) {
+	if (!ok) {
 		errno = E2BIG;
 		return -1;
 	}
