@@ -28,6 +28,7 @@ struct parse_state {
 	size_t errlen;
 	int failed;
 	bool seen_cache;
+	int too_long; /* the first line longer than inih takes */
 };
 
 static void fail(struct parse_state *st, const char *fmt, ...)
@@ -63,7 +64,10 @@ static char *reader(char *str, int num, void *stream)
 	}
 	str[i] = '\0';
 	st->text += i;
-	/* A line longer than the buffer is handed out in pieces; count it once. */
+	/* A line longer than the buffer is handed out in pieces: count it once,
+	 * and say so, rather than let the pieces be misread. */
+	if (i == num - 1 && str[i - 1] != '\n' && *st->text && !st->too_long)
+		st->too_long = st->line + 1;
 	if (i > 0 && (str[i - 1] == '\n' || !*st->text))
 		st->line++;
 	return str;
@@ -437,7 +441,11 @@ int stg_policy_load(const char *path, struct stg_policy **ret_policy, char *err,
 	st.line = 0;
 	st.text = text;
 	int ir = ini_parse_stream(reader, &st, handler, &st);
-	if (ir > 0 && !st.failed) {
+	if (st.too_long) {
+		st.failed = 0;
+		st.line = st.too_long;
+		fail(&st, "line too long (at most %d characters)", INI_MAX_LINE - 3);
+	} else if (ir > 0 && !st.failed) {
 		st.line = ir;
 		fail(&st, "syntax error (expected [section] or key = value)");
 	} else if (ir < 0 && !st.failed) {

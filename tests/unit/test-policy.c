@@ -128,6 +128,11 @@ static void test_errors(void)
 	expect_error("[cache]\ndir = /c\n[cluster]\ntransport = carrier-pigeon\n", "bad.conf:4:");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\ndurability = replicated\n", "bad.conf:3: durability = replicated");
 
+	char longline[600] = "[cache]\ndir = /c\n[path /";
+	memset(longline + strlen(longline), 'a', 300);
+	strcat(longline, "/*]\nkeep = 2\n");
+	expect_error(longline, "bad.conf:3: line too long");
+
 	struct stg_policy *p = NULL;
 	char err[1024];
 	CHECK(stg_policy_load("/nonexistent/policy.conf", &p, err, sizeof(err)) == -ENOENT);
