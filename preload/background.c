@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -99,6 +100,52 @@ static int intermediate(void *arg)
 	return 0;
 }
 
+/* Bounds what is in flight (and the descriptors that track it). */
+#define MAX_PENDING 64
+
+static void drop(struct pending **pp)
+{
+	struct pending *pd = *pp;
+	*pp = pd->next;
+	shim_release_fd(pd->rfd);
+	real_close(pd->rfd);
+	free(pd);
+}
+
+/* Waits for one helper: reads its pipe to the end. */
+static void wait_one(struct pending *pd)
+{
+	char buf[64];
+	for (;;) {
+		ssize_t got = real_read(pd->rfd, buf, sizeof(buf));
+		if (got > 0 || (got < 0 && errno == EINTR))
+			continue;
+		break; /* EOF: the helper is done (or gone) */
+	}
+}
+
+/* Forgets the helpers that are done; with too many still running, waits for
+ * the oldest. Caller holds shim.lock. */
+static void reap(void)
+{
+	size_t n = 0;
+	for (struct pending **pp = &pending; *pp;) {
+		struct pollfd p = {.fd = (*pp)->rfd, .events = POLLIN};
+		if (poll(&p, 1, 0) == 1) {
+			wait_one(*pp);
+			drop(pp);
+		} else {
+			n++;
+			if (n >= MAX_PENDING && !(*pp)->next) {
+				wait_one(*pp);
+				drop(pp);
+			} else {
+				pp = &(*pp)->next;
+			}
+		}
+	}
+}
+
 int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns)
 {
 	const char *exe = helper();
@@ -167,6 +214,7 @@ int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns
 	pd->rfd = p[0];
 	shim_move_high(&pd->rfd);
 	pthread_mutex_lock(&shim.lock);
+	reap();
 	pd->next = pending;
 	pending = pd;
 	pthread_mutex_unlock(&shim.lock);
@@ -187,17 +235,8 @@ void background_wait(const char *path)
 			pp = &pd->next;
 			continue;
 		}
-		char buf[64];
-		for (;;) {
-			ssize_t got = real_read(pd->rfd, buf, sizeof(buf));
-			if (got > 0 || (got < 0 && errno == EINTR))
-				continue;
-			break; /* EOF: the helper is done (or gone) */
-		}
-		*pp = pd->next;
-		shim_release_fd(pd->rfd);
-		real_close(pd->rfd);
-		free(pd);
+		wait_one(pd);
+		drop(pp);
 	}
 	pthread_mutex_unlock(&shim.lock);
 }

@@ -295,3 +295,53 @@ os.kill(os.getpid(), signal.SIGKILL)"
 	wait_versions "$CKPT/f" 1
 	assert_restores "$REF/a" "$CKPT/f"
 }
+
+@test "the shim leaks neither descriptors nor threads into the application" {
+	run shim "$PYTHON" -c "
+import os
+def fds():
+    return len(os.listdir('/proc/self/fd'))
+def write(i):
+    with open('$CKPT/f%d' % (i % 7), 'wb') as f:
+        f.write(os.urandom(100000))
+        if i % 3 == 0:
+            f.seek(0)           # the shadow path too
+            f.write(b'x')
+    with open('$CKPT/f%d' % (i % 7), 'rb') as f:
+        f.read()
+write(0)
+before = fds()
+for i in range(1, 200):
+    write(i)
+print('fds', before, fds(), 'threads', len(os.listdir('/proc/self/task')))"
+	[ "$status" -eq 0 ]
+	read -r _ before after _ threads <<<"$output"
+	[ "$before" -eq "$after" ]
+	[ "$threads" -eq 1 ]
+}
+
+@test "durability = async: what tracks the background commits stays bounded" {
+	printf '[cache]\ndir = %s\n[path %s/*]\nchunk_size = 64K\ndurability = async\n' "$CACHE" "$CKPT" >"$POLICY"
+	run shim "$PYTHON" -c "
+import os
+def fds():
+    return len(os.listdir('/proc/self/fd'))
+def write(i):
+    with open('$CKPT/g%d' % i, 'wb') as f:
+        f.write(os.urandom(70000))
+        f.seek(0)               # staged from the shadow: a background commit
+        f.write(b'x')
+write(0)
+before = fds()
+for i in range(1, 150):
+    write(i)
+print('fds', before, fds(), 'threads', len(os.listdir('/proc/self/task')))"
+	[ "$status" -eq 0 ]
+	read -r _ before after _ threads <<<"$output"
+	[ "$after" -le $((before + 64)) ]
+	[ "$threads" -eq 1 ]
+	# every one of them lands
+	for i in $(seq 0 149); do
+		wait_versions "$CKPT/g$i" 1
+	done
+}
