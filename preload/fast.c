@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The fast path: a new or truncated captured file written sequentially through
- * write()/pwrite()/writev() is chunked, hashed and staged as the data arrives,
- * straight from the application's buffer, and never copied into the shadow.
+ * write()/pwrite()/writev() is chunked, hashed and staged as the data arrives
+ * (each chunk copied once, while it is hashed, into the pack writer's aligned
+ * buffer and written with O_DIRECT), and never copied into the shadow.
  * Anything else done to the descriptor (reading, seeking away and writing,
  * mmap, dup, fork, exec...) first materializes what was staged into the
  * shadow file, which then takes over as the one copy of the content. */
@@ -108,7 +109,8 @@ static ssize_t append(struct fast *f, const uint8_t *buf, size_t n)
 		size_t left = n - done;
 		int r;
 		if (fill == 0 && left >= f->cs) {
-			/* A whole chunk in the caller's buffer: no copy at all. */
+			/* A whole chunk in the caller's buffer: straight to the
+			 * builder, no stop in pending. */
 			r = seal(f, buf + done, f->cs);
 			if (r < 0)
 				return done ? (ssize_t)done : r;
