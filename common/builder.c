@@ -411,12 +411,16 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 			stg_log_errno(STG_LOG_DEBUG, pruned, "pruning '%s'", b->path);
 	}
 	stg_catalog_unlock(&f);
+	/* A caller that goes on from these locations keeps the pin until it
+	 * has pinned anew (stg_builder_free releases it). */
+	if (b->defer_collect)
+		goto out_done;
 	/* Pruned versions free their chunks now, unless another writer has the
 	 * cache pinned: then a later commit collects them. */
 	stg_fd_drop(b->pinfd);
 	stg_gc_unpin(b->pinfd);
 	b->pinfd = -1;
-	if (pruned > 0 && !b->defer_collect) {
+	if (pruned > 0) {
 		int gr = stg_gc_collect(b->cache, 0, NULL);
 		if (gr < 0 && gr != -EAGAIN)
 			stg_log_errno(STG_LOG_DEBUG, gr, "collecting chunks");

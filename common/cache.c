@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,11 +122,20 @@ void stg_cache_free(struct stg_cache *c)
 	free(c);
 }
 
+/* flock() excludes other processes; threads of this one share the descriptor
+ * (and so the lock): a mutex excludes them. */
+static pthread_mutex_t usage_mutex = PTHREAD_MUTEX_INITIALIZER;
+
 static int lock_usage(struct stg_cache *c, uint64_t *ret)
 {
-	while (flock(c->usage_fd, LOCK_EX) < 0)
-		if (errno != EINTR)
-			return -errno;
+	pthread_mutex_lock(&usage_mutex);
+	while (flock(c->usage_fd, LOCK_EX) < 0) {
+		if (errno != EINTR) {
+			int r = -errno;
+			pthread_mutex_unlock(&usage_mutex);
+			return r;
+		}
+	}
 	uint8_t b[8] = {0};
 	ssize_t n = pread(c->usage_fd, b, sizeof(b), 0);
 	*ret = n == (ssize_t)sizeof(b) ? stg_get_le64(b) : 0;
@@ -138,6 +148,7 @@ static int store_usage(struct stg_cache *c, uint64_t v)
 	stg_put_le64(b, v);
 	int r = pwrite(c->usage_fd, b, sizeof(b), 0) == (ssize_t)sizeof(b) ? 0 : -EIO;
 	flock(c->usage_fd, LOCK_UN);
+	pthread_mutex_unlock(&usage_mutex);
 	return r;
 }
 
@@ -149,6 +160,7 @@ int stg_cache_reserve(struct stg_cache *c, uint64_t bytes)
 		return r;
 	if (c->capacity && used + bytes > c->capacity) {
 		flock(c->usage_fd, LOCK_UN);
+		pthread_mutex_unlock(&usage_mutex);
 		return -ENOSPC;
 	}
 	return store_usage(c, used + bytes);

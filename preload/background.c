@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -87,7 +88,20 @@ static int intermediate(void *arg)
 	}
 	if (pid > 0)
 		return 0;
-	/* The helper: its own session, only the descriptors it needs. */
+	/* The helper: default signal handling (the application's handlers must
+	 * not run here), its own session, only the descriptors it needs. */
+	for (long sig = 1; sig < 65; sig++) {
+		struct {
+			void *handler;
+			unsigned long flags;
+			void *restorer;
+			unsigned long mask;
+		} dfl = {SIG_DFL, 0, 0, 0};
+		if (sig != SIGKILL && sig != SIGSTOP)
+			syscall(SYS_rt_sigaction, sig, &dfl, 0, 8);
+	}
+	unsigned long none = 0;
+	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, 0, 8);
 	syscall(SYS_setsid);
 	syscall(SYS_dup2, sp->shadow, 3);
 	syscall(SYS_dup2, sp->done_w, 4);
@@ -182,13 +196,18 @@ int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns
 		r = -EIO;
 	} else {
 		/* Exit signal 0: the application gets no SIGCHLD for it, and its
-		 * wait() does not see it (only __WCLONE does). */
+		 * wait() does not see it (only __WCLONE does). No signal handler of
+		 * the application may run in the children: all blocked meanwhile. */
+		sigset_t all, old;
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
 		int pid = clone(intermediate, (char *)stack + SPAWN_STACK, CLONE_VM | CLONE_VFORK,
 				&sp);
 		if (pid < 0)
 			r = -errno;
-		else
-			waitpid(pid, NULL, __WCLONE);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		while (pid >= 0 && waitpid(pid, NULL, __WCLONE) < 0 && errno == EINTR)
+			;
 		if (r == 0 && sp.failed)
 			r = -EAGAIN;
 	}

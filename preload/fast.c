@@ -232,14 +232,15 @@ static int commit_locked(struct session *s, struct fast *f, bool last)
 	if (last)
 		return 0;
 	/* Writing goes on: a new version starts from the chunks sealed so far. */
-	struct stg_builder *nb;
+	struct stg_builder *nb = NULL;
 	r = stg_builder_new(shim.cache, s->path, s->rule, &nb);
 	if (r == 0)
 		r = stg_builder_copy_entries(nb, f->b, f->sealed / f->cs);
 	if (r < 0) {
-		if (r != -ENOMEM)
-			stg_builder_free(nb);
-		return r;
+		stg_builder_free(nb);
+		/* The version is published; what comes next cannot be staged. */
+		f->failed = r;
+		return 0;
 	}
 	stg_builder_free(f->b);
 	f->b = nb;

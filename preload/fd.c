@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -69,8 +70,9 @@ SHIM_EXPORT int close_range(unsigned first, unsigned last, int flags)
 		pthread_mutex_unlock(&shim.lock);
 	}
 	/* Close around the shim's own descriptors. */
-	int keep[256];
-	size_t nkeep = shim_reserved_in(first, last, keep, 256);
+	size_t cap = shim_reserved_count() + 1;
+	int *keep = calloc(cap, sizeof(*keep));
+	size_t nkeep = keep ? shim_reserved_in(first, last, keep, cap) : 0;
 	int cr = 0;
 	unsigned from = first;
 	for (size_t i = 0; i <= nkeep && cr == 0; i++) {
@@ -84,6 +86,7 @@ SHIM_EXPORT int close_range(unsigned first, unsigned last, int flags)
 		if (i < nkeep)
 			from = (unsigned)keep[i] + 1;
 	}
+	free(keep);
 	shim_busy--;
 	return finish(cr < 0 ? cr : r, saved);
 }
@@ -116,7 +119,8 @@ static int dup_onto(int fd, int newfd, int flags, bool three)
 {
 	if (!shim_busy && fd != newfd) {
 		shim_leave_fast(fd);
-		if (shim_fd_reserved(newfd))
+		/* Only for a dup2 that will happen: fd must be valid. */
+		if (shim_fd_reserved(newfd) && real_fcntl(fd, F_GETFD) >= 0)
 			shim_fd_evict(newfd);
 	}
 	if (shim_busy || fd == newfd || (!fdtable_get(fd) && !fdtable_get(newfd)))

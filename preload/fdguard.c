@@ -57,6 +57,11 @@ bool shim_fd_reserved(int fd)
 	return found;
 }
 
+size_t shim_reserved_count(void)
+{
+	return __atomic_load_n(&nres, __ATOMIC_RELAXED);
+}
+
 void shim_fd_evict(int fd)
 {
 	pthread_mutex_lock(&lock);
@@ -65,10 +70,11 @@ void shim_fd_evict(int fd)
 			continue;
 		int nfd = real_fcntl(fd, F_DUPFD_CLOEXEC, fd + 1);
 		if (nfd >= 0) {
-			/* The application takes the number; ours moves on. */
-			real_close(fd);
+			/* Ours moves on; the application's dup2 then replaces the old
+			 * number atomically (not closed here: a thread of ours may be
+			 * writing through it this very moment). */
+			__atomic_store_n(res[i].where, nfd, __ATOMIC_RELEASE);
 			res[i].fd = nfd;
-			*res[i].where = nfd;
 		}
 		break;
 	}

@@ -52,6 +52,8 @@ void shim_release_fd(int fd);
 bool shim_fd_reserved(int fd);
 /* Moves the shim's own descriptor away from fd (dup2 is about to reuse it). */
 void shim_fd_evict(int fd);
+/* How many descriptors the shim holds. */
+size_t shim_reserved_count(void);
 /* The reserved descriptors within [first, last], sorted; returns the count. */
 size_t shim_reserved_in(unsigned first, unsigned last, int *out, size_t max);
 /* shim_move_high for the library's hook. */
@@ -137,6 +139,8 @@ int session_any_fd(const struct session *s);
 
 /* Records a writable shared mapping of fd's session; munmap commits. */
 void session_mapped(int fd, void *addr, size_t len);
+/* Forgets every mapping record of s (it is going away). */
+void session_forget_maps(struct session *s);
 /* Forgets mappings inside [addr, addr+len), committing sessions left with
  * neither descriptors nor mappings; with sync_only, commits without forgetting. */
 int session_unmapped(void *addr, size_t len, bool sync_only);
@@ -147,6 +151,8 @@ void session_fix_stat(struct session *s, struct stat *st);
 /* Releases a session of this process (its descriptors are gone). */
 void session_free(struct session *s);
 
+/* In a fork child: re-initializes the sessions' locks. */
+void session_locks_after_fork(void);
 /* In a fork child: takes the child's own hold on every open captured file. */
 void session_after_fork(void);
 

@@ -60,8 +60,10 @@ static ssize_t fast_io(struct session *s, int fd, const struct iovec *iov, int c
 		pthread_mutex_unlock(&shim.lock);
 	}
 	shim_busy--;
-	if (r == FAST_OFF)
+	if (r == FAST_OFF) {
+		errno = saved;
 		return FAST_OFF;
+	}
 	if (r < 0) {
 		errno = (int)-r;
 		return -1;

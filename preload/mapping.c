@@ -48,6 +48,19 @@ static int commit_orphan(struct session *s)
 	return r;
 }
 
+void session_forget_maps(struct session *s)
+{
+	pthread_mutex_lock(&shim.lock);
+	for (size_t i = 0; i < nmaps;) {
+		if (maps[i].s == s)
+			maps[i] = maps[--nmaps];
+		else
+			i++;
+	}
+	s->nmaps = 0;
+	pthread_mutex_unlock(&shim.lock);
+}
+
 int session_unmapped(void *addr, size_t len, bool sync_only)
 {
 	uintptr_t a = (uintptr_t)addr, b = a + len;
@@ -65,6 +78,16 @@ int session_unmapped(void *addr, size_t len, bool sync_only)
 			int r = fd >= 0 ? session_commit(s, fd, false) : 0;
 			if (r < 0 && result == 0)
 				result = r;
+			i++;
+			continue;
+		}
+		/* Part of the mapping stays mapped: only the rest is gone. */
+		if (m->start < a || m->end > b) {
+			if (m->start >= a)
+				m->start = b;
+			else if (m->end <= b)
+				m->end = a;
+			/* else a hole in the middle: both sides stay mapped */
 			i++;
 			continue;
 		}

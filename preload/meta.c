@@ -106,7 +106,9 @@ static int change_fd(int fd, const struct change *c)
 	if (!s)
 		return 1;
 	if (!s->readonly) {
+		pthread_mutex_lock(&shim.lock);
 		apply_to_session(s, c);
+		pthread_mutex_unlock(&shim.lock);
 		return 0;
 	}
 	/* Read-only: nothing will be committed through it, so change the

@@ -207,6 +207,9 @@ static int rename_common(int od, const char *op, int nd, const char *np, unsigne
 			if (stg_catalog_state(shim.cache, oabs, &s) == 0 && s.exists && !s.deleted)
 				r = stg_catalog_rename(shim.cache, oabs, nabs, sync_for(rn));
 			if (r == 0) {
+				/* Whatever this process had open under the new name is now
+				 * an unlinked file: its close must not publish over this. */
+				session_unlinked(nabs);
 				session_renamed(oabs, nabs);
 				if (real_unlink(oabs) < 0 && errno != ENOENT)
 					stg_debug("rename: leaving real '%s'", oabs);

@@ -40,15 +40,15 @@ static int open_common(int dirfd, const char *path, int flags, mode_t mode)
 		rule = shim_resolve(dirfd, path, abs, sizeof(abs));
 	/* O_PATH only locates: a captured file is located as a read-only one
 	 * (coreutils probes destinations with O_PATH|O_DIRECTORY). */
-	if (rule && (flags & O_PATH))
-		flags = O_RDONLY | (flags & (O_CLOEXEC | O_DIRECTORY | O_NOFOLLOW));
-	int fd = rule ? session_open(abs, rule, flags, mode, true) : SESSION_PASS;
+	int sflags = rule && (flags & O_PATH)
+			     ? O_RDONLY | (flags & (O_CLOEXEC | O_DIRECTORY | O_NOFOLLOW))
+			     : flags;
+	int fd = rule ? session_open(abs, rule, sflags, mode, true) : SESSION_PASS;
 	if (fd == SESSION_PASS) {
 		fd = real_openat(dirfd, path, flags, mode);
 		if (fd >= 0) {
-			saved = errno;
 			forget_stale(fd);
-			errno = saved;
+			errno = saved; /* what the shim looked up on the way is not news */
 		}
 		shim_busy--;
 		return fd;
@@ -174,7 +174,6 @@ static FILE *fopen_common(const char *path, const char *mode, FILE *(*real)(cons
 	if (fd == SESSION_PASS) {
 		f = real(path, mode);
 		if (f) {
-			saved = errno;
 			forget_stale(fileno(f));
 			errno = saved;
 		}

@@ -228,6 +228,15 @@ void session_free(struct session *s)
 	free(s);
 }
 
+void session_locks_after_fork(void)
+{
+	/* Another thread may have held one at the fork: start them afresh. */
+	int fd;
+	struct session *s;
+	FDTABLE_EACH(fd, s)
+		pthread_mutex_init(&s->fast_lock, NULL);
+}
+
 void session_after_fork(void)
 {
 	/* The child shares the parent's holder descriptors: it needs its own. */
@@ -423,10 +432,13 @@ static int commit_through(struct session *s, int fd, bool last)
 			return r;
 	}
 	/* Park the mtime before reading: a write racing with this commit moves it
-	 * again, so the next close stages it. */
+	 * again, so the next close stages it. The size is taken after parking,
+	 * so that nothing written before the park is left out. */
 	park_mtime(fd);
 	int64_t mtime = s->mtime_set ? s->mtime_ns
 		      : is_sentinel(&st) ? s->base_mtime_ns : ts_ns(&st.st_mtim);
+	if (fstat(fd, &st) < 0)
+		return -errno;
 	/* async: a detached process commits, close() returns now. */
 	if (last && s->rule->durability == STG_DURABILITY_ASYNC &&
 	    background_commit(s, fd, s->mode, mtime) == 0) {
@@ -513,6 +525,11 @@ int session_release_fd(int fd)
 		return 0;
 	}
 	fdtable_set(fd, NULL);
+	if (s->refs <= 0) {
+		/* Settled at exit already (session_exit): nothing more to do. */
+		pthread_mutex_unlock(&shim.lock);
+		return 0;
+	}
 	int r = 0;
 	if (--s->refs > 0) {
 		pthread_mutex_unlock(&shim.lock);
@@ -531,6 +548,8 @@ int session_release_fd(int fd)
 	}
 	pthread_mutex_unlock(&shim.lock);
 	r = session_commit(s, fd, true);
+	if (s->nmaps > 0)
+		session_forget_maps(s); /* no descriptor to keep: commit now */
 	session_free(s);
 	return r;
 }

@@ -109,13 +109,14 @@ static void load_policy(void)
 static void before_fork(void)
 {
 	int saved = errno;
+	/* Held across fork (taken first: no new fast-path file can start in
+	 * between), so the child's copy of the tables is consistent. */
+	pthread_mutex_lock(&shim.lock);
 	if (!shim_busy) {
 		shim_busy++;
 		fast_materialize_all();
 		shim_busy--;
 	}
-	/* Held across fork, so the child's copy of the tables is consistent. */
-	pthread_mutex_lock(&shim.lock);
 	errno = saved;
 }
 
@@ -134,6 +135,7 @@ static void after_fork_child(void)
 	pthread_mutex_init(&shim.lock, &attr);
 	pthread_mutexattr_destroy(&attr);
 	shim_fdguard_after_fork();
+	session_locks_after_fork();
 	shim_busy++;
 	session_after_fork();
 	shim_busy--;

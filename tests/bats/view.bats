@@ -279,3 +279,19 @@ os.close(fd)"
 	assert_restores "$REF/b" "$CKPT/f"
 	[ "$(cat "$CACHE"/packs/* | wc -c)" -eq $((64 * (65536 + 4096))) ]
 }
+
+@test "renaming onto a file this process still has open: the rename wins" {
+	run shim "$PYTHON" -c "
+import os
+old = open('$CKPT/out', 'w')
+old.write('old')
+old.flush()
+with open('$CKPT/out.tmp', 'w') as new:
+    new.write('new')
+os.rename('$CKPT/out.tmp', '$CKPT/out')
+old.close()
+print(open('$CKPT/out').read())"
+	[ "$output" = new ]
+	echo -n new >"$REF/new"
+	assert_restores "$REF/new" "$CKPT/out"
+}
