@@ -341,6 +341,11 @@ int stg_builder_add_zero(struct stg_builder *b, uint64_t index, size_t len)
 	return 0;
 }
 
+int stg_builder_flush(struct stg_builder *b)
+{
+	return stg_pack_writer_flush(b->pack);
+}
+
 const struct stg_manifest_entry *stg_builder_entry(const struct stg_builder *b, uint64_t index)
 {
 	return index < b->cap && b->recorded[index] ? &b->entries[index] : NULL;
@@ -438,8 +443,10 @@ int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_pa
 	if (r < 0)
 		return r;
 	uint32_t cs = rule->chunk_size;
-	uint8_t *buf = stg_builder_buffer(b);
 	for (uint64_t off = 0, i = 0; off < size && r == 0; off += cs, i++) {
+		/* The staging buffer changes after each stored chunk (the previous
+		 * one may still be on its way to the disk). */
+		uint8_t *buf = stg_builder_buffer(b);
 		size_t len = size - off < cs ? (size_t)(size - off) : cs;
 		/* A chunk with no data extent at all is a hole: record it unread. */
 		off_t data = lseek(fd, (off_t)off, SEEK_DATA);

@@ -42,7 +42,8 @@ uint32_t stg_builder_chunk_size(const struct stg_builder *b);
  * hashes, deduplicates, compresses and stores it. Returns 0 or -errno. */
 int stg_builder_add(struct stg_builder *b, uint64_t index, const void *data, size_t len);
 
-/* The staging buffer (chunk size bytes): fill it, then stg_builder_add_buffered(). */
+/* The staging buffer (chunk size bytes): fill it, then stg_builder_add_buffered().
+ * It changes after every chunk stored: ask again each time. */
 uint8_t *stg_builder_buffer(struct stg_builder *b);
 
 /* Records chunk index from the first len bytes of the staging buffer. */
@@ -59,6 +60,10 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 /* Records in b the chunks [0, n) that from has recorded (a version continued
  * after a commit). Returns 0 or -errno. */
 int stg_builder_copy_entries(struct stg_builder *b, const struct stg_builder *from, uint64_t n);
+
+/* Waits until the chunks stored so far are in the pack (before reading them
+ * back). Returns 0 or -errno. */
+int stg_builder_flush(struct stg_builder *b);
 
 /* The entry recorded for chunk index, or NULL. */
 const struct stg_manifest_entry *stg_builder_entry(const struct stg_builder *b, uint64_t index);

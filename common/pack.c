@@ -13,12 +13,28 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <linux/aio_abi.h>
 #include <unistd.h>
 
 #include "chunk.h"
 #include "log.h"
 #include "util.h"
+
+/* Records go to the disk asynchronously (kernel AIO on the O_DIRECT pack)
+ * from a ring of staging buffers, so that copying and hashing the next chunk
+ * overlaps writing the previous ones. */
+#define RING 4
+
+#define PREALLOC (64ull << 20)
+
+struct slot {
+	uint8_t *buf;  /* header + raw bytes + padding, aligned */
+	uint8_t *cbuf; /* header + compressed bytes + padding, aligned */
+	bool busy;     /* a write from it is in flight */
+	struct iocb cb;
+};
 
 struct stg_pack_writer {
 	struct stg_cache *cache;
@@ -26,10 +42,15 @@ struct stg_pack_writer {
 	int fd;          /* -1 until the first record */
 	bool direct;     /* fd has O_DIRECT */
 	uint64_t end;    /* where the next record goes */
+	uint64_t allocated; /* the pack is preallocated up to here */
 	uint32_t max_chunk;
-	uint8_t *buf;    /* header + raw bytes + padding, aligned */
-	uint8_t *cbuf;   /* header + compressed bytes + padding, aligned */
+	struct slot slots[RING];
+	int cur;         /* the slot being filled */
+	uint8_t *buf, *cbuf; /* = slots[cur]'s */
 	size_t buflen, cbuflen;
+	aio_context_t ctx; /* 0: synchronous writes */
+	int inflight;
+	int err;         /* the first failed write, reported at the next call */
 };
 
 void stg_pack_relpath(uint64_t pack, char out[48])
@@ -75,21 +96,59 @@ int stg_pack_writer_new(struct stg_cache *c, uint32_t max_chunk, struct stg_pack
 	w->max_chunk = max_chunk;
 	w->buflen = aligned_len(STG_CHUNK_HEADER_SIZE + max_chunk);
 	w->cbuflen = aligned_len(stg_chunk_bound(max_chunk));
-	if (posix_memalign((void **)&w->buf, STG_PACK_ALIGN, w->buflen) ||
-	    posix_memalign((void **)&w->cbuf, STG_PACK_ALIGN, w->cbuflen)) {
-		free(w->buf);
-		free(w);
-		return -ENOMEM;
+	for (int i = 0; i < RING; i++) {
+		if (posix_memalign((void **)&w->slots[i].buf, STG_PACK_ALIGN, w->buflen) ||
+		    posix_memalign((void **)&w->slots[i].cbuf, STG_PACK_ALIGN, w->cbuflen)) {
+			stg_pack_writer_free(w);
+			return -ENOMEM;
+		}
 	}
+	w->buf = w->slots[0].buf;
+	w->cbuf = w->slots[0].cbuf;
 	*ret = w;
 	return 0;
+}
+
+/* Collects completions: at least min of them. */
+static void reap(struct stg_pack_writer *w, int min)
+{
+	while (w->inflight > 0 && min > 0) {
+		struct io_event ev[RING];
+		long n = syscall(SYS_io_getevents, w->ctx, min, RING, ev, NULL);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			w->err = w->err ? w->err : -errno;
+			return;
+		}
+		for (long i = 0; i < n; i++) {
+			struct slot *s = &w->slots[ev[i].data];
+			if (ev[i].res != (long long)s->cb.aio_nbytes && !w->err)
+				w->err = ev[i].res < 0 ? (int)ev[i].res : -EIO;
+			s->busy = false;
+			w->inflight--;
+			min--;
+		}
+	}
+}
+
+int stg_pack_writer_flush(struct stg_pack_writer *w)
+{
+	if (w->ctx)
+		reap(w, w->inflight);
+	return w->err;
 }
 
 void stg_pack_writer_free(struct stg_pack_writer *w)
 {
 	if (!w)
 		return;
+	stg_pack_writer_flush(w);
+	if (w->ctx)
+		syscall(SYS_io_destroy, w->ctx);
 	if (w->fd >= 0) {
+		if (w->allocated > w->end)
+			ftruncate(w->fd, (off_t)w->end); /* what was preallocated and not used */
 		stg_fd_drop(w->fd);
 		close(w->fd);
 		if (w->end == 0) {
@@ -98,8 +157,10 @@ void stg_pack_writer_free(struct stg_pack_writer *w)
 			unlinkat(w->cache->packs_fd, name, 0);
 		}
 	}
-	free(w->buf);
-	free(w->cbuf);
+	for (int i = 0; i < RING; i++) {
+		free(w->slots[i].buf);
+		free(w->slots[i].cbuf);
+	}
 	free(w);
 }
 
@@ -132,13 +193,54 @@ static int open_pack(struct stg_pack_writer *w)
 		stg_fd_keep(&w->fd);
 		w->direct = direct;
 		w->id = id;
+		/* Asynchronous writes only make sense with O_DIRECT. */
+		if (direct && syscall(SYS_io_setup, RING, &w->ctx) < 0)
+			w->ctx = 0;
 		return 0;
 	}
 	return -EEXIST;
 }
 
+/* Writes a record from the current slot, then moves to the next slot. With
+ * AIO the write is only submitted: the pack is preallocated ahead so that it
+ * does not extend the file (extending direct writes complete synchronously
+ * on some file systems), and the next slot is waited for only if its last
+ * write is still in flight. */
 static int write_record(struct stg_pack_writer *w, const uint8_t *rec, size_t len)
 {
+	if (w->err)
+		return w->err;
+	if (w->ctx && w->direct) {
+		if (w->end + len > w->allocated) {
+			uint64_t grow = w->allocated + PREALLOC > w->end + len ? PREALLOC : len + PREALLOC;
+			if (fallocate(w->fd, 0, (off_t)w->allocated, (off_t)grow) == 0)
+				w->allocated += grow;
+		}
+		if (w->end + len <= w->allocated) {
+			struct slot *s = &w->slots[w->cur];
+			memset(&s->cb, 0, sizeof(s->cb));
+			s->cb.aio_data = (uint64_t)w->cur;
+			s->cb.aio_lio_opcode = IOCB_CMD_PWRITE;
+			s->cb.aio_fildes = (uint32_t)w->fd;
+			s->cb.aio_buf = (uint64_t)(uintptr_t)rec;
+			s->cb.aio_nbytes = len;
+			s->cb.aio_offset = (int64_t)w->end;
+			struct iocb *cbp = &s->cb;
+			if (syscall(SYS_io_submit, w->ctx, 1, &cbp) == 1) {
+				s->busy = true;
+				w->inflight++;
+				w->cur = (w->cur + 1) % RING;
+				if (w->slots[w->cur].busy)
+					reap(w, 1);
+				while (w->slots[w->cur].busy && !w->err)
+					reap(w, 1);
+				w->buf = w->slots[w->cur].buf;
+				w->cbuf = w->slots[w->cur].cbuf;
+				return 0;
+			}
+		}
+		/* Could not go asynchronous: write this one synchronously. */
+	}
 	int r = stg_pwrite_all(w->fd, rec, len, (off_t)w->end);
 	if (r == -EINVAL && w->direct) {
 		/* Some file systems take O_DIRECT at open and refuse it at write. */
@@ -170,6 +272,7 @@ int stg_pack_writer_append(struct stg_pack_writer *w, size_t len, const struct s
 	}
 	size_t padded = (size_t)stg_pack_record_size(stored);
 	memset(rec + n, 0, padded - n);
+	bool lz4 = rec == w->cbuf; /* before write_record moves to the next slot */
 	int r = stg_cache_reserve(w->cache, padded);
 	if (r < 0)
 		return r;
@@ -185,7 +288,7 @@ int stg_pack_writer_append(struct stg_pack_writer *w, size_t len, const struct s
 	e->hash = *h;
 	e->raw_len = (uint32_t)len;
 	e->stored_len = stored;
-	e->flags = STG_ENTRY_NEW | (rec == w->cbuf ? STG_ENTRY_LZ4 : 0u);
+	e->flags = STG_ENTRY_NEW | (lz4 ? STG_ENTRY_LZ4 : 0u);
 	e->pack = w->id;
 	e->offset = w->end;
 	w->end += padded;
@@ -245,6 +348,15 @@ int stg_pack_writer_sync(struct stg_pack_writer *w)
 {
 	if (w->fd < 0)
 		return 0;
+	int r = stg_pack_writer_flush(w);
+	if (r < 0)
+		return r;
+	if (w->allocated > w->end) {
+		/* The pack ends where its last record does. */
+		if (ftruncate(w->fd, (off_t)w->end) < 0)
+			return -errno;
+		w->allocated = w->end;
+	}
 	if (fdatasync(w->fd) < 0)
 		return -errno;
 	/* The new name must survive a crash too. */

@@ -51,6 +51,9 @@ uint64_t stg_pack_writer_id(const struct stg_pack_writer *w);
  * against e. buf holds 40 + e->stored_len bytes. Returns 0 or -errno. */
 int stg_pack_read_record(struct stg_cache *c, const struct stg_manifest_entry *e, uint8_t *buf);
 
+/* Waits for the records in flight. Returns 0 or the first write error. */
+int stg_pack_writer_flush(struct stg_pack_writer *w);
+
 /* Makes the pack durable (fsync of the file and, once, of packs/). */
 int stg_pack_writer_sync(struct stg_pack_writer *w);
 

@@ -263,7 +263,7 @@ int fast_commit(struct session *s, bool last)
 static int write_out(struct fast *f, int wfd)
 {
 	uint8_t *raw = malloc(f->cs), *scratch = malloc(stg_chunk_bound(f->cs));
-	int r = raw && scratch ? 0 : -ENOMEM;
+	int r = raw && scratch ? stg_builder_flush(f->b) : -ENOMEM;
 	for (uint64_t i = 0; r == 0 && i < f->sealed / f->cs; i++) {
 		const struct stg_manifest_entry *e = stg_builder_entry(f->b, i);
 		if (!e) {
