@@ -45,6 +45,7 @@ struct stg_pack_writer {
 	uint64_t allocated; /* the pack is preallocated up to here */
 	uint32_t max_chunk;
 	struct slot slots[RING];
+	int nslots;      /* RING, fewer for big chunks: memory stays bounded */
 	int cur;         /* the slot being filled */
 	uint8_t *buf, *cbuf; /* = slots[cur]'s */
 	size_t buflen, cbuflen;
@@ -96,7 +97,10 @@ int stg_pack_writer_new(struct stg_cache *c, uint32_t max_chunk, struct stg_pack
 	w->max_chunk = max_chunk;
 	w->buflen = aligned_len(STG_CHUNK_HEADER_SIZE + max_chunk);
 	w->cbuflen = aligned_len(stg_chunk_bound(max_chunk));
-	for (int i = 0; i < RING; i++) {
+	/* At most about 16 MiB of raw staging per writer (and one slot always). */
+	w->nslots = (int)((16u << 20) / max_chunk);
+	w->nslots = w->nslots < 1 ? 1 : w->nslots > RING ? RING : w->nslots;
+	for (int i = 0; i < w->nslots; i++) {
 		if (posix_memalign((void **)&w->slots[i].buf, STG_PACK_ALIGN, w->buflen) ||
 		    posix_memalign((void **)&w->slots[i].cbuf, STG_PACK_ALIGN, w->cbuflen)) {
 			stg_pack_writer_free(w);
@@ -194,7 +198,7 @@ static int open_pack(struct stg_pack_writer *w)
 		w->direct = direct;
 		w->id = id;
 		/* Asynchronous writes only make sense with O_DIRECT. */
-		if (direct && syscall(SYS_io_setup, RING, &w->ctx) < 0)
+		if (direct && syscall(SYS_io_setup, w->nslots, &w->ctx) < 0)
 			w->ctx = 0;
 		return 0;
 	}
@@ -229,7 +233,7 @@ static int write_record(struct stg_pack_writer *w, const uint8_t *rec, size_t le
 			if (syscall(SYS_io_submit, w->ctx, 1, &cbp) == 1) {
 				s->busy = true;
 				w->inflight++;
-				w->cur = (w->cur + 1) % RING;
+				w->cur = (w->cur + 1) % w->nslots;
 				if (w->slots[w->cur].busy)
 					reap(w, 1);
 				while (w->slots[w->cur].busy && !w->err)
