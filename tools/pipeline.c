@@ -23,21 +23,27 @@ struct slot {
 	uint8_t *buf;
 	uint64_t off;
 	uint32_t len;
-	bool full;
+	bool full;    /* filled by the reader */
+	bool claimed; /* a writer is writing it */
+	bool done;    /* written: free once every slot before it is too */
 };
+
+/* Several writers keep several writes in flight: the disk queues them. */
+#define WRITERS 3
 
 struct ring {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct slot slots[RING];
-	size_t head, tail; /* the reader fills head, the writer empties tail */
+	size_t head, tail; /* the reader fills head, the writers free tail */
+	size_t claim;      /* the next slot a writer takes */
 	bool done;         /* the reader has nothing more */
 	int werr;          /* the writer's first error */
 	int fd, flags;
 	bool direct;
 	stg_progress_fn progress;
 	void *arg;
-	uint64_t total, written;
+	uint64_t total, written; /* written: bytes, in any order */
 };
 
 /* Writes n iovecs at off in full. Returns 0 or -errno. */
@@ -68,47 +74,55 @@ static void *writer(void *p)
 	struct ring *rg = p;
 	for (;;) {
 		pthread_mutex_lock(&rg->lock);
-		while (!rg->slots[rg->tail].full && !rg->done)
+		while (!(rg->slots[rg->claim].full && !rg->slots[rg->claim].claimed) && !rg->done)
 			pthread_cond_wait(&rg->cond, &rg->lock);
-		if (!rg->slots[rg->tail].full) {
+		if (!(rg->slots[rg->claim].full && !rg->slots[rg->claim].claimed)) {
 			pthread_mutex_unlock(&rg->lock);
 			return NULL;
 		}
 		/* Consecutive full slots that continue each other go in one call:
 		 * bigger writes keep the disk busier. */
 		struct iovec iov[BATCH];
+		size_t first = rg->claim;
 		int n = 0;
-		uint64_t off = rg->slots[rg->tail].off, end = off;
-		for (size_t i = rg->tail; n < BATCH; i = (i + 1) % RING) {
+		uint64_t off = rg->slots[first].off, end = off;
+		for (size_t i = first; n < BATCH; i = (i + 1) % RING) {
 			struct slot *s = &rg->slots[i];
-			if (!s->full || s->off != end || (n > 0 && s->len % STG_PACK_ALIGN))
+			if (!s->full || s->claimed || s->off != end || (n > 0 && s->len % STG_PACK_ALIGN))
 				break;
+			s->claimed = true;
 			iov[n++] = (struct iovec){s->buf, s->len};
 			end += s->len;
 			if (s->len % STG_PACK_ALIGN)
 				break; /* a short last chunk ends a batch */
 		}
-		pthread_mutex_unlock(&rg->lock);
-		int r = 0;
-		if (!rg->werr) {
-			if (rg->direct && iov[n - 1].iov_len % STG_PACK_ALIGN) {
-				fcntl(rg->fd, F_SETFL, rg->flags & ~O_DIRECT);
-				rg->direct = false;
-			}
-			r = pwritev_all(rg->fd, iov, n, (off_t)off);
+		rg->claim = (first + (size_t)n) % RING;
+		bool direct = rg->direct;
+		if (direct && iov[n - 1].iov_len % STG_PACK_ALIGN) {
+			/* The short last chunk cannot go direct (only one such). */
+			fcntl(rg->fd, F_SETFL, rg->flags & ~O_DIRECT);
+			rg->direct = false;
 		}
+		int werr = rg->werr;
+		pthread_mutex_unlock(&rg->lock);
+		int r = werr ? 0 : pwritev_all(rg->fd, iov, n, (off_t)off);
 		pthread_mutex_lock(&rg->lock);
 		if (r < 0 && !rg->werr)
 			rg->werr = r;
-		for (int k = 0; k < n; k++) {
-			rg->slots[rg->tail].full = false;
+		for (int k = 0; k < n; k++)
+			rg->slots[(first + (size_t)k) % RING].done = true;
+		/* Slots are reused in order: free the run that is written. */
+		while (rg->slots[rg->tail].done) {
+			struct slot *s = &rg->slots[rg->tail];
+			s->full = s->claimed = s->done = false;
 			rg->tail = (rg->tail + 1) % RING;
 		}
-		rg->written = end;
+		rg->written += end - off;
+		uint64_t written = rg->written;
 		pthread_cond_broadcast(&rg->cond);
 		pthread_mutex_unlock(&rg->lock);
 		if (rg->progress && !r)
-			rg->progress(rg->arg, rg->written, rg->total);
+			rg->progress(rg->arg, written, rg->total);
 	}
 }
 
@@ -132,8 +146,10 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 		r = -ENOMEM;
 	if (r == 0 && ftruncate(fd, 0) < 0)
 		r = -errno;
-	pthread_t th;
-	bool started = r == 0 && pthread_create(&th, NULL, writer, &rg) == 0;
+	pthread_t th[WRITERS];
+	int started = 0;
+	while (r == 0 && started < WRITERS && pthread_create(&th[started], NULL, writer, &rg) == 0)
+		started++;
 	if (r == 0 && !started)
 		r = -EAGAIN;
 	struct stg_pack_reader rd;
@@ -172,7 +188,8 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 		rg.done = true;
 		pthread_cond_broadcast(&rg.cond);
 		pthread_mutex_unlock(&rg.lock);
-		pthread_join(th, NULL);
+		for (int i = 0; i < started; i++)
+			pthread_join(th[i], NULL);
 	}
 	if (r == 0)
 		r = rg.werr;
