@@ -390,8 +390,12 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 	m.mtime_ns = mtime_ns;
 	m.commit_ns = stg_now_ns();
 	bool sync = b->rule.durability != STG_DURABILITY_ASYNC;
-	/* The chunks first, then the manifest that names them. */
-	if (sync && (r = stg_pack_writer_sync(b->pack)) < 0)
+	/* The chunks first, then the manifest that names them: written (and with
+	 * local durability synced) before it is published, even for async, so
+	 * that a failed write is reported and a reader never finds a record that
+	 * is still on its way. */
+	r = sync ? stg_pack_writer_sync(b->pack) : stg_pack_writer_flush(b->pack);
+	if (r < 0)
 		goto out_done;
 	/* The index only helps later versions find chunks: a failure costs dedup. */
 	int ir = stg_index_add(b->cache, b->stored, b->nstored);

@@ -4,6 +4,7 @@
  * reach of the application's close() loops, close_range() and dup2(). */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "internal.h"
@@ -18,6 +19,22 @@ static struct reserved *res;
 static size_t nres, capres;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* One bit per descriptor number: close() of any descriptor asks, so the
+ * answer for the application's own must not take the lock. */
+#define BITS (1u << 20)
+static uint8_t bits[BITS / 8];
+
+static void mark(int fd, bool on)
+{
+	if (fd < 0 || (unsigned)fd >= BITS)
+		return;
+	uint8_t m = (uint8_t)(1u << (fd & 7));
+	if (on)
+		__atomic_fetch_or(&bits[fd >> 3], m, __ATOMIC_RELEASE);
+	else
+		__atomic_fetch_and(&bits[fd >> 3], (uint8_t)~m, __ATOMIC_RELEASE);
+}
+
 void shim_reserve_fd(int fd, int *where)
 {
 	pthread_mutex_lock(&lock);
@@ -29,8 +46,10 @@ void shim_reserve_fd(int fd, int *where)
 			capres = cap;
 		}
 	}
-	if (nres < capres)
+	if (nres < capres) {
 		res[nres++] = (struct reserved){fd, where};
+		mark(fd, true);
+	}
 	pthread_mutex_unlock(&lock);
 }
 
@@ -40,6 +59,7 @@ void shim_release_fd(int fd)
 	for (size_t i = 0; i < nres; i++)
 		if (res[i].fd == fd) {
 			res[i] = res[--nres];
+			mark(fd, false);
 			break;
 		}
 	pthread_mutex_unlock(&lock);
@@ -47,7 +67,8 @@ void shim_release_fd(int fd)
 
 bool shim_fd_reserved(int fd)
 {
-	if (__atomic_load_n(&nres, __ATOMIC_RELAXED) == 0)
+	if (fd >= 0 && (unsigned)fd < BITS &&
+	    !(__atomic_load_n(&bits[fd >> 3], __ATOMIC_ACQUIRE) & (1u << (fd & 7))))
 		return false;
 	bool found = false;
 	pthread_mutex_lock(&lock);
@@ -75,6 +96,8 @@ void shim_fd_evict(int fd)
 			 * writing through it this very moment). */
 			__atomic_store_n(res[i].where, nfd, __ATOMIC_RELEASE);
 			res[i].fd = nfd;
+			mark(fd, false);
+			mark(nfd, true);
 		}
 		break;
 	}
@@ -115,6 +138,7 @@ void shim_fdguard_after_fork(void)
 {
 	pthread_mutex_init(&lock, NULL);
 }
+
 
 void shim_keep_fd(int *fd)
 {
