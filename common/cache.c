@@ -69,7 +69,7 @@ int stg_cache_open(const char *dir, struct stg_cache **ret_cache)
 	struct stg_cache *c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	c->packs_fd = c->index_fd = c->files_fd = c->tmp_fd = c->usage_fd = -1;
+	c->packs_fd = c->index_fd = c->files_fd = c->tmp_fd = c->usage_fd = c->queue_fd = -1;
 	c->dir = strdup(dir);
 	c->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (!c->dir || c->dirfd < 0) {
@@ -87,7 +87,8 @@ int stg_cache_open(const char *dir, struct stg_cache **ret_cache)
 	if ((r = c->packs_fd = open_subdir(c->dirfd, "packs")) < 0 ||
 	    (r = c->index_fd = open_subdir(c->dirfd, "index")) < 0 ||
 	    (r = c->files_fd = open_subdir(c->dirfd, "files")) < 0 ||
-	    (r = c->tmp_fd = open_subdir(c->dirfd, "tmp")) < 0)
+	    (r = c->tmp_fd = open_subdir(c->dirfd, "tmp")) < 0 ||
+	    (r = c->queue_fd = open_subdir(c->dirfd, "queue")) < 0)
 		goto out_free;
 	c->usage_fd = openat(c->dirfd, "usage", O_RDWR | O_CLOEXEC);
 	if (c->usage_fd < 0 && errno == ENOENT) {
@@ -114,7 +115,8 @@ void stg_cache_free(struct stg_cache *c)
 {
 	if (!c)
 		return;
-	int fds[] = {c->dirfd, c->packs_fd, c->index_fd, c->files_fd, c->tmp_fd, c->usage_fd};
+	int fds[] = {c->dirfd,  c->packs_fd, c->index_fd, c->files_fd,
+		     c->tmp_fd, c->usage_fd, c->queue_fd};
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
 			close(fds[i]);

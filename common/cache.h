@@ -16,7 +16,9 @@ struct stg_cache {
 	int files_fd;  /* files/: one directory per captured path */
 	int tmp_fd;    /* tmp/: shadow files of writes in progress */
 	int usage_fd;  /* "usage": bytes of packs, 8 bytes little-endian */
+	int queue_fd;  /* queue/: versions the flusher has still to ship */
 	uint64_t capacity; /* 0: only the file system limits the cache */
+	bool ship;     /* [cluster] is configured: queue every version published */
 };
 
 /* Opens the cache at dir, creating it (and its parents) when missing.

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "queue.h"
 #include "util.h"
 
 #define PATH_FILE "path"
@@ -73,6 +74,7 @@ int stg_catalog_lock(struct stg_cache *c, const char *path, bool create,
 			return r;
 		}
 	}
+	ret->cache = c;
 	ret->dirfd = fd;
 	memcpy(ret->id, id, sizeof(id));
 	return 0;
@@ -167,6 +169,13 @@ int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
 		r = stg_catalog_set_deleted(f->dirfd, false);
 	if (r == 0 && sync && fsync(f->dirfd) < 0)
 		r = -errno;
+	/* After the manifest: a crash in between is found by the flusher's
+	 * startup scan, while the other order could ship a version that is not
+	 * there. */
+	if (r == 0 && f->cache && f->cache->ship) {
+		stg_queue_unmark(f->dirfd, m->version);
+		r = stg_queue_add(f->cache, f->id, m->version);
+	}
 	return r;
 }
 
@@ -202,7 +211,10 @@ int stg_catalog_remove_version(int filedirfd, uint64_t version)
 {
 	char name[40];
 	manifest_name(version, name);
-	return unlinkat(filedirfd, name, 0) < 0 ? -errno : 0;
+	if (unlinkat(filedirfd, name, 0) < 0)
+		return -errno;
+	stg_queue_unmark(filedirfd, version);
+	return 0;
 }
 
 bool stg_catalog_is_deleted(int filedirfd)

@@ -12,6 +12,7 @@
 
 /* A path's directory in the catalog, locked (flock) while it is open. */
 struct stg_catalog_file {
+	struct stg_cache *cache;
 	int dirfd;
 	char id[STG_HASH_HEX_LEN + 1];
 };
@@ -37,7 +38,9 @@ int stg_catalog_versions(int filedirfd, uint64_t **ret_versions, size_t *ret_n);
 int stg_catalog_read(int filedirfd, uint64_t version, struct stg_manifest *ret);
 
 /* Publishes m as version m->version, atomically; with sync, durably (the
- * caller has made its chunks durable first). Clears a deletion mark. */
+ * caller has made its chunks durable first). Clears a deletion mark. When the
+ * cache ships to servers, queues the version for the flusher (a republished
+ * version, as chmod after close makes, is shipped again). */
 int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
 			const struct stg_manifest *m, bool sync);
 
@@ -47,7 +50,7 @@ int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
 int stg_catalog_amend(struct stg_cache *c, const char *path, const uint32_t *mode,
 		      const int64_t *mtime_ns, bool sync);
 
-/* Removes one version's manifest. Returns 0 or -errno. */
+/* Removes one version's manifest (and its replication mark). Returns 0 or -errno. */
 int stg_catalog_remove_version(int filedirfd, uint64_t version);
 
 /* Is the path marked deleted (unlinked by the application)? */

@@ -3,10 +3,12 @@
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 enum stg_log_level stg_log_max_level = STG_LOG_WARN;
@@ -29,6 +31,45 @@ static void default_sink(enum stg_log_level level, const char *msg)
 }
 
 static stg_log_sink_fn sink = default_sink;
+
+static const char *daemon_name;
+static int daemon_fd = STDERR_FILENO;
+
+/* Daemons run for hours: each line says when and which process. */
+static void daemon_sink(enum stg_log_level level, const char *msg)
+{
+	char stamp[32];
+	struct timespec ts;
+	struct tm tm;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	localtime_r(&ts.tv_sec, &tm);
+	strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &tm);
+	char line[2048];
+	int n = snprintf(line, sizeof(line), "%s.%03ld %s[%d]: %s%s\n", stamp,
+			 ts.tv_nsec / 1000000, daemon_name, (int)getpid(),
+			 level == STG_LOG_ERROR ? "error: " : level == STG_LOG_WARN ? "warning: " : "",
+			 msg);
+	if (n < 0)
+		return;
+	if ((size_t)n >= sizeof(line))
+		n = sizeof(line) - 1;
+	ssize_t w = write(daemon_fd, line, (size_t)n);
+	(void)w;
+}
+
+int stg_log_open_daemon(const char *name)
+{
+	daemon_name = name;
+	const char *file = getenv("STAGEHAND_LOG_FILE");
+	if (file && *file) {
+		int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd < 0)
+			return -errno;
+		daemon_fd = fd;
+	}
+	sink = daemon_sink;
+	return 0;
+}
 
 void stg_log_set_sink(stg_log_sink_fn s)
 {

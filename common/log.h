@@ -19,6 +19,11 @@ extern enum stg_log_level stg_log_max_level;
 /* Replaces the sink (NULL restores the default: stderr with the program name). */
 void stg_log_set_sink(stg_log_sink_fn sink);
 
+/* For daemons: lines carry a timestamp, name and pid, and go to
+ * $STAGEHAND_LOG_FILE (appended) when it is set, else to stderr. Returns 0 or
+ * -errno when the file cannot be opened. */
+int stg_log_open_daemon(const char *name);
+
 /* Parses "error".."debug"; returns the level or -EINVAL. */
 int stg_log_level_parse(const char *s);
 

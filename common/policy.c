@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "placement.h"
 #include "util.h"
 
 #define POLICY_MAX_BYTES (1u << 20)
@@ -184,7 +185,17 @@ static int handle_cluster(struct parse_state *st, const char *name, const char *
 		p->secret_file = xstrdup_or_fail(st, value);
 		return 1;
 	}
-	fail(st, "unknown key '%s' in [cluster] (known: servers, replicas, transport, secret_file)",
+	if (strcmp(name, "timeout") == 0) {
+		if (parse_uint(value, 1, 3600, &p->timeout_s) < 0) {
+			fail(st, "[cluster] timeout '%s' must be a number of seconds from 1 to 3600",
+			     value);
+			return 0;
+		}
+		return 1;
+	}
+	fail(st,
+	     "unknown key '%s' in [cluster] (known: servers, replicas, transport, secret_file, "
+	     "timeout)",
 	     name);
 	return 0;
 }
@@ -281,10 +292,19 @@ static int handle_path(struct parse_state *st, const char *glob, const char *nam
 			fail(st, "keep '%s' must be a number of versions, at least 1", value);
 			return 0;
 		}
+	} else if (strcmp(name, "drain") == 0) {
+		if (strcmp(value, "in-place") != 0 && value[0] != '/') {
+			fail(st, "drain '%s' must be an absolute directory or in-place", value);
+			return 0;
+		}
+		free(r->drain);
+		r->drain = xstrdup_or_fail(st, value);
+		if (!r->drain)
+			return 0;
 	} else {
 		fail(st,
 		     "unknown key '%s' in [path %s] (known: chunk_size, dedup, compress, "
-		     "durability, keep)",
+		     "durability, keep, drain)",
 		     name, glob);
 		return 0;
 	}
@@ -406,6 +426,8 @@ static int read_whole(const char *path, char **ret, size_t *ret_len)
 	return 0;
 }
 
+static int check_cluster(struct stg_policy *p, const char *path, char *err, size_t errlen);
+
 int stg_policy_load(const char *path, struct stg_policy **ret_policy, char *err, size_t errlen)
 {
 	if (err && errlen)
@@ -413,8 +435,12 @@ int stg_policy_load(const char *path, struct stg_policy **ret_policy, char *err,
 	struct stg_policy *p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
-	p->file = strdup(path);
-	p->replicas = 2;
+	/* Absolute, so that a helper started from another directory finds it. */
+	p->file = realpath(path, NULL);
+	if (!p->file)
+		p->file = strdup(path);
+	p->replicas = 0; /* unset: 2, or 1 with a single server */
+	p->timeout_s = 10;
 	if (!p->file) {
 		free(p);
 		return -ENOMEM;
@@ -457,20 +483,8 @@ int stg_policy_load(const char *path, struct stg_policy **ret_policy, char *err,
 			snprintf(err, errlen, "%s: [cache] dir is required", path);
 		st.failed = 1;
 	}
-	if (!st.failed) {
-		for (size_t i = 0; i < p->nrules; i++) {
-			if (p->rules[i].durability == STG_DURABILITY_REPLICATED) {
-				if (err)
-					snprintf(err, errlen,
-						 "%s:%d: durability = replicated needs staging "
-						 "servers, which this version of stagehand cannot "
-						 "ship to yet",
-						 path, p->rules[i].line);
-				st.failed = 1;
-				break;
-			}
-		}
-	}
+	if (!st.failed)
+		st.failed = check_cluster(p, path, err, errlen);
 	free(text);
 	if (st.failed) {
 		stg_policy_free(p);
@@ -480,13 +494,69 @@ int stg_policy_load(const char *path, struct stg_policy **ret_policy, char *err,
 	return 0;
 }
 
+/* What only the whole file can tell: a usable [cluster], and rules that
+ * need one. Returns 1 (failed, message in err) or 0. */
+static int check_cluster(struct stg_policy *p, const char *path, char *err, size_t errlen)
+{
+	char msg[512];
+	if (p->has_cluster) {
+		if (!p->servers) {
+			if (err)
+				snprintf(err, errlen, "%s: [cluster] servers is required", path);
+			return 1;
+		}
+		if (stg_cluster_parse(p->servers, &p->server_list, &p->nservers, msg,
+				      sizeof(msg)) < 0) {
+			if (err)
+				snprintf(err, errlen, "%s: [cluster] servers: %s", path, msg);
+			return 1;
+		}
+		if (p->replicas == 0)
+			p->replicas = p->nservers < 2 ? 1 : 2;
+		if (p->replicas > p->nservers) {
+			if (err)
+				snprintf(err, errlen,
+					 "%s: [cluster] replicas = %u, but only %zu server%s listed",
+					 path, p->replicas, p->nservers, p->nservers == 1 ? " is" : "s are");
+			return 1;
+		}
+		if (!p->secret_file) {
+			if (err)
+				snprintf(err, errlen,
+					 "%s: [cluster] secret_file is required (the servers only "
+					 "talk to clients that know the cluster's secret)",
+					 path);
+			return 1;
+		}
+		return 0;
+	}
+	for (size_t i = 0; i < p->nrules; i++) {
+		const char *what = p->rules[i].durability == STG_DURABILITY_REPLICATED
+					   ? "durability = replicated"
+				   : p->rules[i].drain ? "drain"
+						       : NULL;
+		if (what) {
+			if (err)
+				snprintf(err, errlen,
+					 "%s:%d: %s needs staging servers: add a [cluster] "
+					 "section",
+					 path, p->rules[i].line, what);
+			return 1;
+		}
+	}
+	return 0;
+}
+
 void stg_policy_free(struct stg_policy *p)
 {
 	if (!p)
 		return;
-	for (size_t i = 0; i < p->nrules; i++)
+	for (size_t i = 0; i < p->nrules; i++) {
 		free(p->rules[i].glob);
+		free(p->rules[i].drain);
+	}
 	free(p->rules);
+	stg_cluster_free(p->server_list, p->nservers);
 	free(p->file);
 	free(p->cache_dir);
 	free(p->servers);

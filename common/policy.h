@@ -25,6 +25,8 @@ struct stg_path_rule {
 	bool compress;       /* compress = lz4 */
 	enum stg_durability durability;
 	uint32_t keep; /* versions kept per file, >= 1 */
+	char *drain;   /* NULL, "in-place", or an absolute directory: where
+			* each replicated version is materialized */
 	int line;      /* where the section starts, for messages */
 };
 
@@ -33,10 +35,13 @@ struct stg_policy {
 	char *cache_dir; /* absolute */
 	uint64_t capacity; /* bytes; 0 = no limit but the file system's */
 	bool has_cluster;
-	char *servers;
+	char *servers;       /* as written */
+	char **server_list;  /* parsed: "host:port" each */
+	size_t nservers;
 	uint32_t replicas;
 	enum stg_transport transport;
 	char *secret_file;
+	uint32_t timeout_s;  /* a server that does not answer within this is down */
 	struct stg_path_rule *rules;
 	size_t nrules;
 };

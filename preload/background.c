@@ -103,15 +103,44 @@ static int intermediate(void *arg)
 	unsigned long none = 0;
 	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, 0, 8);
 	syscall(SYS_setsid);
-	syscall(SYS_dup2, sp->shadow, 3);
-	syscall(SYS_dup2, sp->done_w, 4);
+	if (sp->shadow >= 0) {
+		syscall(SYS_dup2, sp->shadow, 3);
+		syscall(SYS_dup2, sp->done_w, 4);
+	}
 	syscall(SYS_dup2, sp->in, 0);
 	syscall(SYS_dup2, sp->in, 1);
 	syscall(SYS_dup2, sp->err, 2);
-	syscall(SYS_close_range, 5, ~0u, 0);
+	syscall(SYS_close_range, sp->shadow >= 0 ? 5 : 3, ~0u, 0);
 	syscall(SYS_execve, sp->exe, sp->argv, environ);
 	syscall(SYS_exit_group, 127);
 	return 0;
+}
+
+/* Starts sp->exe detached from the application (see intermediate()).
+ * Returns 0 or -errno. */
+static int spawn_detached(struct spawn *sp)
+{
+	void *stack = real_mmap(NULL, SPAWN_STACK, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (stack == MAP_FAILED)
+		return -ENOMEM;
+	/* Exit signal 0: the application gets no SIGCHLD for it, and its
+	 * wait() does not see it (only __WCLONE does). No signal handler of
+	 * the application may run in the children: all blocked meanwhile. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int r = 0;
+	int pid = clone(intermediate, (char *)stack + SPAWN_STACK, CLONE_VM | CLONE_VFORK, sp);
+	if (pid < 0)
+		r = -errno;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	while (pid >= 0 && waitpid(pid, NULL, __WCLONE) < 0 && errno == EINTR)
+		;
+	if (r == 0 && sp->failed)
+		r = -EAGAIN;
+	real_munmap(stack, SPAWN_STACK);
+	return r;
 }
 
 /* Bounds what is in flight (and the descriptors that track it). */
@@ -189,30 +218,7 @@ int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns
 	char *argv[] = {"stagehand", "__commit", s->path, smode, smtime, NULL};
 	struct spawn sp = {.exe = exe, .argv = argv, .shadow = rfd, .done_w = p[1], .in = in,
 			   .err = err};
-	void *stack = real_mmap(NULL, SPAWN_STACK, PROT_READ | PROT_WRITE,
-				MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-	int r = 0;
-	if (in < 0 || err < 0 || stack == MAP_FAILED) {
-		r = -EIO;
-	} else {
-		/* Exit signal 0: the application gets no SIGCHLD for it, and its
-		 * wait() does not see it (only __WCLONE does). No signal handler of
-		 * the application may run in the children: all blocked meanwhile. */
-		sigset_t all, old;
-		sigfillset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, &old);
-		int pid = clone(intermediate, (char *)stack + SPAWN_STACK, CLONE_VM | CLONE_VFORK,
-				&sp);
-		if (pid < 0)
-			r = -errno;
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
-		while (pid >= 0 && waitpid(pid, NULL, __WCLONE) < 0 && errno == EINTR)
-			;
-		if (r == 0 && sp.failed)
-			r = -EAGAIN;
-	}
-	if (stack != MAP_FAILED)
-		real_munmap(stack, SPAWN_STACK);
+	int r = in < 0 || err < 0 ? -EIO : spawn_detached(&sp);
 	if (in >= 0)
 		real_close(in);
 	if (err >= 0)
@@ -258,4 +264,57 @@ void background_wait(const char *path)
 		drop(pp);
 	}
 	pthread_mutex_unlock(&shim.lock);
+}
+
+/* stagehand-flusher: $STAGEHAND_FLUSHER, or beside the stagehand tool
+ * (installed) or in the build tree's flusher/. */
+static const char *flusher_exe(void)
+{
+	static char path[PATH_MAX];
+	static int looked;
+	if (looked)
+		return path[0] ? path : NULL;
+	looked = 1;
+	const char *env = getenv("STAGEHAND_FLUSHER");
+	if (env && *env && access(env, X_OK) == 0) {
+		snprintf(path, sizeof(path), "%s", env);
+		return path;
+	}
+	const char *tool = helper();
+	if (!tool)
+		return NULL;
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s", tool);
+	const char *d = dirname(dir);
+	const char *cands[] = {"%s/stagehand-flusher", "%s/../flusher/stagehand-flusher"};
+	for (size_t i = 0; i < sizeof(cands) / sizeof(cands[0]); i++) {
+		char p[PATH_MAX * 2];
+		snprintf(p, sizeof(p), cands[i], d);
+		if (realpath(p, path) && access(path, X_OK) == 0)
+			return path;
+	}
+	path[0] = '\0';
+	return NULL;
+}
+
+int background_start_flusher(void)
+{
+	const char *exe = flusher_exe();
+	if (!exe)
+		return -ENOSYS;
+	int in = real_open("/dev/null", O_RDWR | O_CLOEXEC);
+	/* Its own log, next to its queue, unless the user chose a log file. */
+	const char *lf = getenv("STAGEHAND_LOG_FILE");
+	char own[PATH_MAX];
+	snprintf(own, sizeof(own), "%s/flusher.log", shim.cache->dir);
+	int err = real_open(lf && *lf ? lf : own, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	char *argv[] = {"stagehand-flusher", "--policy", shim.policy->file, NULL};
+	struct spawn sp = {.exe = exe, .argv = argv, .shadow = -1, .done_w = -1, .in = in,
+			   .err = err};
+	int r = in < 0 || err < 0 ? -EIO : spawn_detached(&sp);
+	if (in >= 0)
+		real_close(in);
+	if (err >= 0)
+		real_close(err);
+	return r;
 }

@@ -229,8 +229,9 @@ static int commit_locked(struct session *s, struct fast *f, bool last)
 	s->mtime_set = false;
 	shim_log(STG_LOG_DEBUG, "staged '%s' version %lld (%llu bytes, as written)", s->path,
 		 (long long)v, (unsigned long long)f->staged);
+	r = replicate_after_commit(s->path, s->rule, v);
 	if (last)
-		return 0;
+		return r;
 	/* Writing goes on: a new version starts from the chunks sealed so far. */
 	struct stg_builder *nb = NULL;
 	r = stg_builder_new(shim.cache, s->path, s->rule, &nb);

@@ -207,6 +207,15 @@ int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns
 /* Waits for this process's background commits of path (or below it). */
 void background_wait(const char *path);
 
+/* Starts stagehand-flusher for the cache, detached like the commit helper.
+ * Returns 0 or -errno. */
+int background_start_flusher(void);
+
+/* After a version of path was committed (version 0: amended in place): makes
+ * sure a flusher will ship it and, with durability = replicated, waits until
+ * the servers hold it. Returns 0, or -EIO when it was not replicated in time. */
+int replicate_after_commit(const char *path, const struct stg_path_rule *rule, int64_t version);
+
 /* ---- fdtable.c: which descriptors are captured files ---- */
 
 int fdtable_init(void);

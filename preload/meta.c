@@ -75,6 +75,8 @@ static int amend(const char *path, const struct stg_path_rule *rule, const struc
 	int r = stg_catalog_amend(shim.cache, path, c->has_mode ? &mode : NULL,
 				  c->has_mtime ? &c->mtime_ns : NULL,
 				  rule->durability != STG_DURABILITY_ASYNC);
+	if (r == 0)
+		replicate_after_commit(path, rule, 0);
 	return r == -EBADMSG ? -EIO : r;
 }
 

@@ -112,7 +112,9 @@ static int import_real(const char *realpath, const char *abs, const struct stg_p
 				  st.st_mode & 07777,
 				  (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec);
 	real_close(fd);
-	return v < 0 ? (int)v : 0;
+	if (v < 0)
+		return (int)v;
+	return replicate_after_commit(abs, rule, v);
 }
 
 static int mark_deleted(const char *abs)

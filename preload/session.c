@@ -412,6 +412,7 @@ static int amend_meta(struct session *s)
 	if (r == 0) {
 		s->meta_dirty = false;
 		s->mtime_set = false;
+		replicate_after_commit(s->path, s->rule, 0);
 	}
 	return r;
 }
@@ -465,7 +466,7 @@ static int commit_through(struct session *s, int fd, bool last)
 	s->mtime_set = false;
 	shim_log(STG_LOG_DEBUG, "staged '%s' version %lld (%lld bytes)", s->path, (long long)v,
 		 (long long)st.st_size);
-	return 0;
+	return replicate_after_commit(s->path, s->rule, v);
 }
 
 int session_commit(struct session *s, int fd, bool last)

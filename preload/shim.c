@@ -206,8 +206,11 @@ struct stg_cache *shim_cache(void)
 		int r = stg_cache_open(shim.policy->cache_dir, &shim.cache);
 		if (r == 0) {
 			shim.cache->capacity = shim.policy->capacity;
-			int *fds[] = {&shim.cache->dirfd, &shim.cache->packs_fd, &shim.cache->index_fd,
-				      &shim.cache->files_fd, &shim.cache->tmp_fd, &shim.cache->usage_fd};
+			shim.cache->ship = shim.policy->has_cluster;
+			int *fds[] = {&shim.cache->dirfd,   &shim.cache->packs_fd,
+				      &shim.cache->index_fd, &shim.cache->files_fd,
+				      &shim.cache->tmp_fd,   &shim.cache->usage_fd,
+				      &shim.cache->queue_fd};
 			for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 				shim_move_high(fds[i]);
 		}

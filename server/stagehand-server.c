@@ -1,18 +1,158 @@
 /* SPDX-License-Identifier: MIT */
-/* stagehand-server: a staging server. This version validates its command
- * line only: the store and the protocol come with the flusher. */
+/* stagehand-server: a staging server. Accepts authenticated connections from
+ * node flushers and tools, one thread each, stores chunks in its segment
+ * store and manifests per user, retires old versions and collects garbage in
+ * the background. */
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <netdb.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
+#include "conn.h"
+#include "internal.h"
+#include "log.h"
+#include "policy.h"
+#include "util.h"
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: stagehand-server --listen HOST:PORT --store DIR [--secret-file F]\n"
-		   "\n"
-		   "Receives staged chunks and manifests from node flushers and serves\n"
-		   "them for restore.\n");
+	fprintf(f,
+		"usage: stagehand-server --listen HOST:PORT --store DIR --secret-file F [options]\n"
+		"\n"
+		"Receives staged chunks and manifests from node flushers and serves them\n"
+		"for restore. Every connection must prove it knows the shared secret.\n"
+		"\n"
+		"  --listen HOST:PORT    address to listen on (port 0: any free port)\n"
+		"  --store DIR           the store directory (created when missing)\n"
+		"  --secret-file F       the cluster's shared secret (at least 16 bytes)\n"
+		"  --capacity SIZE       bytes of segments at most (e.g. 500G; default: disk)\n"
+		"  --segment-size SIZE   seal segments past this size (default 1G)\n"
+		"  --gc-interval SECS    collect unreferenced chunks this often (default 60)\n"
+		"  --timeout SECS        per request once it has begun (default 30)\n"
+		"  --max-connections N   concurrent connections (default 256)\n"
+		"  --port-file F         write the port listened on into F (with port 0)\n"
+		"  --log-level L         error, warn, info (default) or debug\n"
+		"  --help, --version\n");
+}
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+	stop_signal = sig;
+}
+
+static int parse_uint(const char *s, unsigned max, unsigned *ret)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || v > max)
+		return -EINVAL;
+	*ret = (unsigned)v;
+	return 0;
+}
+
+static int listen_on(const char *hostport, char *bound, size_t boundlen, int *ret_port)
+{
+	char host[256], port[16];
+	if (stg_conn_split(hostport, host, sizeof(host), port, sizeof(port)) < 0)
+		return -EINVAL;
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+	struct addrinfo *res;
+	int g = getaddrinfo(host, port, &hints, &res);
+	if (g != 0) {
+		stg_log(STG_LOG_ERROR, "cannot resolve '%s': %s", host, gai_strerror(g));
+		return -EINVAL;
+	}
+	int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		int r = -errno;
+		freeaddrinfo(res);
+		return r;
+	}
+	int one = 1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 128) < 0) {
+		int r = -errno;
+		close(fd);
+		freeaddrinfo(res);
+		return r;
+	}
+	freeaddrinfo(res);
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char nport[16] = "?";
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+		getnameinfo((struct sockaddr *)&ss, sl, NULL, 0, nport, sizeof(nport),
+			    NI_NUMERICSERV);
+	*ret_port = atoi(nport);
+	snprintf(bound, boundlen, "%s:%s", host, nport);
+	return fd;
+}
+
+static void accept_loop(struct server *srv, int lfd)
+{
+	while (!stop_signal) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			stg_log_errno(STG_LOG_ERROR, -errno, "accept");
+			/* Out of descriptors: back off instead of spinning. */
+			sleep(1);
+			continue;
+		}
+		char host[64] = "?", port[16] = "?";
+		getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
+			    NI_NUMERICHOST | NI_NUMERICSERV);
+		if (atomic_fetch_add(&srv->connections, 1) >= srv->max_connections) {
+			atomic_fetch_sub(&srv->connections, 1);
+			struct stg_conn c;
+			stg_conn_init(&c, fd, host, 1000);
+			stg_conn_send_error(&c, 0, -EBUSY, "too many connections");
+			stg_conn_close(&c);
+			stg_log(STG_LOG_WARN, "%s:%s: refused: %u connections already", host, port,
+				srv->max_connections);
+			continue;
+		}
+		struct session_arg *a = malloc(sizeof(*a));
+		if (!a) {
+			close(fd);
+			atomic_fetch_sub(&srv->connections, 1);
+			continue;
+		}
+		a->srv = srv;
+		a->fd = fd;
+		snprintf(a->peer, sizeof(a->peer), "%s:%s", host, port);
+		pthread_t t;
+		pthread_attr_t attr;
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		pthread_attr_setstacksize(&attr, 256 << 10);
+		/* Only this thread takes SIGTERM, so that it interrupts accept(). */
+		sigset_t all, old;
+		sigfillset(&all);
+		pthread_sigmask(SIG_BLOCK, &all, &old);
+		int r = pthread_create(&t, &attr, server_session, a);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		if (r != 0) {
+			close(fd);
+			free(a);
+			atomic_fetch_sub(&srv->connections, 1);
+		}
+		pthread_attr_destroy(&attr);
+	}
 }
 
 int main(int argc, char **argv)
@@ -21,28 +161,148 @@ int main(int argc, char **argv)
 		{"listen", required_argument, NULL, 'l'},
 		{"store", required_argument, NULL, 's'},
 		{"secret-file", required_argument, NULL, 'k'},
+		{"capacity", required_argument, NULL, 'c'},
+		{"segment-size", required_argument, NULL, 'S'},
+		{"gc-interval", required_argument, NULL, 'g'},
+		{"timeout", required_argument, NULL, 't'},
+		{"max-connections", required_argument, NULL, 'm'},
+		{"port-file", required_argument, NULL, 'P'},
+		{"log-level", required_argument, NULL, 'L'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{0},
 	};
-	const char *listen = NULL, *store = NULL;
+	const char *listen_addr = NULL, *store_dir = NULL, *secret_file = NULL, *port_file = NULL;
+	struct stg_store_options so = {0};
+	unsigned gc_interval = 60, timeout_s = 30, max_conn = 256;
+	stg_log_max_level = STG_LOG_INFO;
+	stg_log_init_from_env();
 	int c;
 	while ((c = getopt_long(argc, argv, "l:s:k:h", opts, NULL)) != -1) {
 		switch (c) {
-		case 'l': listen = optarg; break;
-		case 's': store = optarg; break;
-		case 'k': break;
+		case 'l': listen_addr = optarg; break;
+		case 's': store_dir = optarg; break;
+		case 'k': secret_file = optarg; break;
+		case 'c':
+		case 'S':
+			if (stg_parse_size(optarg, c == 'c' ? &so.capacity : &so.segment_size) < 0 ||
+			    (c == 'S' && so.segment_size < (1u << 20))) {
+				fprintf(stderr, "stagehand-server: bad --%s '%s'\n",
+					c == 'c' ? "capacity" : "segment-size (at least 1M)", optarg);
+				return 2;
+			}
+			break;
+		case 'g':
+		case 't':
+		case 'm': {
+			unsigned *dst = c == 'g' ? &gc_interval : c == 't' ? &timeout_s : &max_conn;
+			if (parse_uint(optarg, 1000000, dst) < 0 || *dst == 0) {
+				fprintf(stderr, "stagehand-server: bad number '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		}
+		case 'P': port_file = optarg; break;
+		case 'L': {
+			int l = stg_log_level_parse(optarg);
+			if (l < 0) {
+				fprintf(stderr, "stagehand-server: bad --log-level '%s'\n", optarg);
+				return 2;
+			}
+			stg_log_max_level = (enum stg_log_level)l;
+			break;
+		}
 		case 'h': usage(stdout); return 0;
 		case 'V': printf("stagehand-server %s\n", STAGEHAND_VERSION); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
-	if (!listen || !store) {
-		fprintf(stderr, "stagehand-server: --listen and --store are required\n");
+	if (optind < argc) {
+		fprintf(stderr, "stagehand-server: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	if (!listen_addr || !store_dir || !secret_file) {
+		fprintf(stderr, "stagehand-server: --listen, --store and --secret-file are required\n");
 		usage(stderr);
 		return 2;
 	}
-	fprintf(stderr, "stagehand-server: the staging server is not available in this "
-			"version of stagehand\n");
-	return 1;
+	if (stg_log_open_daemon("stagehand-server") < 0) {
+		fprintf(stderr, "stagehand-server: cannot open $STAGEHAND_LOG_FILE: %s\n",
+			strerror(errno));
+		return 1;
+	}
+
+	static struct server srv;
+	char err[512];
+	if (stg_secret_load(secret_file, &srv.secret, err, sizeof(err)) < 0) {
+		stg_log(STG_LOG_ERROR, "%s", err);
+		return 1;
+	}
+	int r = stg_store_open(store_dir, &so, &srv.store);
+	if (r < 0) {
+		stg_log_errno(STG_LOG_ERROR, r, "cannot open the store '%s'%s", store_dir,
+			      r == -EBUSY ? " (another server uses it)" :
+			      r == -EPROTO ? " (not a stagehand store of this format)" : "");
+		return 1;
+	}
+	r = stg_files_open(stg_store_dirfd(srv.store), &srv.files);
+	if (r < 0) {
+		stg_log_errno(STG_LOG_ERROR, r, "cannot open the manifests of '%s'", store_dir);
+		return 1;
+	}
+	srv.timeout_ms = (int)(timeout_s * 1000);
+	srv.max_connections = max_conn;
+	srv.gc_interval_s = gc_interval;
+	srv.started_ns = stg_now_ns();
+	pthread_rwlock_init(&srv.manifest_lock, NULL);
+	pthread_mutex_init(&srv.gc_mutex, NULL);
+	pthread_cond_init(&srv.gc_cond, NULL);
+
+	char bound[300];
+	int port = 0;
+	int lfd = listen_on(listen_addr, bound, sizeof(bound), &port);
+	if (lfd < 0) {
+		stg_log_errno(STG_LOG_ERROR, lfd, "cannot listen on '%s'", listen_addr);
+		return 1;
+	}
+	if (port_file) {
+		char text[16];
+		int n = snprintf(text, sizeof(text), "%d\n", port);
+		if (stg_write_file_atomic(AT_FDCWD, port_file, text, (size_t)n, false) < 0) {
+			stg_log(STG_LOG_ERROR, "cannot write the port file '%s'", port_file);
+			return 1;
+		}
+	}
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	struct stg_store_stats st;
+	stg_store_stats(srv.store, &st);
+	stg_log(STG_LOG_INFO, "listening on %s; store '%s': %llu chunks in %llu segments", bound,
+		store_dir, (unsigned long long)st.chunks, (unsigned long long)st.segments);
+
+	pthread_t collector;
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	r = pthread_create(&collector, NULL, server_collector, &srv);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (r != 0) {
+		stg_log(STG_LOG_ERROR, "cannot start the collector thread");
+		return 1;
+	}
+	accept_loop(&srv, lfd);
+
+	/* Whatever was acknowledged is durable already; this makes the rest so. */
+	stg_log(STG_LOG_INFO, "stopping (signal %d)", (int)stop_signal);
+	close(lfd);
+	pthread_mutex_lock(&srv.gc_mutex);
+	srv.stopping = true;
+	pthread_cond_signal(&srv.gc_cond);
+	pthread_mutex_unlock(&srv.gc_mutex);
+	pthread_join(collector, NULL);
+	stg_store_sync(srv.store);
+	return 0;
 }

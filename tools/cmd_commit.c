@@ -50,6 +50,9 @@ int cmd_commit(int argc, char **argv)
 			tool_error("could not stage '%s' (durability = async): %s", path,
 				   strerror((int)-v));
 		r = v < 0;
+		/* Published and queued: a flusher must be there to ship it. */
+		if (v > 0 && cache->ship)
+			tool_start_flusher(p, cache);
 	}
 	stg_cache_free(cache);
 	stg_policy_free(p);

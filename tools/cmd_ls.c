@@ -10,6 +10,8 @@
 #include <time.h>
 
 #include "catalog.h"
+#include "queue.h"
+#include "remote.h"
 #include "tool.h"
 
 static void usage(FILE *f)
@@ -27,6 +29,9 @@ struct row {
 	uint32_t new_chunks, chunks;
 	int64_t mtime_ns;
 	bool deleted, corrupt;
+	bool local;           /* in the node cache */
+	int marked_servers;   /* servers the flusher shipped it to (0: not yet) */
+	int listed_servers;   /* servers that listed it just now */
 };
 
 struct listing {
@@ -74,7 +79,14 @@ static int collect(void *arg, const char *path, int filedirfd)
 	bool deleted = stg_catalog_is_deleted(filedirfd);
 	for (size_t i = 0; i < n && r == 0; i++) {
 		struct stg_manifest m;
-		struct row row = {.path = (char *)path, .version = v[i], .deleted = deleted};
+		struct row row = {.path = (char *)path, .version = v[i], .deleted = deleted,
+				  .local = true};
+		char where[1024];
+		if (stg_queue_read_mark(filedirfd, v[i], where, sizeof(where)) == 0 && where[0]) {
+			row.marked_servers = 1;
+			for (const char *q = where; *q; q++)
+				row.marked_servers += *q == ',';
+		}
 		if (stg_catalog_read(filedirfd, v[i], &m) == 0) {
 			row.size = m.size;
 			row.stored = stg_manifest_stored_bytes(&m);
@@ -98,6 +110,53 @@ static int cmp_rows(const void *a, const void *b)
 	if (c)
 		return c;
 	return x->version < y->version ? -1 : x->version > y->version;
+}
+
+/* Adds the servers' versions: counts for those in the cache, rows for the
+ * others (staged on another node, or evicted here). */
+static int merge_remote(const struct stg_policy *p, struct listing *l)
+{
+	struct remote rm;
+	if (remote_init(&rm, p) < 0)
+		return -EINVAL;
+	struct remote_version *rv;
+	size_t n, reached;
+	int r = remote_list(&rm, l->prefix && strcmp(l->prefix, "/") ? l->prefix : NULL, &rv, &n,
+			    &reached);
+	if (r < 0) {
+		tool_error("ls: cannot list the servers: %s", strerror(-r));
+		return r;
+	}
+	for (size_t i = 0; i < n && r == 0; i++) {
+		if (!under(rv[i].path, l->prefix))
+			continue;
+		int count = __builtin_popcountll(rv[i].servers);
+		bool found = false;
+		for (size_t k = 0; k < l->n; k++)
+			if (l->rows[k].version == rv[i].e.version &&
+			    strcmp(l->rows[k].path, rv[i].path) == 0) {
+				l->rows[k].listed_servers = count;
+				found = true;
+				break;
+			}
+		if (found)
+			continue;
+		struct row row = {
+			.path = rv[i].path,
+			.version = rv[i].e.version,
+			.size = rv[i].e.size,
+			.stored = rv[i].e.stored,
+			.chunks = rv[i].e.nchunks,
+			.new_chunks = rv[i].e.new_chunks,
+			.mtime_ns = rv[i].e.mtime_ns,
+			.listed_servers = count,
+		};
+		r = add_row(l, &row);
+	}
+	remote_list_free(rv, n);
+	if (reached < p->nservers)
+		tool_error("ls: %zu of %zu servers answered", reached, p->nservers);
+	return r;
 }
 
 int cmd_ls(int argc, char **argv)
@@ -133,8 +192,10 @@ int cmd_ls(int argc, char **argv)
 		tool_error("ls: cannot read the cache '%s': %s", p->cache_dir, strerror(-r));
 		return 1;
 	}
-	qsort(l.rows, l.n, sizeof(*l.rows), cmp_rows);
 	int bad = 0;
+	if (p->has_cluster && merge_remote(p, &l) < 0)
+		bad = 1;
+	qsort(l.rows, l.n, sizeof(*l.rows), cmp_rows);
 	if (l.n)
 		printf("%-40s %7s %12s %12s %11s  %-19s  %s\n", "PATH", "VERSION", "SIZE", "STORED",
 		       "NEW/TOTAL", "MODIFIED", "WHERE");
@@ -152,8 +213,17 @@ int cmd_ls(int argc, char **argv)
 			strftime(mt, sizeof(mt), "%Y-%m-%d %H:%M:%S", &tm);
 		char chunks[32];
 		snprintf(chunks, sizeof(chunks), "%u/%u", rw->new_chunks, rw->chunks);
-		printf("%-40s %7" PRIu64 " %12" PRIu64 " %12" PRIu64 " %11s  %-19s  cache%s\n",
-		       rw->path, rw->version, rw->size, rw->stored, chunks, mt,
+		char where[64];
+		int servers = rw->listed_servers ? rw->listed_servers : rw->marked_servers;
+		snprintf(where, sizeof(where), "%s%s%s", rw->local ? "cache" : "",
+			 rw->local && servers ? "+" : "", servers ? "" : "");
+		if (servers)
+			snprintf(where + strlen(where), sizeof(where) - strlen(where), "%d server%s",
+				 servers, servers == 1 ? "" : "s");
+		else if (rw->local && p->has_cluster)
+			snprintf(where + strlen(where), sizeof(where) - strlen(where), " (queued)");
+		printf("%-40s %7" PRIu64 " %12" PRIu64 " %12" PRIu64 " %11s  %-19s  %s%s\n",
+		       rw->path, rw->version, rw->size, rw->stored, chunks, mt, where,
 		       rw->deleted ? " (deleted)" : "");
 		free(rw->path);
 	}

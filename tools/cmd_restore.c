@@ -17,6 +17,7 @@
 #include "materialize.h"
 #include "pack.h"
 #include "pipeline.h"
+#include "remote.h"
 #include "tool.h"
 #include "util.h"
 
@@ -139,21 +140,19 @@ static int open_parent_beneath(int rootfd, const char *rel, char *ret_name, size
 	return fd;
 }
 
-static int restore_pinned(struct stg_cache *cache, const char *path, uint64_t want_version,
-			  const char *to);
+/* Where a version comes from: the node cache or the staging servers. */
+struct source {
+	struct stg_cache *cache;
+	struct remote *remote;
+	uint64_t servers; /* with remote: the servers that listed the version */
+};
 
-static int restore_one(struct stg_cache *cache, const char *path, uint64_t want_version,
-		       const char *to)
-{
-	/* Keeps the collector from moving or deleting packs under the restore. */
-	int pin = stg_gc_pin(cache);
-	int r = restore_pinned(cache, path, want_version, to);
-	stg_gc_unpin(pin);
-	return r;
-}
+static int write_version(const struct source *src, const char *path, uint64_t version,
+			 struct stg_manifest *m, const char *to);
 
-static int restore_pinned(struct stg_cache *cache, const char *path, uint64_t want_version,
-			  const char *to)
+/* Reads the manifest of a version from the cache. 0, or 1 after saying why. */
+static int local_manifest(struct stg_cache *cache, const char *path, uint64_t want_version,
+			  uint64_t *ret_version, struct stg_manifest *m)
 {
 	struct stg_catalog_file f;
 	int r = stg_catalog_lock(cache, path, false, &f);
@@ -184,8 +183,7 @@ static int restore_pinned(struct stg_cache *cache, const char *path, uint64_t wa
 		return 1;
 	}
 	free(v);
-	struct stg_manifest m;
-	r = stg_catalog_read(f.dirfd, version, &m);
+	r = stg_catalog_read(f.dirfd, version, m);
 	char id[STG_HASH_HEX_LEN + 1];
 	memcpy(id, f.id, sizeof(id));
 	stg_catalog_unlock(&f);
@@ -194,7 +192,44 @@ static int restore_pinned(struct stg_cache *cache, const char *path, uint64_t wa
 			   r == -EBADMSG ? "the manifest is corrupt" : strerror(-r), id);
 		return 1;
 	}
+	*ret_version = version;
+	return 0;
+}
 
+static int restore_local(struct stg_cache *cache, const char *path, uint64_t want_version,
+			 const char *to)
+{
+	/* Keeps the collector from moving or deleting packs under the restore. */
+	int pin = stg_gc_pin(cache);
+	struct stg_manifest m;
+	uint64_t version;
+	struct source src = {.cache = cache};
+	int r = local_manifest(cache, path, want_version, &version, &m);
+	if (r == 0)
+		r = write_version(&src, path, version, &m, to);
+	stg_gc_unpin(pin);
+	return r;
+}
+
+static int restore_remote(struct remote *rm, const char *path, uint64_t version,
+			  uint64_t servers, const char *to)
+{
+	struct stg_manifest m;
+	int r = remote_get_manifest(rm, path, version, servers, &m);
+	if (r < 0) {
+		tool_error("restore: cannot fetch version %" PRIu64 " of '%s' from the servers: %s",
+			   version, path, strerror(-r));
+		return 1;
+	}
+	struct source src = {.remote = rm, .servers = servers};
+	return write_version(&src, path, m.version, &m, to);
+}
+
+/* Writes m's content to path (below to), atomically; consumes m. */
+static int write_version(const struct source *src, const char *path, uint64_t version,
+			 struct stg_manifest *m_in, const char *to)
+{
+	struct stg_manifest m = *m_in;
 	int rootfd = open(to ? to : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rootfd < 0) {
 		tool_error("restore: cannot open '%s': %s", to ? to : "/", strerror(errno));
@@ -216,7 +251,8 @@ static int restore_pinned(struct stg_cache *cache, const char *path, uint64_t wa
 	snprintf(tmp, sizeof(tmp), ".%.200s.stagehand-restore.%d", name, (int)getpid());
 	/* Written with O_DIRECT where possible: the data goes straight to the
 	 * disk instead of through the page cache, and the final fsync is short. */
-	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_DIRECT,
+	int direct = src->cache ? O_DIRECT : 0; /* fetched chunks are not aligned */
+	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | direct,
 			0600);
 	if (fd < 0 && errno == EINVAL)
 		fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -229,10 +265,13 @@ static int restore_pinned(struct stg_cache *cache, const char *path, uint64_t wa
 	struct progress pr = {.path = path, .last = -1,
 			      .on = isatty(STDERR_FILENO) && m.size >= PROGRESS_MIN_BYTES};
 	struct stg_materialize_error me;
-	r = tool_materialize(cache, &m, fd, show_progress, &pr, &me);
+	uint64_t bad_chunk = 0;
+	int r = src->cache ? tool_materialize(src->cache, &m, fd, show_progress, &pr, &me)
+			   : remote_materialize(src->remote, path, &m, fd, show_progress, &pr,
+						&bad_chunk);
 	if (pr.on && r < 0)
 		fputc('\n', stderr);
-	if (r < 0) {
+	if (r < 0 && src->cache) {
 		char rel[48];
 		stg_pack_relpath(me.entry.pack, rel);
 		if (r == -EBADMSG || r == -ENOENT)
@@ -242,6 +281,16 @@ static int restore_pinned(struct stg_cache *cache, const char *path, uint64_t wa
 				   me.entry.offset);
 		else
 			tool_error("restore: writing '%s': %s", dest, strerror(-r));
+		goto out_unlink;
+	}
+	if (r < 0) {
+		if (r == -EBADMSG || r == -ENOENT)
+			tool_error("restore: '%s' version %" PRIu64 ": no server has a good copy of "
+				   "chunk %" PRIu64 "; nothing was written",
+				   path, version, bad_chunk);
+		else
+			tool_error("restore: '%s' version %" PRIu64 ": %s; nothing was written", path,
+				   version, strerror(-r));
 		goto out_unlink;
 	}
 	struct timespec times[2] = {
@@ -259,8 +308,8 @@ static int restore_pinned(struct stg_cache *cache, const char *path, uint64_t wa
 	fsync(dirfd);
 	close(fd);
 	close(dirfd);
-	printf("restored %s version %" PRIu64 " (%" PRIu64 " bytes) to %s\n", path, version, m.size,
-	       dest);
+	printf("restored %s version %" PRIu64 " (%" PRIu64 " bytes) to %s%s\n", path, version, m.size,
+	       dest, src->cache ? "" : " from the servers");
 	stg_manifest_done(&m);
 	return 0;
 out_unlink:
@@ -268,6 +317,61 @@ out_unlink:
 	unlinkat(dirfd, tmp, 0);
 	close(dirfd);
 	stg_manifest_done(&m);
+	return 1;
+}
+
+/* The newest version of path in the cache (0: none). */
+static uint64_t local_newest(struct stg_cache *cache, const char *path, bool *ret_has_wanted,
+			     uint64_t wanted)
+{
+	struct stg_catalog_file f;
+	*ret_has_wanted = false;
+	if (!cache || stg_catalog_lock(cache, path, false, &f) < 0)
+		return 0;
+	uint64_t *v = NULL, newest = 0;
+	size_t n = 0;
+	if (stg_catalog_versions(f.dirfd, &v, &n) == 0 && n) {
+		newest = v[n - 1];
+		for (size_t i = 0; i < n; i++)
+			*ret_has_wanted |= v[i] == wanted;
+	}
+	free(v);
+	stg_catalog_unlock(&f);
+	return newest;
+}
+
+/* Restores from the cache when it has the version asked for (the newest:
+ * when nothing newer is on the servers), else from the servers. */
+static int restore_path(struct stg_cache *cache, struct remote *rm,
+			const struct remote_version *rv, size_t nrv, const char *path,
+			uint64_t version, const char *to)
+{
+	bool has_wanted;
+	uint64_t local = local_newest(cache, path, &has_wanted, version);
+	uint64_t remote = 0, servers = 0;
+	for (size_t i = 0; i < nrv; i++) {
+		if (strcmp(rv[i].path, path) != 0)
+			continue;
+		if (version == 0 && rv[i].e.version > remote) {
+			remote = rv[i].e.version;
+			servers = rv[i].servers;
+		} else if (version && rv[i].e.version == version) {
+			remote = version;
+			servers = rv[i].servers;
+		}
+	}
+	bool use_local = version ? has_wanted || !remote : local >= remote;
+	if (use_local && local)
+		return restore_local(cache, path, version, to);
+	if (rm && remote)
+		return restore_remote(rm, path, remote, servers, to);
+	if (local)
+		return restore_local(cache, path, version, to);
+	if (version)
+		tool_error("restore: '%s' has no version %" PRIu64 " here or on the servers", path,
+			   version);
+	else
+		tool_error("restore: '%s' is not staged", path);
 	return 1;
 }
 
@@ -323,7 +427,9 @@ int cmd_restore(int argc, char **argv)
 	struct stg_cache *cache;
 	if (tool_open(policy, &p, &cache))
 		return 1;
-	int failed = 0;
+	struct remote rm;
+	bool have_remote = p->has_cluster && remote_init(&rm, p) == 0;
+	int failed = p->has_cluster && !have_remote;
 	for (int i = optind; i < argc; i++) {
 		char abs[PATH_MAX];
 		if (tool_abspath(argv[i], abs, sizeof(abs)) < 0) {
@@ -335,16 +441,36 @@ int cmd_restore(int argc, char **argv)
 		if (r < 0) {
 			tool_error("restore: cannot read the cache: %s", strerror(-r));
 			failed = 1;
-		} else if (fd.n == 0) {
-			tool_error("restore: nothing staged at or below '%s'", abs);
+		}
+		struct remote_version *rv = NULL;
+		size_t nrv = 0, reached = 0;
+		if (have_remote) {
+			r = remote_list(&rm, strcmp(abs, "/") == 0 ? NULL : abs, &rv, &nrv, &reached);
+			if (r < 0)
+				tool_error("restore: cannot list the servers: %s", strerror(-r));
+			/* A prefix match is textual: keep whole components only. */
+			for (size_t k = 0; k < nrv; k++)
+				if (find_paths(&fd, rv[k].path, -1) < 0)
+					failed = 1;
+		}
+		if (fd.n == 0) {
+			tool_error("restore: nothing staged at or below '%s'%s", abs,
+				   have_remote ? (reached ? " here or on the servers"
+							  : " here, and no server answered")
+					       : "");
 			failed = 1;
 		}
 		qsort(fd.paths, fd.n, sizeof(*fd.paths), cmp_str);
 		for (size_t k = 0; k < fd.n; k++) {
-			failed |= restore_one(cache, fd.paths[k], version, to);
-			free(fd.paths[k]);
+			if (k > 0 && strcmp(fd.paths[k], fd.paths[k - 1]) == 0)
+				continue;
+			failed |= restore_path(cache, have_remote ? &rm : NULL, rv, nrv, fd.paths[k],
+					       version, to);
 		}
+		for (size_t k = 0; k < fd.n; k++)
+			free(fd.paths[k]);
 		free(fd.paths);
+		remote_list_free(rv, nrv);
 	}
 	stg_cache_free(cache);
 	stg_policy_free(p);

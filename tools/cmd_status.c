@@ -12,6 +12,9 @@
 #include <unistd.h>
 
 #include "catalog.h"
+#include "queue.h"
+#include "remote.h"
+#include "util.h"
 #include "tool.h"
 
 static void usage(FILE *f)
@@ -46,6 +49,80 @@ static int count_file(void *arg, const char *path, int filedirfd)
 	}
 	free(v);
 	return 0;
+}
+
+/* What is still to ship, and what the flusher says of itself. */
+static void show_flusher(struct stg_cache *cache)
+{
+	struct stg_queue_item *items;
+	size_t n = 0;
+	if (stg_queue_list(cache, &items, &n) < 0)
+		n = 0;
+	long pid = 0;
+	bool running = tool_flusher_running(cache, &pid);
+	printf("queue:    %zu version%s still to replicate\n", n, n == 1 ? "" : "s");
+	for (size_t i = 0; i < n && i < 10; i++) {
+		char path[4096] = "?";
+		int dirfd = openat(cache->files_fd, items[i].id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dirfd >= 0) {
+			stg_catalog_read_path(dirfd, path, sizeof(path));
+			close(dirfd);
+		}
+		printf("          %s version %" PRIu64 "\n", path, items[i].version);
+	}
+	if (n > 10)
+		printf("          ... and %zu more\n", n - 10);
+	if (n)
+		free(items);
+	if (running)
+		printf("flusher:  running (pid %ld)\n", pid);
+	else
+		printf("flusher:  not running%s\n", n ? " (it starts with the next commit, or "
+							"run 'stagehand flush')" : "");
+	uint8_t *state;
+	size_t len;
+	if (!running || stg_read_file(cache->dirfd, "flusher.state", 65536, &state, &len) < 0)
+		return;
+	/* Its own view of each server: "server NAME STATE ERROR". */
+	char *text = strndup((char *)state, len);
+	free(state);
+	for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+		if (strncmp(line, "activity ", 9) == 0)
+			printf("          %s\n", line + 9);
+		else if (strncmp(line, "bytes_sent ", 11) == 0)
+			printf("          %s bytes sent since it started\n", line + 11);
+	}
+	free(text);
+}
+
+/* Asks every server for its state. */
+static void show_servers(const struct stg_policy *p)
+{
+	printf("servers:  %zu, replicas = %u\n", p->nservers, p->replicas);
+	struct remote rm;
+	if (remote_init(&rm, p) < 0)
+		return;
+	struct remote_session s;
+	remote_session_init(&s, &rm);
+	for (size_t i = 0; i < p->nservers; i++) {
+		/* Silence: the line below says what is wrong. */
+		atomic_store(&rm.reported[i], true);
+		struct stg_conn *c = remote_conn(&s, i);
+		struct stg_msg req = {.type = STG_MSG_STAT}, rep;
+		int r = c ? stg_conn_call(c, &req, STG_MSG_STAT_REPLY, &rep) : -EHOSTDOWN;
+		if (r < 0) {
+			printf("          %-24s down: %s\n", p->server_list[i],
+			       c || !s.conns[i].error[0] ? strerror(-r) : s.conns[i].error);
+			continue;
+		}
+		char a[32], b[32];
+		printf("          %-24s up %" PRIu64 "s: %" PRIu64 " chunks, %s in %" PRIu64
+		       " segments, index %s\n",
+		       p->server_list[i], rep.stat_reply.uptime_s, rep.stat_reply.chunks,
+		       tool_human(rep.stat_reply.segment_bytes, a, sizeof(a)),
+		       rep.stat_reply.segments, tool_human(rep.stat_reply.index_bytes, b, sizeof(b)));
+	}
+	remote_session_done(&s);
 }
 
 int cmd_status(int argc, char **argv)
@@ -97,12 +174,13 @@ int cmd_status(int argc, char **argv)
 			printf("disk:     %s free\n",
 			       tool_human((uint64_t)vfs.f_bavail * vfs.f_frsize, d, sizeof(d)));
 	}
-	if (p->has_cluster)
-		printf("servers:  %s (replicas = %u): shipping is not available in this "
-		       "version; everything stays in the node cache\n",
-		       p->servers ? p->servers : "(none)", p->replicas);
-	else
+	if (p->has_cluster) {
+		if (cache)
+			show_flusher(cache);
+		show_servers(p);
+	} else {
 		printf("servers:  none configured ([cluster]): staging is node-local\n");
+	}
 	stg_cache_free(cache);
 	stg_policy_free(p);
 	return 0;

@@ -20,14 +20,17 @@ static void usage(FILE *f)
 		"usage: stagehand [--version] [--help] COMMAND [ARGS]\n"
 		"\n"
 		"Stages application checkpoints on the node's SSD, deduplicated and\n"
-		"compressed, and restores any version of them byte for byte.\n"
+		"compressed, ships them to staging servers, and restores any version of\n"
+		"them byte for byte, from the node or from the servers.\n"
 		"\n"
 		"commands:\n"
 		"  run [--policy F] -- CMD [ARGS]   run CMD with its checkpoint writes captured\n"
 		"  ls [--policy F] [PATH|PREFIX]    list the staged versions of files\n"
 		"  restore [--policy F] [--version N] [--to DIR] PATH...\n"
 		"                                   rebuild files from their staged versions\n"
-		"  status [--policy F]              show the node cache and what is staged\n"
+		"  status [--policy F]              show the node cache, the queue and the servers\n"
+		"  flush [--policy F] [--wait] [--timeout SECS]\n"
+		"                                   ship what is staged; with --wait, until done\n"
 		"\n"
 		"'stagehand COMMAND --help' describes a command. The policy file is\n"
 		"--policy F, else $STAGEHAND_POLICY, else ./stagehand.conf, else\n"
@@ -67,8 +70,10 @@ int tool_open(const char *policy_file, struct stg_policy **ret_policy, struct st
 		return 0;
 	}
 	r = stg_cache_open((*ret_policy)->cache_dir, ret_cache);
-	if (r == 0)
+	if (r == 0) {
 		(*ret_cache)->capacity = (*ret_policy)->capacity;
+		(*ret_cache)->ship = (*ret_policy)->has_cluster;
+	}
 	if (r < 0) {
 		tool_error("cannot open the cache '%s': %s", (*ret_policy)->cache_dir,
 			   r == -EPROTO ? "it holds a cache of another format" : strerror(-r));
@@ -141,6 +146,8 @@ int main(int argc, char **argv)
 		return cmd_restore(argc - 1, argv + 1);
 	if (strcmp(cmd, "status") == 0)
 		return cmd_status(argc - 1, argv + 1);
+	if (strcmp(cmd, "flush") == 0)
+		return cmd_flush(argc - 1, argv + 1);
 	if (strcmp(cmd, "__commit") == 0)
 		return cmd_commit(argc - 1, argv + 1);
 	tool_error("unknown command '%s' (try 'stagehand --help')", cmd);

@@ -21,7 +21,14 @@ const char *tool_human(uint64_t bytes, char *buf, size_t len);
 
 void tool_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Is the cache's flusher running? Its pid in *ret_pid (may be NULL). */
+bool tool_flusher_running(struct stg_cache *c, long *ret_pid);
+
+/* Starts the cache's flusher, detached, unless one runs. Returns 0 or -errno. */
+int tool_start_flusher(const struct stg_policy *p, struct stg_cache *c);
+
 int cmd_run(int argc, char **argv);
+int cmd_flush(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_restore(int argc, char **argv);
 int cmd_status(int argc, char **argv);

@@ -10,7 +10,7 @@ setup() {
 }
 
 @test "every command has --help and exits 0" {
-	for c in "" run ls restore status; do
+	for c in "" run ls restore status flush; do
 		run "$STAGEHAND" $c --help
 		[ "$status" -eq 0 ]
 		[[ "$output" == *usage:* ]]

@@ -51,7 +51,10 @@ static void test_full(void)
 		"compress = off\n"
 		"durability = async\n"
 		"keep = 7\n"
-		"[path /scratch/other/**]\n");
+		"[path /scratch/other/**]\n"
+		"[path /scratch/safe/*]\n"
+		"durability = replicated\n"
+		"drain = /pfs/out\n");
 	struct stg_policy *p;
 	char err[1024];
 	int r = stg_policy_load(path, &p, err, sizeof(err));
@@ -64,9 +67,17 @@ static void test_full(void)
 	CHECK_EQ(p->capacity, 50ull << 30);
 	CHECK(p->has_cluster);
 	CHECK_STR(p->servers, "bb01:7400, bb02:7400");
+	CHECK_EQ(p->nservers, 2);
+	if (p->nservers == 2) {
+		CHECK_STR(p->server_list[0], "bb01:7400");
+		CHECK_STR(p->server_list[1], "bb02:7400");
+	}
+	CHECK_EQ(p->rules[2].durability, STG_DURABILITY_REPLICATED);
+	CHECK_STR(p->rules[2].drain, "/pfs/out");
+	CHECK(p->rules[0].drain == NULL);
 	CHECK_EQ(p->replicas, 2);
 	CHECK_EQ(p->transport, STG_TRANSPORT_TCP);
-	CHECK_EQ(p->nrules, 2);
+	CHECK_EQ(p->nrules, 3);
 	CHECK_STR(p->rules[0].glob, "/scratch/ckpt/*");
 	CHECK_EQ(p->rules[0].chunk_size, 4u << 20);
 	CHECK(!p->rules[0].dedup);
@@ -126,7 +137,14 @@ static void test_errors(void)
 	expect_error("[cache]\ndir = /c\nthis line is not ini\n", "bad.conf:3:");
 	expect_error("x = 1\n[cache]\ndir = /c\n", "bad.conf:1: 'x' appears before any [section]");
 	expect_error("[cache]\ndir = /c\n[cluster]\ntransport = carrier-pigeon\n", "bad.conf:4:");
-	expect_error("[cache]\ndir = /c\n[path /a/*]\ndurability = replicated\n", "bad.conf:3: durability = replicated");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\ndurability = replicated\n", "bad.conf:3: durability = replicated needs staging servers");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\ndrain = in-place\n", "bad.conf:3: drain needs");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\ndrain = relative\n", "bad.conf:4: drain 'relative'");
+	expect_error("[cache]\ndir = /c\n[cluster]\nsecret_file = /s\n", "[cluster] servers is required");
+	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1, b\nsecret_file = /s\n", "server 'b' is not HOST:PORT");
+	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1 a:1\nsecret_file = /s\n", "listed twice");
+	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1\nreplicas = 2\nsecret_file = /s\n", "replicas = 2, but only 1 server is listed");
+	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1\nreplicas = 1\n", "secret_file is required");
 
 	char longline[600] = "[cache]\ndir = /c\n[path /";
 	memset(longline + strlen(longline), 'a', 300);

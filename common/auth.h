@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/* Connection authentication: HMAC-SHA256 challenge-response over a shared
+ * secret, with a key per uid derived from it, so no secret crosses the wire. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define STG_SHA256_LEN 32
+#define STG_AUTH_NONCE_LEN 32
+#define STG_AUTH_MAC_LEN 32
+#define STG_SECRET_MIN 16   /* bytes of secret at least */
+#define STG_SECRET_MAX 4096
+
+struct stg_sha256 {
+	uint32_t h[8];
+	uint64_t len;
+	uint8_t buf[64];
+	size_t fill;
+};
+void stg_sha256_init(struct stg_sha256 *c);
+void stg_sha256_update(struct stg_sha256 *c, const void *data, size_t len);
+void stg_sha256_final(struct stg_sha256 *c, uint8_t out[STG_SHA256_LEN]);
+
+/* HMAC-SHA256 (RFC 2104) of the concatenation of n pieces. */
+void stg_hmac_sha256(const void *key, size_t keylen, const void *const *pieces,
+		     const size_t *lens, size_t n, uint8_t out[STG_SHA256_LEN]);
+
+/* A secret as read from a secret file. */
+struct stg_secret {
+	uint8_t key[STG_SECRET_MAX];
+	size_t len;
+};
+
+/* Reads a secret file: its bytes, trailing whitespace removed; at least
+ * STG_SECRET_MIN of them. On failure returns -errno (-EINVAL when too short
+ * or too long, -EPERM when other users may read or write it) and writes a
+ * message naming the file into err. */
+int stg_secret_load(const char *path, struct stg_secret *ret, char *err, size_t errlen);
+
+/* The key of uid: HMAC(secret, "stagehand uid key" || uid as 4 bytes LE). */
+void stg_auth_uid_key(const struct stg_secret *s, uint32_t uid, uint8_t out[STG_SHA256_LEN]);
+
+/* The client's proof: HMAC(uid key, "stagehand client" || server nonce ||
+ * client nonce || uid LE). */
+void stg_auth_client_mac(const uint8_t key[STG_SHA256_LEN], const uint8_t *server_nonce,
+			 const uint8_t *client_nonce, uint32_t uid, uint8_t out[STG_AUTH_MAC_LEN]);
+
+/* The server's proof: HMAC(uid key, "stagehand server" || client nonce ||
+ * server nonce || uid LE). */
+void stg_auth_server_mac(const uint8_t key[STG_SHA256_LEN], const uint8_t *server_nonce,
+			 const uint8_t *client_nonce, uint32_t uid, uint8_t out[STG_AUTH_MAC_LEN]);
+
+/* Compares MACs in constant time: 1 when equal. */
+int stg_auth_mac_equal(const uint8_t *a, const uint8_t *b);
+
+/* Fills buf with random bytes from getrandom(). Returns 0 or -errno. */
+int stg_auth_random(void *buf, size_t len);

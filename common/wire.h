@@ -1,0 +1,227 @@
+/* SPDX-License-Identifier: MIT */
+/* The wire protocol between flushers, tools and staging servers: framing and
+ * the encoding and validation of every message (docs/PROTOCOL.md). No I/O. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "auth.h"
+#include "hash.h"
+
+#define STG_WIRE_MAGIC "SHWP"
+#define STG_WIRE_VERSION 1
+#define STG_WIRE_HEADER_SIZE 16
+/* A frame body holds at most one chunk object of the largest chunk size. */
+#define STG_WIRE_MAX_BODY ((64u << 20) + (1u << 20))
+/* Before authentication, nothing longer than an AUTH is accepted. */
+#define STG_WIRE_MAX_PREAUTH 128
+#define STG_WIRE_MAX_PATH 4095
+#define STG_WIRE_MAX_HAVE 8192
+#define STG_WIRE_MAX_ERROR_TEXT 512
+
+enum stg_msg_type {
+	STG_MSG_CHALLENGE = 1,    /* server -> client, first frame of a connection */
+	STG_MSG_AUTH = 2,         /* client -> server */
+	STG_MSG_AUTH_OK = 3,      /* server -> client */
+	STG_MSG_ERROR = 4,        /* server -> client, the reply to any failed request */
+	STG_MSG_HAVE = 5,         /* which of these chunks do you hold? */
+	STG_MSG_HAVE_REPLY = 6,
+	STG_MSG_PUT_CHUNK = 7,    /* a chunk object */
+	STG_MSG_OK = 8,           /* the reply to PUT_CHUNK and PUT_MANIFEST */
+	STG_MSG_PUT_MANIFEST = 9, /* a version of a path */
+	STG_MSG_MISSING = 10,     /* PUT_MANIFEST refused: these held chunks are absent */
+	STG_MSG_LIST = 11,        /* the versions of paths under a prefix */
+	STG_MSG_LIST_REPLY = 12,
+	STG_MSG_GET_MANIFEST = 13,
+	STG_MSG_MANIFEST = 14,
+	STG_MSG_GET_CHUNK = 15,
+	STG_MSG_CHUNK = 16,
+	STG_MSG_STAT = 17,        /* the server's state */
+	STG_MSG_STAT_REPLY = 18,
+};
+#define STG_MSG_TYPE_MAX 18
+
+/* Error codes carried by ERROR (stable on the wire, unlike errno values). */
+enum stg_wire_error {
+	STG_WERR_NOENT = 1,  /* no such path, version or chunk */
+	STG_WERR_BADMSG = 2, /* the request or its data is malformed or corrupt */
+	STG_WERR_ACCES = 3,  /* authentication failed */
+	STG_WERR_NOSPC = 4,  /* the store is full */
+	STG_WERR_PROTO = 5,  /* a message not valid at this point */
+	STG_WERR_IO = 6,     /* the server failed to read or write its store */
+	STG_WERR_BUSY = 7,   /* too many connections */
+};
+#define STG_WERR_MAX 7
+
+struct stg_wire_header {
+	uint8_t type;
+	uint32_t length; /* of the body */
+	uint32_t tag;    /* chosen by the requester, echoed in the reply */
+};
+
+struct stg_msg_challenge {
+	uint16_t min_version, max_version;
+	uint8_t nonce[STG_AUTH_NONCE_LEN];
+};
+
+struct stg_msg_auth {
+	uint32_t uid;
+	uint8_t nonce[STG_AUTH_NONCE_LEN];
+	uint8_t mac[STG_AUTH_MAC_LEN];
+};
+
+struct stg_msg_auth_ok {
+	uint8_t mac[STG_AUTH_MAC_LEN];
+};
+
+struct stg_msg_error {
+	uint32_t code;   /* enum stg_wire_error */
+	const char *text; /* not NUL-terminated; printable ASCII */
+	uint32_t text_len;
+};
+
+struct stg_msg_have {
+	uint32_t count;
+	const uint8_t *hashes; /* count x 16 bytes */
+};
+
+struct stg_msg_have_reply {
+	uint32_t count;
+	const uint8_t *bitmap; /* bit i (LSB first) set: hash i is held */
+};
+
+struct stg_msg_put_chunk {
+	const uint8_t *obj; /* a chunk object: SHCK header + payload */
+	uint32_t len;
+};
+
+struct stg_msg_put_manifest {
+	uint32_t keep;           /* versions the server keeps of this path */
+	const char *path;        /* absolute, normalized, not NUL-terminated */
+	uint32_t path_len;
+	const uint8_t *manifest; /* an SHMF manifest (validated separately) */
+	uint32_t manifest_len;
+	const uint8_t *held;     /* bit i set: entry i's chunk is on this server */
+	uint32_t held_len;       /* bytes of the bitmap */
+};
+
+struct stg_msg_missing {
+	uint32_t count;
+	const uint8_t *entries; /* count x u32 LE: manifest entry indexes */
+};
+
+struct stg_msg_list {
+	const char *prefix; /* empty (all) or starting with '/' */
+	uint32_t prefix_len;
+};
+
+/* One version in a LIST_REPLY. */
+struct stg_list_entry {
+	uint64_t version;
+	uint64_t size;
+	int64_t mtime_ns;
+	int64_t commit_ns;
+	uint32_t mode;
+	uint32_t nchunks;
+	uint32_t new_chunks; /* chunks this version added */
+	uint64_t stored; /* bytes of the chunks this version added */
+	const char *path;
+	uint32_t path_len;
+};
+
+struct stg_msg_list_reply {
+	uint32_t count;
+	const uint8_t *entries; /* walk with stg_wire_list_next */
+	uint32_t len;
+};
+
+struct stg_msg_get_manifest {
+	uint64_t version; /* 0: the newest */
+	const char *path;
+	uint32_t path_len;
+};
+
+struct stg_msg_manifest {
+	const uint8_t *manifest;
+	uint32_t len;
+};
+
+struct stg_msg_get_chunk {
+	struct stg_hash hash;
+};
+
+struct stg_msg_chunk {
+	const uint8_t *obj;
+	uint32_t len;
+};
+
+struct stg_msg_stat_reply {
+	uint64_t chunks, chunk_bytes;
+	uint64_t segments, segment_bytes;
+	uint64_t index_bytes;
+	uint64_t uptime_s;
+	uint32_t connections;
+};
+
+/* A decoded message; pointers refer into the body it was decoded from. */
+struct stg_msg {
+	uint8_t type;
+	uint32_t tag;
+	union {
+		struct stg_msg_challenge challenge;
+		struct stg_msg_auth auth;
+		struct stg_msg_auth_ok auth_ok;
+		struct stg_msg_error error;
+		struct stg_msg_have have;
+		struct stg_msg_have_reply have_reply;
+		struct stg_msg_put_chunk put_chunk;
+		struct stg_msg_put_manifest put_manifest;
+		struct stg_msg_missing missing;
+		struct stg_msg_list list;
+		struct stg_msg_list_reply list_reply;
+		struct stg_msg_get_manifest get_manifest;
+		struct stg_msg_manifest manifest;
+		struct stg_msg_get_chunk get_chunk;
+		struct stg_msg_chunk chunk;
+		struct stg_msg_stat_reply stat_reply;
+	};
+};
+
+const char *stg_msg_type_name(uint8_t type);
+
+/* Writes a frame header (STG_WIRE_HEADER_SIZE bytes). */
+void stg_wire_header_encode(uint8_t *out, uint8_t type, uint32_t length, uint32_t tag);
+
+/* Validates a frame header: magic, version, known type, zero flags, length
+ * within max_body. Returns 0 or -EPROTO. */
+int stg_wire_header_decode(const uint8_t *buf, uint32_t max_body, struct stg_wire_header *ret);
+
+/* Validates a body of the type the header names, field by field, and points
+ * ret's members into it. Returns 0 or -EBADMSG. */
+int stg_wire_decode(const struct stg_wire_header *h, const uint8_t *body, struct stg_msg *ret);
+
+/* Encodes a whole frame (header and body) of msg->type into out, which holds
+ * cap bytes. Returns the frame's length, or 0 when it does not fit (or msg is
+ * not encodable as given). LIST_REPLY is built with stg_wire_list_add. */
+size_t stg_wire_encode(const struct stg_msg *msg, uint8_t *out, size_t cap);
+
+/* The frame length stg_wire_encode needs for msg. */
+size_t stg_wire_encoded_size(const struct stg_msg *msg);
+
+/* Appends one entry to a LIST_REPLY body being built in out (cap bytes,
+ * *len used). Returns 0, or -ENOSPC when it does not fit. */
+int stg_wire_list_add(uint8_t *out, size_t cap, size_t *len, const struct stg_list_entry *e);
+
+/* Walks a validated LIST_REPLY: *off starts at 0. Returns 1 with *ret
+ * filled, 0 at the end. */
+int stg_wire_list_next(const struct stg_msg_list_reply *r, uint32_t *off, struct stg_list_entry *ret);
+
+/* Is s (len bytes) an absolute, normalized path without NUL bytes: no empty,
+ * "." or ".." component, no trailing slash? */
+bool stg_wire_path_valid(const char *s, size_t len);
+
+/* enum stg_wire_error <-> -errno. */
+uint32_t stg_wire_error_from_errno(int negerr);
+int stg_wire_error_to_errno(uint32_t code);

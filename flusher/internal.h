@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: MIT */
+/* The flusher's shared state, private to flusher/. */
+#pragma once
+
+#include <liburing.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "auth.h"
+#include "cache.h"
+#include "conn.h"
+#include "manifest.h"
+#include "policy.h"
+
+/* What one server is asked to do for one version. */
+struct job {
+	const char *path;
+	const struct stg_manifest *manifest;
+	const uint8_t *encoded; /* the manifest as stored */
+	size_t encoded_len;
+	uint32_t keep;
+	uint8_t *held;          /* bitmap: the entries this server holds */
+	uint32_t nheld;
+};
+
+struct job_stats {
+	uint64_t chunks_sent, chunks_present;
+	uint64_t bytes_sent; /* every byte written to the socket */
+};
+
+/* One staging server: its connection and worker thread. */
+struct server {
+	struct flusher *fl;
+	const char *name; /* host:port */
+	struct stg_conn conn;
+	bool connected;
+
+	/* Failures back off: no new job until down_until. */
+	int failures;
+	int64_t down_until_ns;
+	char last_error[640];
+
+	pthread_t thread;
+	struct io_uring ring;
+	bool ring_ready;
+	/* The job handed over by the main thread, and its outcome. */
+	struct job *job;
+	bool busy;
+	int result;
+	bool local_failure; /* the job failed on the cache's side, not the server's */
+	struct job_stats stats;
+};
+
+struct flusher {
+	struct stg_policy *policy;
+	struct stg_cache *cache;
+	struct stg_secret secret;
+	uint32_t uid;
+	int timeout_ms;
+	uint64_t slot_budget; /* bytes of chunk buffers per server */
+
+	struct server *servers;
+	size_t nservers;
+
+	pthread_mutex_t lock; /* guards the jobs of every server */
+	pthread_cond_t job_cond, done_cond;
+	bool stopping;
+
+	/* Totals since start, for the state file. */
+	uint64_t versions_shipped, chunks_sent, chunks_present, bytes_sent;
+	uint64_t versions_failed;
+};
+
+/* Starts a worker thread per server. Returns 0 or -errno. */
+int servers_start(struct flusher *fl);
+void servers_stop(struct flusher *fl);
+
+/* Is the server available for new work (not backing off)? */
+bool server_available(const struct server *s, int64_t now_ns);
+
+/* Records a failure and backs off; a success clears the count. */
+void server_failed(struct server *s, int r, const char *what);
+void server_succeeded(struct server *s);
+
+/* Hands jobs[i] to servers[i] (NULL: none) and waits for all. Returns the
+ * number that failed; their server's result is < 0. */
+size_t servers_run(struct flusher *fl, struct job **jobs);
+
+/* Sends the chunk records of entries (indexes into job->manifest) to the
+ * server through its ring, several in flight. Returns 0 or -errno. */
+int sender_put(struct server *s, const struct job *job, const uint32_t *entries, size_t n);
+
+/* Ships one queued version to its replicas; returns 0 (replicated, marked
+ * and unqueued), -EAGAIN (too few servers now: try later) or -errno. */
+int ship_version(struct flusher *fl, const char *id, uint64_t version);
+
+/* Materializes a replicated version where the rule's drain says. */
+int drain_version(struct flusher *fl, const char *path, const struct stg_path_rule *rule,
+		  const struct stg_manifest *m);
+
+/* Rewrites flusher.state in the cache (what `stagehand status` shows). */
+void state_write(struct flusher *fl, size_t queued, const char *activity);

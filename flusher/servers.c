@@ -1,0 +1,297 @@
+/* SPDX-License-Identifier: MIT */
+/* One worker thread per staging server: it keeps the connection and carries
+ * out the jobs of each version (ask which chunks the server lacks, send
+ * those, then the manifest), so every server is served in parallel. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "log.h"
+#include "util.h"
+#include "wire.h"
+
+#define BACKOFF_MAX_NS (30ll * 1000000000)
+#define MANIFEST_TRIES 3
+
+bool server_available(const struct server *s, int64_t now_ns)
+{
+	return s->down_until_ns <= now_ns;
+}
+
+void server_failed(struct server *s, int r, const char *what)
+{
+	int64_t backoff = 1000000000ll << (s->failures < 5 ? s->failures : 5);
+	if (backoff > BACKOFF_MAX_NS)
+		backoff = BACKOFF_MAX_NS;
+	s->failures++;
+	s->down_until_ns = stg_now_ns() + backoff;
+	snprintf(s->last_error, sizeof(s->last_error), "%s: %s%s%s", what, strerror(-r),
+		 s->conn.error[0] ? ": " : "", s->conn.error);
+	stg_log(STG_LOG_WARN, "server %s: %s; retrying in %llds", s->name, s->last_error,
+		(long long)(backoff / 1000000000));
+}
+
+void server_succeeded(struct server *s)
+{
+	if (s->failures)
+		stg_log(STG_LOG_INFO, "server %s is back", s->name);
+	s->failures = 0;
+	s->down_until_ns = 0;
+	s->last_error[0] = '\0';
+}
+
+static int ensure_connected(struct server *s)
+{
+	if (s->connected)
+		return 0;
+	int r = stg_conn_connect(s->name, s->fl->timeout_ms, &s->conn);
+	if (r < 0)
+		return r;
+	r = stg_conn_auth_client(&s->conn, &s->fl->secret, s->fl->uid);
+	if (r < 0) {
+		if (r == -EACCES)
+			stg_log(STG_LOG_ERROR,
+				"server %s refused our secret (is secret_file the cluster's?)",
+				s->name);
+		stg_conn_close(&s->conn);
+		return r;
+	}
+	s->connected = true;
+	return 0;
+}
+
+static bool is_held(const struct job *job, uint32_t i)
+{
+	return job->held[i / 8] & (1u << (i % 8));
+}
+
+static int compare_by_hash(const void *a, const void *b, void *arg)
+{
+	const struct stg_manifest_entry *e = arg;
+	return memcmp(e[*(const uint32_t *)a].hash.b, e[*(const uint32_t *)b].hash.b, 16);
+}
+
+/* The held entries, one per distinct chunk (a chunk repeated in a file
+ * travels once). */
+static uint32_t *distinct_held(const struct job *job, size_t *ret_n)
+{
+	const struct stg_manifest *m = job->manifest;
+	uint32_t *idx = malloc(sizeof(*idx) * (job->nheld + 1));
+	if (!idx)
+		return NULL;
+	size_t n = 0;
+	for (uint32_t i = 0; i < m->nchunks; i++)
+		if (is_held(job, i))
+			idx[n++] = i;
+	qsort_r(idx, n, sizeof(*idx), compare_by_hash, m->entries);
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (k == 0 || !stg_hash_eq(&m->entries[idx[i]].hash, &m->entries[idx[k - 1]].hash))
+			idx[k++] = idx[i];
+	*ret_n = k;
+	return idx;
+}
+
+/* Asks which of the entries the server lacks; compacts them into absent. */
+static int ask_have(struct server *s, const struct job *job, const uint32_t *idx, size_t n,
+		    uint32_t *absent, size_t *ret_nabsent)
+{
+	uint8_t *hashes = malloc((size_t)STG_WIRE_MAX_HAVE * 16);
+	if (!hashes)
+		return -ENOMEM;
+	size_t nabsent = 0;
+	int r = 0;
+	for (size_t at = 0; at < n && r == 0; at += STG_WIRE_MAX_HAVE) {
+		size_t batch = n - at < STG_WIRE_MAX_HAVE ? n - at : STG_WIRE_MAX_HAVE;
+		for (size_t i = 0; i < batch; i++)
+			memcpy(hashes + i * 16, job->manifest->entries[idx[at + i]].hash.b, 16);
+		struct stg_msg req = {.type = STG_MSG_HAVE}, rep;
+		req.have.count = (uint32_t)batch;
+		req.have.hashes = hashes;
+		r = stg_conn_call(&s->conn, &req, STG_MSG_HAVE_REPLY, &rep);
+		if (r == 0 && rep.have_reply.count != batch)
+			r = -EPROTO;
+		for (size_t i = 0; r == 0 && i < batch; i++)
+			if (!(rep.have_reply.bitmap[i / 8] & (1u << (i % 8))))
+				absent[nabsent++] = idx[at + i];
+	}
+	free(hashes);
+	*ret_nabsent = nabsent;
+	return r;
+}
+
+static int put_manifest(struct server *s, const struct job *job, uint32_t *missing,
+			size_t *ret_nmissing)
+{
+	struct stg_msg req = {.type = STG_MSG_PUT_MANIFEST}, rep;
+	req.put_manifest.keep = job->keep;
+	req.put_manifest.path = job->path;
+	req.put_manifest.path_len = (uint32_t)strlen(job->path);
+	req.put_manifest.manifest = job->encoded;
+	req.put_manifest.manifest_len = (uint32_t)job->encoded_len;
+	req.put_manifest.held = job->held;
+	req.put_manifest.held_len = (job->manifest->nchunks + 7) / 8;
+	req.tag = s->conn.next_tag++;
+	int r = stg_conn_send_msg(&s->conn, &req);
+	if (r < 0)
+		return r;
+	r = stg_conn_recv(&s->conn, STG_WIRE_MAX_BODY, &rep);
+	if (r < 0)
+		return r;
+	if (rep.tag != req.tag)
+		return -EPROTO;
+	*ret_nmissing = 0;
+	switch (rep.type) {
+	case STG_MSG_OK:
+		return 0;
+	case STG_MSG_MISSING:
+		/* The server collected a chunk we were told it held, between our
+		 * question and the manifest: send it again. */
+		for (uint32_t i = 0; i < rep.missing.count; i++) {
+			uint32_t e = stg_get_le32(rep.missing.entries + 4 * (size_t)i);
+			if (e >= job->manifest->nchunks || !is_held(job, e))
+				return -EPROTO;
+			missing[(*ret_nmissing)++] = e;
+			if (*ret_nmissing > job->nheld)
+				return -EPROTO;
+		}
+		return -EAGAIN;
+	case STG_MSG_ERROR:
+		snprintf(s->conn.error, sizeof(s->conn.error), "%.*s", (int)rep.error.text_len,
+			 rep.error.text);
+		return stg_wire_error_to_errno(rep.error.code);
+	default:
+		return -EPROTO;
+	}
+}
+
+static int run_job(struct server *s, const struct job *job)
+{
+	uint64_t sent_before = s->conn.bytes_sent;
+	s->conn.error[0] = '\0';
+	s->local_failure = false;
+	int r = ensure_connected(s);
+	if (r < 0)
+		return r;
+	size_t n = 0, nabsent = 0;
+	uint32_t *idx = distinct_held(job, &n);
+	uint32_t *absent = malloc(sizeof(*absent) * (job->nheld + 1));
+	if (!idx || !absent) {
+		r = -ENOMEM;
+		goto out;
+	}
+	r = ask_have(s, job, idx, n, absent, &nabsent);
+	if (r == 0) {
+		s->stats.chunks_present += n - nabsent;
+		r = sender_put(s, job, absent, nabsent);
+	}
+	for (int tries = 0; r == 0; tries++) {
+		r = put_manifest(s, job, absent, &nabsent);
+		if (r != -EAGAIN)
+			break;
+		if (tries == MANIFEST_TRIES) {
+			r = -EIO;
+			break;
+		}
+		r = sender_put(s, job, absent, nabsent);
+	}
+out:
+	free(idx);
+	free(absent);
+	s->stats.bytes_sent += s->conn.bytes_sent - sent_before;
+	return r;
+}
+
+static void *worker(void *arg)
+{
+	struct server *s = arg;
+	struct flusher *fl = s->fl;
+	pthread_mutex_lock(&fl->lock);
+	for (;;) {
+		while (!s->job && !fl->stopping)
+			pthread_cond_wait(&fl->job_cond, &fl->lock);
+		if (fl->stopping)
+			break;
+		struct job *job = s->job;
+		pthread_mutex_unlock(&fl->lock);
+		int r = run_job(s, job);
+		if (r < 0 && s->connected) {
+			/* After a failure mid-exchange the stream's state is unknown. */
+			stg_conn_close(&s->conn);
+			s->connected = false;
+		}
+		pthread_mutex_lock(&fl->lock);
+		s->result = r;
+		s->job = NULL;
+		s->busy = false;
+		pthread_cond_broadcast(&fl->done_cond);
+	}
+	pthread_mutex_unlock(&fl->lock);
+	return NULL;
+}
+
+int servers_start(struct flusher *fl)
+{
+	fl->servers = calloc(fl->nservers, sizeof(*fl->servers));
+	if (!fl->servers)
+		return -ENOMEM;
+	for (size_t i = 0; i < fl->nservers; i++) {
+		struct server *s = &fl->servers[i];
+		s->fl = fl;
+		s->name = fl->policy->server_list[i];
+		s->conn.fd = -1;
+		int r = io_uring_queue_init(16, &s->ring, 0);
+		if (r < 0)
+			return stg_log_errno(STG_LOG_ERROR, r, "cannot set up io_uring");
+		s->ring_ready = true;
+		r = -pthread_create(&s->thread, NULL, worker, s);
+		if (r < 0)
+			return stg_log_errno(STG_LOG_ERROR, r, "cannot start a worker thread");
+	}
+	return 0;
+}
+
+void servers_stop(struct flusher *fl)
+{
+	if (!fl->servers)
+		return;
+	pthread_mutex_lock(&fl->lock);
+	fl->stopping = true;
+	pthread_cond_broadcast(&fl->job_cond);
+	pthread_mutex_unlock(&fl->lock);
+	for (size_t i = 0; i < fl->nservers; i++) {
+		struct server *s = &fl->servers[i];
+		if (s->thread)
+			pthread_join(s->thread, NULL);
+		if (s->connected)
+			stg_conn_close(&s->conn);
+		if (s->ring_ready)
+			io_uring_queue_exit(&s->ring);
+	}
+	free(fl->servers);
+	fl->servers = NULL;
+}
+
+size_t servers_run(struct flusher *fl, struct job **jobs)
+{
+	pthread_mutex_lock(&fl->lock);
+	for (size_t i = 0; i < fl->nservers; i++) {
+		if (!jobs[i])
+			continue;
+		fl->servers[i].job = jobs[i];
+		fl->servers[i].busy = true;
+		fl->servers[i].result = 0;
+	}
+	pthread_cond_broadcast(&fl->job_cond);
+	size_t failed = 0;
+	for (size_t i = 0; i < fl->nservers; i++) {
+		while (fl->servers[i].busy)
+			pthread_cond_wait(&fl->done_cond, &fl->lock);
+		if (jobs[i] && fl->servers[i].result < 0)
+			failed++;
+	}
+	pthread_mutex_unlock(&fl->lock);
+	return failed;
+}

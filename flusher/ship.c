@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: MIT */
+/* Ships one version: places each distinct chunk on `replicas` servers by
+ * rendezvous hashing of its id and the manifest on the path's `replicas`
+ * owners plus every server holding one of its chunks (each server's
+ * collector must know what its chunks are for), then hands each server its
+ * job. A server that fails drops out and the placement is made again over
+ * the others, so replicas are re-chosen and what already arrived is not sent
+ * twice. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "catalog.h"
+#include "gc.h"
+#include "internal.h"
+#include "log.h"
+#include "placement.h"
+#include "queue.h"
+#include "util.h"
+
+struct placement {
+	struct job jobs[STG_CLUSTER_MAX_SERVERS];
+	struct job *active[STG_CLUSTER_MAX_SERVERS];
+};
+
+static void placement_done(struct placement *pl, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(pl->jobs[i].held);
+}
+
+/* Ranks the available servers for key and returns how many there are. */
+static size_t rank_available(struct flusher *fl, const void *key, size_t keylen, int64_t now,
+			     uint32_t *out)
+{
+	uint32_t order[STG_CLUSTER_MAX_SERVERS];
+	stg_placement_rank(fl->policy->server_list, fl->nservers, key, keylen, order);
+	size_t k = 0;
+	for (size_t i = 0; i < fl->nservers; i++)
+		if (server_available(&fl->servers[order[i]], now))
+			out[k++] = order[i];
+	return k;
+}
+
+/* Builds the jobs; -EAGAIN when fewer than `replicas` servers are available. */
+static int place(struct flusher *fl, const char *path, const struct stg_manifest *m,
+		 struct placement *pl)
+{
+	uint32_t replicas = fl->policy->replicas;
+	int64_t now = stg_now_ns();
+	uint32_t order[STG_CLUSTER_MAX_SERVERS];
+	memset(pl, 0, sizeof(*pl));
+	size_t bytes = (m->nchunks + 7) / 8 + 1;
+	for (size_t i = 0; i < fl->nservers; i++) {
+		pl->jobs[i].held = calloc(1, bytes);
+		if (!pl->jobs[i].held)
+			return -ENOMEM;
+	}
+	if (rank_available(fl, path, strlen(path), now, order) < replicas)
+		return -EAGAIN;
+	for (uint32_t r = 0; r < replicas; r++)
+		pl->active[order[r]] = &pl->jobs[order[r]];
+	for (uint32_t c = 0; c < m->nchunks; c++) {
+		const struct stg_manifest_entry *e = &m->entries[c];
+		if (e->flags & STG_ENTRY_ZERO)
+			continue;
+		rank_available(fl, e->hash.b, sizeof(e->hash.b), now, order);
+		for (uint32_t r = 0; r < replicas; r++) {
+			struct job *j = &pl->jobs[order[r]];
+			j->held[c / 8] |= (uint8_t)(1u << (c % 8));
+			j->nheld++;
+			pl->active[order[r]] = j;
+		}
+	}
+	return 0;
+}
+
+static int read_version(struct flusher *fl, const char *id, uint64_t version, int *ret_dirfd,
+			char *path, size_t pathlen, struct stg_manifest *m)
+{
+	int dirfd = openat(fl->cache->files_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd < 0)
+		return -errno;
+	int r = stg_catalog_read_path(dirfd, path, pathlen);
+	if (r == 0)
+		r = stg_catalog_read(dirfd, version, m);
+	if (r < 0) {
+		close(dirfd);
+		return r;
+	}
+	*ret_dirfd = dirfd;
+	return 0;
+}
+
+/* "a:1,b:2": where the version is, for `stagehand ls`. */
+static void describe(struct flusher *fl, struct placement *pl, char *out, size_t len)
+{
+	size_t at = 0;
+	out[0] = '\0';
+	for (size_t i = 0; i < fl->nservers && at + 1 < len; i++)
+		if (pl->active[i])
+			at += (size_t)snprintf(out + at, len - at, "%s%s", at ? "," : "",
+					       fl->servers[i].name);
+}
+
+int ship_version(struct flusher *fl, const char *id, uint64_t version)
+{
+	char path[4096];
+	struct stg_manifest m;
+	int dirfd = -1;
+	int r = read_version(fl, id, version, &dirfd, path, sizeof(path), &m);
+	if (r == -ENOENT) {
+		/* Renamed, pruned or rewritten since it was queued: its successor
+		 * has an entry of its own. */
+		stg_debug("version %llu of %s is gone; dropped from the queue",
+			  (unsigned long long)version, id);
+		stg_queue_remove(fl->cache, id, version);
+		return 0;
+	}
+	if (r < 0)
+		return stg_log_errno(STG_LOG_ERROR, r, "cannot read queued version %llu of %s",
+				     (unsigned long long)version, id);
+	/* Keep the cache's collector from moving the records we read. */
+	int pin = stg_gc_pin(fl->cache);
+	if (pin < 0) {
+		r = pin;
+		goto out_manifest;
+	}
+	/* Read again under the pin: a compaction before it may have moved them. */
+	stg_manifest_done(&m);
+	r = stg_catalog_read(dirfd, version, &m);
+	if (r < 0) {
+		stg_gc_unpin(pin);
+		close(dirfd);
+		if (r == -ENOENT) {
+			stg_queue_remove(fl->cache, id, version);
+			return 0;
+		}
+		return r;
+	}
+	const struct stg_path_rule *rule = stg_policy_match(fl->policy, path);
+	size_t enc_len = stg_manifest_encoded_size(&m);
+	uint8_t *enc = malloc(enc_len);
+	if (!enc) {
+		r = -ENOMEM;
+		goto out_unpin;
+	}
+	stg_manifest_encode(&m, enc);
+
+	struct placement *pl = malloc(sizeof(*pl));
+	if (!pl) {
+		r = -ENOMEM;
+		goto out_enc;
+	}
+	for (;;) {
+		r = place(fl, path, &m, pl);
+		if (r < 0) {
+			placement_done(pl, fl->nservers);
+			break;
+		}
+		for (size_t i = 0; i < fl->nservers; i++) {
+			pl->jobs[i].path = path;
+			pl->jobs[i].manifest = &m;
+			pl->jobs[i].encoded = enc;
+			pl->jobs[i].encoded_len = enc_len;
+			pl->jobs[i].keep = rule ? rule->keep : STG_KEEP_DEFAULT;
+		}
+		size_t failed = servers_run(fl, pl->active);
+		bool local = false;
+		for (size_t i = 0; i < fl->nservers; i++) {
+			if (!pl->active[i])
+				continue;
+			struct server *s = &fl->servers[i];
+			if (s->result < 0 && s->local_failure) {
+				local = true;
+				r = s->result;
+			} else if (s->result < 0) {
+				server_failed(s, s->result, "shipping failed");
+			} else {
+				server_succeeded(s);
+			}
+		}
+		if (local) {
+			/* Our copy is bad: no server can help. It stays queued and
+			 * the log says which chunk. */
+			placement_done(pl, fl->nservers);
+			break;
+		}
+		if (failed == 0) {
+			char where[1024];
+			describe(fl, pl, where, sizeof(where));
+			placement_done(pl, fl->nservers);
+			stg_queue_mark(dirfd, version, where);
+			stg_queue_remove(fl->cache, id, version);
+			stg_log(STG_LOG_INFO, "'%s' version %llu replicated on %s", path,
+				(unsigned long long)version, where);
+			fl->versions_shipped++;
+			if (rule && rule->drain)
+				drain_version(fl, path, rule, &m);
+			break;
+		}
+		placement_done(pl, fl->nservers);
+		/* Place again over the servers still standing. */
+	}
+	free(pl);
+out_enc:
+	free(enc);
+out_unpin:
+	stg_gc_unpin(pin);
+out_manifest:
+	stg_manifest_done(&m);
+	close(dirfd);
+	return r;
+}

@@ -1,0 +1,346 @@
+/* SPDX-License-Identifier: MIT */
+/* The server's manifests: files/<uid>/<file id>/{path, v<N>.mf}. */
+#include "files.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "catalog.h"
+#include "log.h"
+#include "util.h"
+
+#define FILES_DIR "files"
+#define PATH_FILE "path"
+#define MANIFEST_MAX (64u << 20)
+
+struct stg_files {
+	int fd; /* files/ */
+};
+
+int stg_files_open(int storedirfd, struct stg_files **ret)
+{
+	if (mkdirat(storedirfd, FILES_DIR, 0700) == 0) {
+		if (fsync(storedirfd) < 0)
+			return -errno;
+	} else if (errno != EEXIST) {
+		return -errno;
+	}
+	struct stg_files *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->fd = openat(storedirfd, FILES_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (f->fd < 0) {
+		int r = -errno;
+		free(f);
+		return r;
+	}
+	*ret = f;
+	return 0;
+}
+
+void stg_files_free(struct stg_files *f)
+{
+	if (!f)
+		return;
+	close(f->fd);
+	free(f);
+}
+
+static int check_path(const char *path)
+{
+	size_t len = strlen(path);
+	return path[0] == '/' && len < PATH_MAX ? 0 : -EINVAL;
+}
+
+/* Opens dirfd/name as a directory; with create, makes it first (and makes
+ * its name durable in dirfd). */
+static int open_dir(int dirfd, const char *name, bool create)
+{
+	if (create) {
+		if (mkdirat(dirfd, name, 0700) == 0) {
+			if (fsync(dirfd) < 0)
+				return -errno;
+		} else if (errno != EEXIST) {
+			return -errno;
+		}
+	}
+	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+static int lock_dir(int fd, int op)
+{
+	while (flock(fd, op) < 0)
+		if (errno != EINTR)
+			return -errno;
+	return 0;
+}
+
+/* Does the entry's path file name path? Two paths with one file id are
+ * kept apart, however unlikely. */
+static int same_path(int filedirfd, const char *path)
+{
+	char stored[PATH_MAX];
+	int r = stg_catalog_read_path(filedirfd, stored, sizeof(stored));
+	if (r < 0)
+		return r;
+	return strcmp(stored, path) == 0;
+}
+
+/* Opens uid's entry of path (creating it with create), flock'ed with op.
+ * Returns the descriptor, -ENOENT or -errno. */
+static int open_file(struct stg_files *f, uint32_t uid, const char *path, bool create, int op)
+{
+	char uidname[16], id[STG_HASH_HEX_LEN + 1];
+	snprintf(uidname, sizeof(uidname), "%" PRIu32, uid);
+	stg_catalog_file_id(path, id);
+	int ufd = open_dir(f->fd, uidname, create);
+	if (ufd < 0)
+		return ufd;
+	int fd = open_dir(ufd, id, create);
+	close(ufd);
+	if (fd < 0)
+		return fd;
+	int r = lock_dir(fd, op);
+	if (r < 0)
+		goto out_close;
+	r = same_path(fd, path);
+	if (r == -ENOENT && create) {
+		r = stg_write_file_atomic(fd, PATH_FILE, path, strlen(path), true);
+		if (r == 0 && fsync(fd) < 0)
+			r = -errno;
+		if (r == 0)
+			r = 1;
+	}
+	if (r == 0)
+		r = create ? -EEXIST : -ENOENT;
+	if (r < 0)
+		goto out_close;
+	return fd;
+
+out_close:
+	close(fd);
+	return r;
+}
+
+static void manifest_name(uint64_t version, char out[40])
+{
+	snprintf(out, 40, "v%020" PRIu64 ".mf", version);
+}
+
+/* Reads and validates one version; *ret_mf holds its bytes. */
+static int read_version(int filedirfd, uint64_t version, uint8_t **ret_mf, size_t *ret_len)
+{
+	char name[40];
+	manifest_name(version, name);
+	uint8_t *data;
+	size_t len;
+	int r = stg_read_file(filedirfd, name, MANIFEST_MAX, &data, &len);
+	if (r == -EFBIG)
+		return -EBADMSG;
+	if (r < 0)
+		return r;
+	struct stg_manifest m;
+	r = stg_manifest_decode(data, len, &m);
+	if (r == 0 && m.version != version)
+		r = -EBADMSG;
+	if (r == 0)
+		stg_manifest_done(&m);
+	if (r < 0) {
+		free(data);
+		return r;
+	}
+	*ret_mf = data;
+	*ret_len = len;
+	return 0;
+}
+
+int stg_files_put(struct stg_files *f, uint32_t uid, const char *path, const uint8_t *mf,
+		  size_t len, uint64_t version, uint32_t keep)
+{
+	if (check_path(path) < 0 || version == 0)
+		return -EINVAL;
+	/* The manifest must name the version it is filed under (the version
+	 * field of the SHMF header, docs/FORMAT.md). */
+	if (len < STG_MANIFEST_HEADER_SIZE || stg_get_le64(mf + 8) != version)
+		return -EINVAL;
+	/* The entry's flock serializes puts of one path, this process's threads
+	 * included (each opens its own descriptor). */
+	int fd = open_file(f, uid, path, true, LOCK_EX);
+	if (fd < 0)
+		return fd;
+	char name[40];
+	manifest_name(version, name);
+	int r = stg_write_file_atomic(fd, name, mf, len, true);
+	if (r == 0 && fsync(fd) < 0)
+		r = -errno;
+	uint64_t *v = NULL;
+	size_t n = 0;
+	if (r == 0)
+		r = stg_catalog_versions(fd, &v, &n);
+	int removed = 0;
+	/* keep 0 keeps everything. */
+	for (size_t i = 0; r == 0 && keep && i + keep < n; i++) {
+		manifest_name(v[i], name);
+		r = unlinkat(fd, name, 0) < 0 ? -errno : 0;
+		removed += r == 0;
+	}
+	if (removed && fsync(fd) < 0 && r == 0)
+		r = -errno;
+	free(v);
+	close(fd);
+	return r < 0 ? r : removed;
+}
+
+int stg_files_get(struct stg_files *f, uint32_t uid, const char *path, uint64_t version,
+		  uint8_t **ret_mf, size_t *ret_len)
+{
+	if (check_path(path) < 0)
+		return -EINVAL;
+	/* Shared: a put cannot remove the newest version between our finding
+	 * and reading it. */
+	int fd = open_file(f, uid, path, false, LOCK_SH);
+	if (fd < 0)
+		return fd;
+	int r = 0;
+	if (version == 0) {
+		uint64_t *v;
+		size_t n;
+		r = stg_catalog_versions(fd, &v, &n);
+		if (r == 0) {
+			if (n == 0)
+				r = -ENOENT;
+			else
+				version = v[n - 1];
+			free(v);
+		}
+	}
+	if (r == 0)
+		r = read_version(fd, version, ret_mf, ret_len);
+	close(fd);
+	return r;
+}
+
+typedef int (*manifest_fn)(void *arg, const char *path, const struct stg_manifest *m);
+
+/* Calls fn for each readable version of one entry, without any lock held
+ * (fn may put to the same path); a version removed meanwhile is skipped. */
+static int list_entry(int filedirfd, const char *path, manifest_fn fn, void *arg)
+{
+	uint64_t *v;
+	size_t n;
+	int r = stg_catalog_versions(filedirfd, &v, &n);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; r == 0 && i < n; i++) {
+		struct stg_manifest m;
+		int e = stg_catalog_read(filedirfd, v[i], &m);
+		if (e < 0) {
+			stg_log_errno(STG_LOG_DEBUG, e, "files: '%s' version %" PRIu64 " skipped",
+				      path, v[i]);
+			continue;
+		}
+		r = fn(arg, path, &m);
+		stg_manifest_done(&m);
+	}
+	free(v);
+	return r;
+}
+
+static int list_uid(int uidfd, const char *prefix, manifest_fn fn, void *arg)
+{
+	int fd = openat(uidfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -ENOMEM;
+	}
+	size_t plen = strlen(prefix);
+	int r = 0;
+	struct dirent *de;
+	while (r == 0 && (de = readdir(d))) {
+		if (strlen(de->d_name) != STG_HASH_HEX_LEN)
+			continue;
+		int ffd = openat(uidfd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (ffd < 0)
+			continue;
+		char path[PATH_MAX], id[STG_HASH_HEX_LEN + 1];
+		if (stg_catalog_read_path(ffd, path, sizeof(path)) == 0) {
+			stg_catalog_file_id(path, id);
+			/* An entry whose path does not hash to its name is not one. */
+			if (strcmp(id, de->d_name) == 0 && strncmp(path, prefix, plen) == 0)
+				r = list_entry(ffd, path, fn, arg);
+		}
+		close(ffd);
+	}
+	closedir(d);
+	return r;
+}
+
+int stg_files_list(struct stg_files *f, uint32_t uid, const char *prefix, manifest_fn fn,
+		   void *arg)
+{
+	char uidname[16];
+	snprintf(uidname, sizeof(uidname), "%" PRIu32, uid);
+	int ufd = openat(f->fd, uidname, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (ufd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	int r = list_uid(ufd, prefix ? prefix : "", fn, arg);
+	close(ufd);
+	return r;
+}
+
+/* Parses a uid directory name: decimal, no leading zeros, 32 bits. */
+static bool parse_uid(const char *name, uint32_t *ret)
+{
+	uint64_t v = 0;
+	size_t len = strlen(name);
+	if (len == 0 || len > 10 || (name[0] == '0' && len > 1))
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		if (name[i] < '0' || name[i] > '9')
+			return false;
+		v = v * 10 + (uint64_t)(name[i] - '0');
+	}
+	if (v > UINT32_MAX)
+		return false;
+	*ret = (uint32_t)v;
+	return true;
+}
+
+int stg_files_foreach(struct stg_files *f, manifest_fn fn, void *arg)
+{
+	int fd = openat(f->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -ENOMEM;
+	}
+	int r = 0;
+	struct dirent *de;
+	while (r == 0 && (de = readdir(d))) {
+		uint32_t uid;
+		if (!parse_uid(de->d_name, &uid))
+			continue;
+		int ufd = openat(f->fd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (ufd < 0)
+			continue;
+		r = list_uid(ufd, "", fn, arg);
+		close(ufd);
+	}
+	closedir(d);
+	return r;
+}

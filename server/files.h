@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+/* The server's manifests: per user (uid) and path, the versions it holds, as
+ * files under files/<uid>/<file id>/ in the store directory. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "manifest.h"
+
+struct stg_files;
+
+/* Opens the manifest tree under the store's directory (dirfd), creating it. */
+int stg_files_open(int storedirfd, struct stg_files **ret);
+void stg_files_free(struct stg_files *f);
+
+/* Stores an encoded manifest (already validated) of path for uid as version
+ * m->version, atomically and durably (replacing one of the same number), then
+ * removes the versions older than the newest keep (0 keeps all). Returns how
+ * many versions were removed, or -errno. */
+int stg_files_put(struct stg_files *f, uint32_t uid, const char *path, const uint8_t *mf,
+		  size_t len, uint64_t version, uint32_t keep);
+
+/* Reads version (0: the newest) of uid's path into a malloc'ed buffer,
+ * validated. Returns 0, -ENOENT, -EBADMSG or -errno. */
+int stg_files_get(struct stg_files *f, uint32_t uid, const char *path, uint64_t version,
+		  uint8_t **ret_mf, size_t *ret_len);
+
+/* Calls fn for each version of uid's paths starting with prefix (all when
+ * prefix is empty), paths in no particular order, versions ascending; m is
+ * decoded and valid for the call. A non-zero return from fn stops and is
+ * returned. Unreadable manifests are skipped and logged at debug level. */
+int stg_files_list(struct stg_files *f, uint32_t uid, const char *prefix,
+		   int (*fn)(void *arg, const char *path, const struct stg_manifest *m), void *arg);
+
+/* Calls fn for every manifest of every user (garbage collection marks what
+ * they reference). */
+int stg_files_foreach(struct stg_files *f,
+		      int (*fn)(void *arg, const char *path, const struct stg_manifest *m),
+		      void *arg);

@@ -1,0 +1,341 @@
+/* SPDX-License-Identifier: MIT */
+/* One client connection: authentication, then requests until it closes. A
+ * malformed frame or a failed authentication drops the peer; a request that
+ * cannot be served gets an ERROR and the connection goes on. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "chunk.h"
+#include "conn.h"
+#include "internal.h"
+#include "log.h"
+#include "manifest.h"
+#include "util.h"
+#include "wire.h"
+
+struct session {
+	struct server *srv;
+	struct stg_conn conn;
+	uint32_t uid;
+};
+
+static int reply(struct session *s, struct stg_msg *m, uint32_t tag)
+{
+	m->tag = tag;
+	return stg_conn_send_msg(&s->conn, m);
+}
+
+static int on_have(struct session *s, const struct stg_msg *req)
+{
+	uint32_t n = req->have.count;
+	uint8_t bitmap[(STG_WIRE_MAX_HAVE + 7) / 8];
+	memset(bitmap, 0, (n + 7) / 8);
+	for (uint32_t i = 0; i < n; i++) {
+		struct stg_hash h;
+		memcpy(h.b, req->have.hashes + (size_t)i * 16, 16);
+		/* Marking first keeps a chunk we say we hold from being collected
+		 * before the manifest that needs it arrives. */
+		stg_store_mark(s->srv->store, &h);
+		if (stg_store_has(s->srv->store, &h))
+			bitmap[i / 8] |= (uint8_t)(1u << (i % 8));
+	}
+	struct stg_msg m = {.type = STG_MSG_HAVE_REPLY};
+	m.have_reply.count = n;
+	m.have_reply.bitmap = bitmap;
+	return reply(s, &m, req->tag);
+}
+
+static int on_put_chunk(struct session *s, const struct stg_msg *req)
+{
+	struct stg_hash h;
+	int r = stg_store_validate(req->put_chunk.obj, req->put_chunk.len, &h);
+	if (r < 0) {
+		stg_log(STG_LOG_WARN, "%s: rejected a chunk that fails verification",
+			s->conn.peer);
+		return stg_conn_send_error(&s->conn, req->tag, -EBADMSG,
+					   "chunk object fails verification");
+	}
+	r = stg_store_put(s->srv->store, req->put_chunk.obj, req->put_chunk.len, &h);
+	if (r < 0) {
+		stg_log_errno(STG_LOG_ERROR, r, "storing a chunk from %s", s->conn.peer);
+		return stg_conn_send_error(&s->conn, req->tag, r, "cannot store the chunk: %s",
+					   strerror(-r));
+	}
+	struct stg_msg m = {.type = STG_MSG_OK};
+	return reply(s, &m, req->tag);
+}
+
+static bool held(const uint8_t *map, uint32_t i)
+{
+	return map[i / 8] & (1u << (i % 8));
+}
+
+/* Checks the chunks the manifest says this server holds; lists the absent
+ * ones in missing (nchunks entries). Returns how many are absent. */
+static uint32_t find_missing(struct session *s, const struct stg_manifest *mf, const uint8_t *map,
+			     uint8_t *missing)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < mf->nchunks; i++) {
+		if (!held(map, i))
+			continue;
+		stg_store_mark(s->srv->store, &mf->entries[i].hash);
+		if (!stg_store_has(s->srv->store, &mf->entries[i].hash))
+			stg_put_le32(missing + 4 * (size_t)n++, i);
+	}
+	return n;
+}
+
+static int on_put_manifest(struct session *s, const struct stg_msg *req)
+{
+	const struct stg_msg_put_manifest *p = &req->put_manifest;
+	struct stg_manifest mf;
+	int r = stg_manifest_decode(p->manifest, p->manifest_len, &mf);
+	if (r < 0)
+		return stg_conn_send_error(&s->conn, req->tag, -EBADMSG, "malformed manifest");
+	if (p->held_len != (mf.nchunks + 7) / 8) {
+		r = stg_conn_send_error(&s->conn, req->tag, -EBADMSG,
+					"held bitmap of %u bytes for %u chunks", p->held_len,
+					mf.nchunks);
+		goto out;
+	}
+	for (uint32_t i = mf.nchunks; i < p->held_len * 8u; i++)
+		if (held(p->held, i)) {
+			r = stg_conn_send_error(&s->conn, req->tag, -EBADMSG,
+						"held bit past the last chunk");
+			goto out;
+		}
+	for (uint32_t i = 0; i < mf.nchunks; i++)
+		if (held(p->held, i) && (mf.entries[i].flags & STG_ENTRY_ZERO)) {
+			r = stg_conn_send_error(&s->conn, req->tag, -EBADMSG,
+						"chunk %u is a hole and cannot be held", i);
+			goto out;
+		}
+	char path[STG_WIRE_MAX_PATH + 1];
+	memcpy(path, p->path, p->path_len);
+	path[p->path_len] = '\0';
+
+	uint8_t *missing = malloc(4 * (size_t)mf.nchunks + 1);
+	if (!missing) {
+		r = stg_conn_send_error(&s->conn, req->tag, -ENOMEM, "out of memory");
+		goto out;
+	}
+	pthread_rwlock_rdlock(&s->srv->manifest_lock);
+	uint32_t nmissing = find_missing(s, &mf, p->held, missing);
+	int removed = 0;
+	if (nmissing == 0) {
+		/* The chunks are durable before the manifest that names them. */
+		r = stg_store_sync(s->srv->store);
+		if (r == 0)
+			removed = stg_files_put(s->srv->files, s->uid, path, p->manifest,
+						p->manifest_len, mf.version, p->keep);
+		else
+			removed = r;
+	}
+	pthread_rwlock_unlock(&s->srv->manifest_lock);
+	if (nmissing > 0) {
+		struct stg_msg m = {.type = STG_MSG_MISSING};
+		m.missing.count = nmissing;
+		m.missing.entries = missing;
+		r = reply(s, &m, req->tag);
+	} else if (removed < 0) {
+		stg_log_errno(STG_LOG_ERROR, removed, "storing version %llu of '%s' (uid %u)",
+			      (unsigned long long)mf.version, path, s->uid);
+		r = stg_conn_send_error(&s->conn, req->tag, removed, "cannot store the manifest: %s",
+					strerror(-removed));
+	} else {
+		stg_log(STG_LOG_INFO, "%s: version %llu of '%s' (uid %u)%s", s->conn.peer,
+			(unsigned long long)mf.version, path, s->uid,
+			removed > 0 ? ", older versions retired" : "");
+		if (removed > 0)
+			server_collector_wake(s->srv);
+		struct stg_msg m = {.type = STG_MSG_OK};
+		r = reply(s, &m, req->tag);
+	}
+	free(missing);
+out:
+	stg_manifest_done(&mf);
+	return r;
+}
+
+struct list_state {
+	uint8_t *buf;
+	size_t cap, len;
+	uint32_t count;
+};
+
+static int list_one(void *arg, const char *path, const struct stg_manifest *m)
+{
+	struct list_state *ls = arg;
+	struct stg_list_entry e = {
+		.version = m->version,
+		.size = m->size,
+		.mtime_ns = m->mtime_ns,
+		.commit_ns = m->commit_ns,
+		.mode = m->mode,
+		.nchunks = m->nchunks,
+		.new_chunks = stg_manifest_new_chunks(m),
+		.stored = stg_manifest_stored_bytes(m),
+		.path = path,
+		.path_len = (uint32_t)strlen(path),
+	};
+	for (;;) {
+		int r = stg_wire_list_add(ls->buf, ls->cap, &ls->len, &e);
+		if (r != -ENOSPC)
+			return r;
+		size_t ncap = ls->cap * 2;
+		if (ncap > STG_WIRE_MAX_BODY - 4)
+			return -E2BIG;
+		uint8_t *nb = realloc(ls->buf, ncap);
+		if (!nb)
+			return -ENOMEM;
+		ls->buf = nb;
+		ls->cap = ncap;
+	}
+}
+
+static int on_list(struct session *s, const struct stg_msg *req)
+{
+	char prefix[STG_WIRE_MAX_PATH + 1];
+	memcpy(prefix, req->list.prefix, req->list.prefix_len);
+	prefix[req->list.prefix_len] = '\0';
+	struct list_state ls = {.cap = 64 << 10};
+	ls.buf = malloc(ls.cap);
+	if (!ls.buf)
+		return stg_conn_send_error(&s->conn, req->tag, -ENOMEM, "out of memory");
+	/* Count as we go: list_one sees each version once. */
+	int r = stg_files_list(s->srv->files, s->uid, prefix, list_one, &ls);
+	if (r < 0) {
+		free(ls.buf);
+		return stg_conn_send_error(&s->conn, req->tag, r, "cannot list: %s",
+					   strerror(-r));
+	}
+	uint32_t off = 0, count = 0;
+	struct stg_msg m = {.type = STG_MSG_LIST_REPLY};
+	m.list_reply.entries = ls.buf;
+	m.list_reply.len = (uint32_t)ls.len;
+	struct stg_list_entry e;
+	while (stg_wire_list_next(&m.list_reply, &off, &e))
+		count++;
+	m.list_reply.count = count;
+	r = reply(s, &m, req->tag);
+	free(ls.buf);
+	return r;
+}
+
+static int on_get_manifest(struct session *s, const struct stg_msg *req)
+{
+	char path[STG_WIRE_MAX_PATH + 1];
+	memcpy(path, req->get_manifest.path, req->get_manifest.path_len);
+	path[req->get_manifest.path_len] = '\0';
+	uint8_t *mf;
+	size_t len;
+	int r = stg_files_get(s->srv->files, s->uid, path, req->get_manifest.version, &mf, &len);
+	if (r < 0)
+		return stg_conn_send_error(&s->conn, req->tag, r, "no version %llu of '%s': %s",
+					   (unsigned long long)req->get_manifest.version, path,
+					   strerror(-r));
+	struct stg_msg m = {.type = STG_MSG_MANIFEST};
+	m.manifest.manifest = mf;
+	m.manifest.len = (uint32_t)len;
+	r = reply(s, &m, req->tag);
+	free(mf);
+	return r;
+}
+
+static int on_get_chunk(struct session *s, const struct stg_msg *req)
+{
+	uint8_t *obj;
+	size_t len;
+	int r = stg_store_get(s->srv->store, &req->get_chunk.hash, &obj, &len);
+	if (r < 0) {
+		char hex[STG_HASH_HEX_LEN + 1];
+		stg_hash_hex(&req->get_chunk.hash, hex);
+		if (r == -EBADMSG)
+			stg_log(STG_LOG_ERROR, "stored copy of chunk %s is corrupt", hex);
+		return stg_conn_send_error(&s->conn, req->tag, r, "chunk %s: %s", hex,
+					   strerror(-r));
+	}
+	/* The object is sent as it is, without a copy into a frame buffer. */
+	uint8_t hdr[STG_WIRE_HEADER_SIZE];
+	stg_wire_header_encode(hdr, STG_MSG_CHUNK, (uint32_t)len, req->tag);
+	r = stg_conn_send(&s->conn, hdr, sizeof(hdr));
+	if (r == 0)
+		r = stg_conn_send(&s->conn, obj, len);
+	free(obj);
+	return r;
+}
+
+static int on_stat(struct session *s, const struct stg_msg *req)
+{
+	struct stg_store_stats st;
+	stg_store_stats(s->srv->store, &st);
+	struct stg_msg m = {.type = STG_MSG_STAT_REPLY};
+	m.stat_reply.chunks = st.chunks;
+	m.stat_reply.chunk_bytes = st.chunk_bytes;
+	m.stat_reply.segments = st.segments;
+	m.stat_reply.segment_bytes = st.segment_bytes;
+	m.stat_reply.index_bytes = st.index_bytes;
+	m.stat_reply.uptime_s = (uint64_t)((stg_now_ns() - s->srv->started_ns) / 1000000000);
+	m.stat_reply.connections = atomic_load(&s->srv->connections);
+	return reply(s, &m, req->tag);
+}
+
+static int dispatch(struct session *s, const struct stg_msg *m)
+{
+	switch (m->type) {
+	case STG_MSG_HAVE: return on_have(s, m);
+	case STG_MSG_PUT_CHUNK: return on_put_chunk(s, m);
+	case STG_MSG_PUT_MANIFEST: return on_put_manifest(s, m);
+	case STG_MSG_LIST: return on_list(s, m);
+	case STG_MSG_GET_MANIFEST: return on_get_manifest(s, m);
+	case STG_MSG_GET_CHUNK: return on_get_chunk(s, m);
+	case STG_MSG_STAT: return on_stat(s, m);
+	default:
+		stg_log(STG_LOG_WARN, "%s: dropped: %s is not a request", s->conn.peer,
+			stg_msg_type_name(m->type));
+		stg_conn_send_error(&s->conn, m->tag, -EPROTO, "%s is not a request",
+				    stg_msg_type_name(m->type));
+		return -EPROTO;
+	}
+}
+
+void *server_session(void *arg)
+{
+	struct session_arg *a = arg;
+	struct session s = {.srv = a->srv};
+	stg_conn_init(&s.conn, a->fd, a->peer, a->srv->timeout_ms);
+	free(a);
+
+	int r = stg_conn_auth_server(&s.conn, &s.srv->secret, &s.uid);
+	if (r < 0) {
+		stg_log_errno(STG_LOG_WARN, r, "%s: dropped: authentication failed", s.conn.peer);
+		goto out;
+	}
+	stg_log(STG_LOG_DEBUG, "%s: authenticated as uid %u", s.conn.peer, s.uid);
+	for (;;) {
+		struct stg_msg m;
+		/* An idle client may sit between requests for as long as it likes
+		 * (keepalive notices a dead one); the deadline applies once a
+		 * frame has begun. */
+		r = stg_conn_wait(&s.conn, -1);
+		if (r == 0)
+			r = stg_conn_recv(&s.conn, STG_WIRE_MAX_BODY, &m);
+		if (r == -EPIPE)
+			break;
+		if (r < 0) {
+			stg_log_errno(STG_LOG_WARN, r, "%s: dropped", s.conn.peer);
+			if (r == -EPROTO || r == -EBADMSG)
+				stg_conn_send_error(&s.conn, 0, -EPROTO, "malformed message");
+			break;
+		}
+		if (dispatch(&s, &m) < 0)
+			break;
+	}
+out:
+	stg_conn_close(&s.conn);
+	atomic_fetch_sub(&s.srv->connections, 1);
+	return NULL;
+}

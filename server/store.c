@@ -1,0 +1,1098 @@
+/* SPDX-License-Identifier: MIT */
+/* The server's chunk store: segments, the index, puts, gets, sync and GC. */
+#include "store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "chunk.h"
+#include "chunkindex.h"
+#include "log.h"
+#include "ringio.h"
+#include "segment.h"
+#include "util.h"
+
+#define FORMAT_FILE "FORMAT"
+#define FORMAT_TEXT "stagehand-store 1\n"
+#define LOCK_FILE "lock"
+#define FILES_DIR "files"
+#define DEFAULT_SEGMENT_SIZE (1ull << 30)
+/* Index offsets count 4096-byte units in 32 bits: 16 TiB per segment, minus
+ * room for one record past the limit. */
+#define MAX_SEGMENT_SIZE (1ull << 40)
+
+/* A segment file. The fd stays open while anyone holds a reference: the
+ * table holds one while the segment is listed, each read, append or sync in
+ * progress holds one. A segment is unlinked when compaction or collection
+ * takes it out of the table, but a reader that found a record in it before
+ * the index moved on still reads from the open (unlinked) file, so that no
+ * reader ever needs the lock while it does I/O. */
+struct seg {
+	uint32_t id;
+	int fd;
+	uint64_t end;     /* bytes reserved: where the next record goes */
+	uint64_t live;    /* record bytes of the index entries pointing here */
+	unsigned refs;
+	unsigned writers; /* appends reserved and not finished */
+	bool dirty;       /* appended to since the last sync */
+};
+
+struct stg_store {
+	int dirfd, segdirfd, lockfd;
+	uint64_t segment_size, capacity;
+
+	/* One collection at a time: two would pick the same segments. Held
+	 * across I/O, but only collections ever wait for it. */
+	pthread_mutex_t gc_lock;
+
+	pthread_mutex_t lock; /* everything below; never held across I/O */
+	struct stg_chunkindex *index;
+	struct seg **segs; /* by id, ascending */
+	size_t nsegs, capsegs;
+	struct seg *active;
+	uint64_t next_id;
+	uint64_t total; /* bytes of the listed segments (their ends) */
+	uint32_t epoch;
+
+	bool rolling; /* a thread is creating the next segment */
+	pthread_cond_t roll_cond;
+
+	/* Group commit: one thread runs a sync round while later callers wait
+	 * for the round that starts after they arrived. */
+	bool syncing;
+	uint64_t sync_started, sync_done;
+	int sync_err;
+	pthread_cond_t sync_cond;
+};
+
+static struct seg *seg_find(const struct stg_store *s, uint64_t id)
+{
+	size_t lo = 0, hi = s->nsegs;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (s->segs[mid]->id == id)
+			return s->segs[mid];
+		if (s->segs[mid]->id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/* Makes room for one more segment in the table (memory only). */
+static int table_reserve(struct stg_store *s)
+{
+	if (s->nsegs < s->capsegs)
+		return 0;
+	size_t cap = s->capsegs ? s->capsegs * 2 : 16;
+	struct seg **n = realloc(s->segs, cap * sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	s->segs = n;
+	s->capsegs = cap;
+	return 0;
+}
+
+/* Appends g (ids only grow); table_reserve made room. */
+static void table_add(struct stg_store *s, struct seg *g)
+{
+	s->segs[s->nsegs++] = g;
+	s->total += g->end;
+}
+
+static void table_remove(struct stg_store *s, struct seg *g)
+{
+	for (size_t i = 0; i < s->nsegs; i++) {
+		if (s->segs[i] != g)
+			continue;
+		memmove(&s->segs[i], &s->segs[i + 1], (s->nsegs - i - 1) * sizeof(*s->segs));
+		s->nsegs--;
+		s->total -= g->end;
+		return;
+	}
+}
+
+static void seg_close(struct seg *g)
+{
+	if (g->fd >= 0)
+		close(g->fd);
+	free(g);
+}
+
+/* Drops a reference taken under the lock; the last one closes the file,
+ * outside the lock (closing an unlinked file frees its blocks). */
+static void seg_put(struct stg_store *s, struct seg *g)
+{
+	pthread_mutex_lock(&s->lock);
+	bool last = --g->refs == 0;
+	pthread_mutex_unlock(&s->lock);
+	if (last)
+		seg_close(g);
+}
+
+static int seg_new(uint64_t id, int fd, struct seg **ret)
+{
+	struct seg *g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	g->id = (uint32_t)id;
+	g->fd = fd;
+	g->end = STG_SEGMENT_HEADER_SIZE;
+	g->refs = 1;
+	*ret = g;
+	return 0;
+}
+
+/* Creates segment id under a temporary name and renames it into place once
+ * its header is durable, so that a segment file with a bad header is never
+ * the leftover of a crash but real damage. */
+static int segment_create(struct stg_store *s, uint64_t id, struct seg **ret)
+{
+	char name[STG_SEGMENT_NAME_LEN + 1], tmp[STG_SEGMENT_NAME_LEN + 8];
+	stg_segment_name(id, name);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", name);
+	int fd = openat(s->segdirfd, tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	uint8_t hdr[STG_SEGMENT_HEADER_SIZE];
+	stg_segment_header_encode(hdr, id, stg_now_ns());
+	int r = stg_pwrite_all(fd, hdr, sizeof(hdr), 0);
+	if (r < 0)
+		goto out_unlink;
+	if (fdatasync(fd) < 0 || renameat(s->segdirfd, tmp, s->segdirfd, name) < 0) {
+		r = -errno;
+		goto out_unlink;
+	}
+	if (fsync(s->segdirfd) < 0) {
+		r = -errno;
+		goto out_close; /* the name exists; recovery will find it empty */
+	}
+	r = seg_new(id, fd, ret);
+	if (r < 0)
+		goto out_close;
+	return 0;
+
+out_unlink:
+	unlinkat(s->segdirfd, tmp, 0);
+out_close:
+	close(fd);
+	return r;
+}
+
+/* Called and returns with the lock held; creates the next segment without
+ * it and makes it the active one. */
+static int roll(struct stg_store *s)
+{
+	if (s->next_id > UINT32_MAX)
+		return -EOVERFLOW;
+	int r = table_reserve(s);
+	if (r < 0)
+		return r;
+	uint64_t id = s->next_id++;
+	s->rolling = true;
+	pthread_mutex_unlock(&s->lock);
+	struct seg *g = NULL;
+	r = segment_create(s, id, &g);
+	if (r < 0)
+		stg_log_errno(STG_LOG_ERROR, r, "store: cannot create segment %016" PRIx64, id);
+	pthread_mutex_lock(&s->lock);
+	s->rolling = false;
+	pthread_cond_broadcast(&s->roll_cond);
+	if (r < 0)
+		return r;
+	table_add(s, g); /* only roll() adds, one at a time: the room is still there */
+	s->active = g;
+	return 0;
+}
+
+/* Reserves room for a record of len body bytes at the end of the active
+ * segment (rolling to a new one when it would pass segment_size) and takes
+ * a reference on it as a writer. Compaction may pass the capacity: it
+ * frees more than it takes. Returns 0, -ENOSPC or -errno. */
+static int reserve(struct stg_store *s, uint32_t len, bool compaction, struct seg **ret_g,
+		   uint64_t *ret_off)
+{
+	uint64_t rsize = stg_segment_record_size(len);
+	int r = 0;
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		struct seg *g = s->active;
+		bool fits = g->end == STG_SEGMENT_HEADER_SIZE || g->end + rsize <= s->segment_size;
+		uint64_t need = rsize + (fits ? 0 : STG_SEGMENT_HEADER_SIZE);
+		if (!compaction && s->capacity && s->total + need > s->capacity) {
+			r = -ENOSPC;
+			break;
+		}
+		if (fits) {
+			*ret_off = g->end;
+			g->end += rsize;
+			s->total += rsize;
+			g->writers++;
+			g->refs++;
+			*ret_g = g;
+			break;
+		}
+		if (s->rolling) {
+			pthread_cond_wait(&s->roll_cond, &s->lock);
+			continue;
+		}
+		r = roll(s);
+		if (r < 0)
+			break;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+static int write_record(struct seg *g, uint64_t off, const uint8_t *hdr, const uint8_t *body,
+			uint32_t len)
+{
+	static const uint8_t zeros[STG_SEGMENT_ALIGN];
+	size_t pad = (size_t)(stg_segment_record_size(len) - STG_RECORD_HEADER_SIZE - len);
+	struct iovec iov[3] = {
+		{(void *)hdr, STG_RECORD_HEADER_SIZE},
+		{(void *)body, len},
+		{(void *)zeros, pad},
+	};
+	int r = stg_ringio_pwritev(g->fd, iov, 3, off);
+	if (r < 0)
+		stg_log_errno(STG_LOG_ERROR, r, "store: segment %016" PRIx32 " offset %" PRIu64
+			      ": write failed", g->id, off);
+	return r;
+}
+
+/* Undoes the writer part of reserve(); with ok, the record is there. */
+static void append_done(struct seg *g, bool ok)
+{
+	g->writers--;
+	if (ok)
+		g->dirty = true;
+}
+
+bool stg_store_has(struct stg_store *s, const struct stg_hash *h)
+{
+	pthread_mutex_lock(&s->lock);
+	bool found = stg_chunkindex_find(s->index, h) != NULL;
+	pthread_mutex_unlock(&s->lock);
+	return found;
+}
+
+/* A put of a stored chunk writes nothing but marks it: a chunk put during
+ * a collection counts as marked. Returns whether it was there. */
+static bool mark_if_present(struct stg_store *s, const struct stg_hash *h)
+{
+	pthread_mutex_lock(&s->lock);
+	struct stg_chunkindex_entry *e = stg_chunkindex_find(s->index, h);
+	if (e)
+		e->epoch = s->epoch;
+	pthread_mutex_unlock(&s->lock);
+	return e != NULL;
+}
+
+int stg_store_validate(const uint8_t *obj, size_t len, struct stg_hash *ret_hash)
+{
+	if (len > stg_segment_body_max())
+		return -EBADMSG;
+	int r = stg_segment_chunk_check(obj, len, true, ret_hash);
+	return r == -ENOMEM ? r : r < 0 ? -EBADMSG : 0;
+}
+
+int stg_store_put(struct stg_store *s, const uint8_t *obj, size_t len, const struct stg_hash *h)
+{
+	if (len <= STG_CHUNK_HEADER_SIZE || len > stg_segment_body_max())
+		return -EINVAL;
+	if (mark_if_present(s, h))
+		return 0;
+	uint8_t hdr[STG_RECORD_HEADER_SIZE];
+	stg_segment_record_header_encode(hdr, STG_RECORD_CHUNK, obj, (uint32_t)len);
+	struct seg *g;
+	uint64_t off;
+	int r = reserve(s, (uint32_t)len, false, &g, &off);
+	if (r < 0)
+		return r;
+	r = write_record(g, off, hdr, obj, (uint32_t)len);
+
+	pthread_mutex_lock(&s->lock);
+	append_done(g, r == 0);
+	if (r == 0) {
+		struct stg_chunkindex_entry ent = {
+			.hash = *h,
+			.segment = g->id,
+			.offset = (uint32_t)(off / STG_SEGMENT_ALIGN),
+			.len = (uint32_t)len,
+			.epoch = s->epoch,
+		}, *e;
+		/* A concurrent put of the same chunk may have won: its entry
+		 * stays and this record is garbage for compaction. */
+		r = stg_chunkindex_insert(s->index, &ent, &e);
+		if (r == 1)
+			g->live += stg_segment_record_size((uint32_t)len);
+		else if (r == 0)
+			e->epoch = s->epoch;
+		r = r < 0 ? r : 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+	seg_put(s, g);
+	return r;
+}
+
+/* Reads the record at off of g (len body bytes) into hdr and a malloc'ed
+ * body, and checks it is an intact record of chunk h. Returns 0, -EBADMSG
+ * or -errno. */
+static int read_record(struct seg *g, uint64_t off, uint32_t len, const struct stg_hash *h,
+		       uint8_t hdr[STG_RECORD_HEADER_SIZE], uint8_t **ret_body)
+{
+	uint8_t *body = malloc(len);
+	if (!body)
+		return -ENOMEM;
+	struct iovec iov[2] = {{hdr, STG_RECORD_HEADER_SIZE}, {body, len}};
+	int r = stg_ringio_preadv(g->fd, iov, 2, off);
+	if (r == -ENODATA)
+		r = -EBADMSG; /* the record is cut short */
+	struct stg_hash named;
+	if (r == 0)
+		r = stg_segment_record_check(hdr, body, len);
+	if (r == 0)
+		r = stg_segment_chunk_check(body, len, false, &named);
+	if (r == 0 && !stg_hash_eq(&named, h))
+		r = -EBADMSG;
+	if (r < 0) {
+		char hex[STG_HASH_HEX_LEN + 1];
+		stg_hash_hex(h, hex);
+		stg_log_errno(STG_LOG_WARN, r, "store: segment %016" PRIx32 " offset %" PRIu64
+			      ": record of chunk %s unreadable", g->id, off, hex);
+		free(body);
+		return r;
+	}
+	*ret_body = body;
+	return 0;
+}
+
+/* Finds h and takes a reference on its segment. Returns 0 or -ENOENT. */
+static int locate(struct stg_store *s, const struct stg_hash *h, struct seg **ret_g,
+		  uint64_t *ret_off, uint32_t *ret_len)
+{
+	int r = -ENOENT;
+	pthread_mutex_lock(&s->lock);
+	struct stg_chunkindex_entry *e = stg_chunkindex_find(s->index, h);
+	struct seg *g = e ? seg_find(s, e->segment) : NULL;
+	if (g) {
+		g->refs++;
+		*ret_g = g;
+		*ret_off = (uint64_t)e->offset * STG_SEGMENT_ALIGN;
+		*ret_len = e->len;
+		r = 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int stg_store_get(struct stg_store *s, const struct stg_hash *h, uint8_t **ret_obj,
+		  size_t *ret_len)
+{
+	struct seg *g;
+	uint64_t off;
+	uint32_t len;
+	int r = locate(s, h, &g, &off, &len);
+	if (r < 0)
+		return r;
+	uint8_t hdr[STG_RECORD_HEADER_SIZE], *body;
+	r = read_record(g, off, len, h, hdr, &body);
+	seg_put(s, g);
+	if (r < 0)
+		return r;
+	*ret_obj = body;
+	*ret_len = len;
+	return 0;
+}
+
+/* One sync round: fdatasync of every segment appended to since the last
+ * round. Called with the lock held and s->syncing set; drops it meanwhile. */
+static int sync_round(struct stg_store *s)
+{
+	struct seg **dirty = malloc((s->nsegs ? s->nsegs : 1) * sizeof(*dirty));
+	if (!dirty)
+		return -ENOMEM;
+	size_t n = 0;
+	for (size_t i = 0; i < s->nsegs; i++) {
+		struct seg *g = s->segs[i];
+		if (!g->dirty)
+			continue;
+		g->dirty = false;
+		g->refs++;
+		dirty[n++] = g;
+	}
+	pthread_mutex_unlock(&s->lock);
+	int r = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (r == 0 && fdatasync(dirty[i]->fd) < 0)
+			r = stg_log_errno(STG_LOG_ERROR, -errno, "store: fdatasync of segment %016"
+					  PRIx32, dirty[i]->id);
+		seg_put(s, dirty[i]);
+	}
+	free(dirty);
+	pthread_mutex_lock(&s->lock);
+	return r;
+}
+
+int stg_store_sync(struct stg_store *s)
+{
+	int r = 0;
+	pthread_mutex_lock(&s->lock);
+	/* Only a round that starts after this call covers the puts before it. */
+	uint64_t need = s->sync_started + 1;
+	while (s->sync_done < need && !s->sync_err) {
+		if (s->syncing) {
+			pthread_cond_wait(&s->sync_cond, &s->lock);
+			continue;
+		}
+		s->syncing = true;
+		uint64_t round = ++s->sync_started;
+		r = sync_round(s);
+		s->syncing = false;
+		pthread_cond_broadcast(&s->sync_cond);
+		if (r == -ENOMEM)
+			break; /* nothing was synced; the next caller tries again */
+		/* After a failed fdatasync the kernel may have dropped the dirty
+		 * pages, and a retry would succeed without writing them: the
+		 * error stays until the store is reopened and rescanned. */
+		if (r < 0)
+			s->sync_err = r;
+		else
+			s->sync_done = round;
+	}
+	if (r == 0 && s->sync_done < need)
+		r = s->sync_err;
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+void stg_store_stats(struct stg_store *s, struct stg_store_stats *ret)
+{
+	struct stg_store_stats st = {0};
+	pthread_mutex_lock(&s->lock);
+	st.chunks = stg_chunkindex_count(s->index);
+	st.index_bytes = stg_chunkindex_memory(s->index);
+	st.segments = s->nsegs;
+	st.segment_bytes = s->total;
+	for (size_t i = 0; i < s->nsegs; i++)
+		st.chunk_bytes += s->segs[i]->live;
+	pthread_mutex_unlock(&s->lock);
+	*ret = st;
+}
+
+int stg_store_dirfd(const struct stg_store *s)
+{
+	return s->dirfd;
+}
+
+void stg_store_gc_begin(struct stg_store *s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->epoch++;
+	pthread_mutex_unlock(&s->lock);
+}
+
+void stg_store_mark(struct stg_store *s, const struct stg_hash *h)
+{
+	pthread_mutex_lock(&s->lock);
+	struct stg_chunkindex_entry *e = stg_chunkindex_find(s->index, h);
+	if (e)
+		e->epoch = s->epoch;
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* A record to move out of a segment being compacted. */
+struct move {
+	struct stg_hash hash;
+	struct seg *from;
+	uint32_t offset; /* in 4096-byte units */
+	uint32_t len;
+};
+
+struct collect {
+	struct stg_store *s;
+	uint32_t keep_from;  /* epochs below are dropped */
+	struct seg **from;   /* segments being compacted, by id */
+	size_t nfrom;
+	struct move *v;
+	size_t n, cap;
+};
+
+static int collect_push(struct collect *c, const struct stg_chunkindex_entry *e, struct seg *from)
+{
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 256;
+		struct move *v = realloc(c->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		c->v = v;
+		c->cap = cap;
+	}
+	c->v[c->n++] = (struct move){e->hash, from, e->offset, e->len};
+	return 0;
+}
+
+static int collect_dead(void *arg, struct stg_chunkindex_entry *e)
+{
+	struct collect *c = arg;
+	return e->epoch < c->keep_from ? collect_push(c, e, NULL) : 0;
+}
+
+static int collect_moves(void *arg, struct stg_chunkindex_entry *e)
+{
+	struct collect *c = arg;
+	size_t lo = 0, hi = c->nfrom;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (c->from[mid]->id == e->segment)
+			return collect_push(c, e, c->from[mid]);
+		if (c->from[mid]->id < e->segment)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return 0;
+}
+
+static int cmp_move(const void *a, const void *b)
+{
+	const struct move *x = a, *y = b;
+	if (x->from->id != y->from->id)
+		return x->from->id < y->from->id ? -1 : 1;
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Removes the entry of m->hash if it still points where m says. Called with
+ * the lock held. Returns the record bytes dropped. */
+static uint64_t drop_if_at(struct stg_store *s, const struct move *m)
+{
+	struct stg_chunkindex_entry *e = stg_chunkindex_find(s->index, &m->hash);
+	if (!e || e->segment != m->from->id || e->offset != m->offset)
+		return 0;
+	uint64_t size = stg_segment_record_size(e->len);
+	m->from->live -= size;
+	stg_chunkindex_remove(s->index, &m->hash);
+	return size;
+}
+
+/* Drops the chunks marked in neither this epoch nor the previous one. */
+static int drop_unmarked(struct stg_store *s, struct stg_store_gc_result *res)
+{
+	struct collect c = {.s = s};
+	pthread_mutex_lock(&s->lock);
+	c.keep_from = s->epoch - 1;
+	/* Collected first, removed after: backward shifts would move entries
+	 * under the iteration. */
+	int r = stg_chunkindex_foreach(s->index, collect_dead, &c);
+	for (size_t i = 0; r == 0 && i < c.n; i++) {
+		struct stg_chunkindex_entry *e = stg_chunkindex_find(s->index, &c.v[i].hash);
+		c.v[i].from = seg_find(s, e->segment);
+		uint64_t size = drop_if_at(s, &c.v[i]);
+		res->chunks_dropped += size > 0;
+		res->bytes_dropped += size;
+	}
+	pthread_mutex_unlock(&s->lock);
+	free(c.v);
+	return r;
+}
+
+/* Copies one live record to the active segment and points the index at the
+ * copy if the entry has not changed meanwhile. A corrupt record cannot be
+ * moved: its entry is dropped, so that clients send the chunk again. */
+static int move_record(struct stg_store *s, const struct move *m, struct stg_store_gc_result *res)
+{
+	uint8_t hdr[STG_RECORD_HEADER_SIZE], *body;
+	uint64_t off = (uint64_t)m->offset * STG_SEGMENT_ALIGN;
+	int r = read_record(m->from, off, m->len, &m->hash, hdr, &body);
+	if (r == -EBADMSG) {
+		pthread_mutex_lock(&s->lock);
+		uint64_t size = drop_if_at(s, m);
+		pthread_mutex_unlock(&s->lock);
+		res->chunks_dropped += size > 0;
+		res->bytes_dropped += size;
+		return 0;
+	}
+	if (r < 0)
+		return r;
+	struct seg *g;
+	uint64_t noff;
+	r = reserve(s, m->len, true, &g, &noff);
+	if (r < 0)
+		goto out_free;
+	/* The record header names no location: the bytes move as they are. */
+	r = write_record(g, noff, hdr, body, m->len);
+	pthread_mutex_lock(&s->lock);
+	append_done(g, r == 0);
+	struct stg_chunkindex_entry *e = stg_chunkindex_find(s->index, &m->hash);
+	if (r == 0 && e && e->segment == m->from->id && e->offset == m->offset) {
+		uint64_t size = stg_segment_record_size(m->len);
+		e->segment = g->id;
+		e->offset = (uint32_t)(noff / STG_SEGMENT_ALIGN);
+		m->from->live -= size;
+		g->live += size;
+		res->bytes_moved += size;
+	}
+	pthread_mutex_unlock(&s->lock);
+	seg_put(s, g);
+out_free:
+	free(body);
+	return r;
+}
+
+/* Unlinks segments already taken out of the table and drops the table's
+ * reference; readers still holding one read on from the open file. */
+static void unlink_segments(struct stg_store *s, struct seg **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		char name[STG_SEGMENT_NAME_LEN + 1];
+		stg_segment_name(v[i]->id, name);
+		if (unlinkat(s->segdirfd, name, 0) < 0)
+			stg_log_errno(STG_LOG_WARN, -errno, "store: cannot remove segment '%s'", name);
+		seg_put(s, v[i]);
+	}
+	if (n && fsync(s->segdirfd) < 0)
+		stg_log_errno(STG_LOG_WARN, -errno, "store: fsync of segments/");
+}
+
+/* Can gc touch g? Not the active segment, nor one with appends in flight:
+ * their records are not in the index yet. */
+static bool sealed(const struct stg_store *s, const struct seg *g)
+{
+	return g != s->active && g->writers == 0;
+}
+
+/* Drops the unmarked chunks, then removes and compacts segments. */
+static int collect_garbage(struct stg_store *s, struct stg_store_gc_result *ret)
+{
+	struct stg_store_gc_result res = {0};
+	struct collect c = {.s = s};
+	struct seg **empty = NULL;
+	size_t nempty = 0;
+	int r = drop_unmarked(s, &res);
+	if (r < 0)
+		return r;
+
+	pthread_mutex_lock(&s->lock);
+	empty = malloc((s->nsegs ? s->nsegs : 1) * sizeof(*empty));
+	c.from = malloc((s->nsegs ? s->nsegs : 1) * sizeof(*c.from));
+	if (!empty || !c.from) {
+		pthread_mutex_unlock(&s->lock);
+		r = -ENOMEM;
+		goto out_free;
+	}
+	for (size_t i = 0; i < s->nsegs;) {
+		struct seg *g = s->segs[i];
+		if (sealed(s, g) && g->live == 0) {
+			table_remove(s, g); /* its reference passes to empty[] */
+			empty[nempty++] = g;
+			continue;
+		}
+		if (sealed(s, g) && g->live <= g->end / 2) {
+			g->refs++;
+			c.from[c.nfrom++] = g;
+		}
+		i++;
+	}
+	if (c.nfrom)
+		r = stg_chunkindex_foreach(s->index, collect_moves, &c);
+	pthread_mutex_unlock(&s->lock);
+	unlink_segments(s, empty, nempty);
+	res.segments_removed += nempty;
+	if (r < 0)
+		goto out_put;
+
+	if (c.n)
+		qsort(c.v, c.n, sizeof(*c.v), cmp_move);
+	for (size_t i = 0; r == 0 && i < c.n; i++)
+		r = move_record(s, &c.v[i], &res);
+	/* The copies are durable before the originals go. */
+	if (r == 0 && c.nfrom)
+		r = stg_store_sync(s);
+	if (r < 0)
+		goto out_put;
+	nempty = 0;
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < c.nfrom; i++) {
+		if (c.from[i]->live != 0)
+			continue;
+		table_remove(s, c.from[i]);
+		empty[nempty++] = c.from[i];
+	}
+	pthread_mutex_unlock(&s->lock);
+	unlink_segments(s, empty, nempty);
+	res.segments_removed += nempty;
+	res.segments_compacted += nempty;
+out_put:
+	for (size_t i = 0; i < c.nfrom; i++)
+		seg_put(s, c.from[i]);
+out_free:
+	free(c.v);
+	free(c.from);
+	free(empty);
+	if (r == 0 && ret)
+		*ret = res;
+	return r;
+}
+
+int stg_store_gc_end(struct stg_store *s, struct stg_store_gc_result *ret)
+{
+	pthread_mutex_lock(&s->gc_lock);
+	int r = collect_garbage(s, ret);
+	pthread_mutex_unlock(&s->gc_lock);
+	return r;
+}
+
+/* Opening: layout, format, lock, and the index rebuilt from the segments. */
+
+static int check_format(struct stg_store *s)
+{
+	uint8_t *data;
+	size_t len;
+	int r = stg_read_file(s->dirfd, FORMAT_FILE, 64, &data, &len);
+	if (r == 0) {
+		bool same = len == strlen(FORMAT_TEXT) && memcmp(data, FORMAT_TEXT, len) == 0;
+		free(data);
+		return same ? 0 : -EPROTO;
+	}
+	if (r == -EFBIG)
+		return -EPROTO;
+	if (r != -ENOENT)
+		return r;
+
+	/* No FORMAT: a new store, or one whose creation was cut short. Anything
+	 * else in the directory means it is not ours. */
+	int fd = openat(s->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -ENOMEM;
+	}
+	struct dirent *de;
+	while (r == -ENOENT && (de = readdir(d))) {
+		const char *n = de->d_name;
+		if (strcmp(n, ".") && strcmp(n, "..") && strcmp(n, LOCK_FILE) &&
+		    strcmp(n, STG_SEGMENT_DIR) && strcmp(n, FILES_DIR) && strcmp(n, "lost+found") &&
+		    strncmp(n, FORMAT_FILE ".tmp.", strlen(FORMAT_FILE ".tmp.")))
+			r = -EPROTO;
+	}
+	closedir(d);
+	if (r == -EPROTO)
+		return r;
+	fd = openat(s->dirfd, STG_SEGMENT_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		d = fdopendir(fd);
+		if (!d) {
+			close(fd);
+			return -ENOMEM;
+		}
+		uint64_t id;
+		while (r == -ENOENT && (de = readdir(d)))
+			if (stg_segment_parse_name(de->d_name, &id) == 0)
+				r = -EPROTO;
+		closedir(d);
+		if (r == -EPROTO)
+			return r;
+	}
+	r = stg_write_file_atomic(s->dirfd, FORMAT_FILE, FORMAT_TEXT, strlen(FORMAT_TEXT), true);
+	if (r == 0 && fsync(s->dirfd) < 0)
+		r = -errno;
+	return r;
+}
+
+/* Makes dirfd/name, durably. */
+static int mkdir_at(int dirfd, const char *name)
+{
+	if (mkdirat(dirfd, name, 0700) == 0)
+		return fsync(dirfd) < 0 ? -errno : 0;
+	return errno == EEXIST ? 0 : -errno;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The ids of the segment files, ascending; removes the temporary files of
+ * segments whose creation was cut short. */
+static int list_segments(struct stg_store *s, uint64_t **ret, size_t *ret_n)
+{
+	int fd = openat(s->segdirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -ENOMEM;
+	}
+	uint64_t *v = NULL;
+	size_t n = 0, cap = 0;
+	int r = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		uint64_t id;
+		size_t l = strlen(de->d_name);
+		if (l == STG_SEGMENT_NAME_LEN + 4 && strcmp(de->d_name + STG_SEGMENT_NAME_LEN, ".tmp") == 0) {
+			unlinkat(s->segdirfd, de->d_name, 0);
+			continue;
+		}
+		if (stg_segment_parse_name(de->d_name, &id) < 0)
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 64;
+			uint64_t *nv = realloc(v, cap * sizeof(*v));
+			if (!nv) {
+				r = -ENOMEM;
+				break;
+			}
+			v = nv;
+		}
+		v[n++] = id;
+	}
+	closedir(d);
+	if (r < 0) {
+		free(v);
+		return r;
+	}
+	if (n)
+		qsort(v, n, sizeof(*v), cmp_u64);
+	*ret = v;
+	*ret_n = n;
+	return 0;
+}
+
+struct recovery {
+	struct stg_store *s;
+	struct seg *g;
+};
+
+/* Later copies win: the content is the same, and the newest copy is the one
+ * compaction made before removing the older segment. */
+static int recover_record(void *arg, const struct stg_hash *h, uint64_t offset, uint32_t len)
+{
+	struct recovery *rc = arg;
+	struct stg_store *s = rc->s;
+	uint64_t size = stg_segment_record_size(len);
+	struct stg_chunkindex_entry ent = {
+		.hash = *h,
+		.segment = rc->g->id,
+		.offset = (uint32_t)(offset / STG_SEGMENT_ALIGN),
+		.len = len,
+		.epoch = s->epoch,
+	}, *e;
+	int r = stg_chunkindex_insert(s->index, &ent, &e);
+	if (r < 0)
+		return r;
+	if (r == 0) {
+		struct seg *old = e->segment == rc->g->id ? rc->g : seg_find(s, e->segment);
+		old->live -= stg_segment_record_size(e->len);
+		*e = ent;
+	}
+	rc->g->live += size;
+	return 0;
+}
+
+/* Opens one segment, checks its header and adds its records to the index.
+ * *ret is NULL for a segment ignored for a bad header. */
+static int recover_segment(struct stg_store *s, uint64_t id, struct seg **ret,
+			   struct stg_segment_scan_result *ret_scan)
+{
+	char name[STG_SEGMENT_NAME_LEN + 1];
+	stg_segment_name(id, name);
+	*ret = NULL;
+	int fd = openat(s->segdirfd, name, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return stg_log_errno(STG_LOG_ERROR, -errno, "store: cannot open segment '%s'", name);
+	uint8_t hdr[STG_SEGMENT_HEADER_SIZE];
+	struct stg_segment_header sh;
+	int r = stg_pread_all(fd, hdr, sizeof(hdr), 0);
+	if (r == -ENODATA)
+		r = -EBADMSG; /* shorter than its header */
+	if (r == 0)
+		r = stg_segment_header_decode(hdr, sizeof(hdr), &sh);
+	if (r == 0 && (sh.id != id || id > UINT32_MAX))
+		r = -EBADMSG;
+	if (r == -EBADMSG) {
+		stg_log(STG_LOG_WARN, "store: segment '%s' has a bad header, ignored", name);
+		close(fd);
+		return 0;
+	}
+	if (r < 0)
+		goto out_close;
+	struct seg *g;
+	r = seg_new(id, fd, &g);
+	if (r < 0)
+		goto out_close;
+	r = table_reserve(s);
+	if (r < 0)
+		goto out_free;
+	struct recovery rc = {s, g};
+	r = stg_segment_scan(fd, recover_record, &rc, ret_scan);
+	if (r < 0)
+		goto out_free;
+	if (ret_scan->skipped)
+		stg_log(STG_LOG_WARN, "store: segment '%s': %" PRIu64 " corrupt records skipped",
+			name, ret_scan->skipped);
+	g->end = ret_scan->size;
+	table_add(s, g);
+	*ret = g;
+	return 0;
+
+out_free:
+	seg_close(g);
+	return stg_log_errno(STG_LOG_ERROR, r, "store: cannot recover segment '%s'", name);
+out_close:
+	close(fd);
+	return stg_log_errno(STG_LOG_ERROR, r, "store: cannot recover segment '%s'", name);
+}
+
+/* The newest segment takes the next records: whatever follows its last
+ * valid record (a torn write, garbage) is cut off first. */
+static int trim_active(struct stg_store *s, struct seg *g, const struct stg_segment_scan_result *sc)
+{
+	if (sc->size <= sc->end)
+		return 0;
+	stg_log(STG_LOG_WARN, "store: segment %016" PRIx32 ": cutting off %" PRIu64
+		" bytes of torn or corrupt tail at offset %" PRIu64, g->id, sc->size - sc->end,
+		sc->end);
+	if (ftruncate(g->fd, (off_t)sc->end) < 0 || fdatasync(g->fd) < 0)
+		return stg_log_errno(STG_LOG_ERROR, -errno, "store: cannot trim segment %016"
+				     PRIx32, g->id);
+	s->total -= g->end - sc->end;
+	g->end = sc->end;
+	return 0;
+}
+
+static int recover(struct stg_store *s)
+{
+	uint64_t *ids = NULL;
+	size_t n = 0;
+	int r = list_segments(s, &ids, &n);
+	if (r < 0)
+		return r;
+	struct seg *last = NULL;
+	struct stg_segment_scan_result last_scan = {0};
+	for (size_t i = 0; i < n; i++) {
+		struct seg *g;
+		struct stg_segment_scan_result sc;
+		r = recover_segment(s, ids[i], &g, &sc);
+		if (r < 0)
+			goto out_free;
+		if (!g)
+			continue;
+		if (last && last_scan.size > last_scan.end)
+			stg_log(STG_LOG_WARN, "store: segment %016" PRIx32 ": %" PRIu64
+				" bytes of torn or corrupt tail ignored", last->id,
+				last_scan.size - last_scan.end);
+		last = g;
+		last_scan = sc;
+	}
+	s->next_id = n ? ids[n - 1] + 1 : 1;
+	if (last) {
+		r = trim_active(s, last, &last_scan);
+		s->active = last;
+	} else {
+		pthread_mutex_lock(&s->lock); /* roll() expects it */
+		r = roll(s);
+		pthread_mutex_unlock(&s->lock);
+	}
+out_free:
+	free(ids);
+	return r;
+}
+
+void stg_store_free(struct stg_store *s)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->nsegs; i++)
+		seg_close(s->segs[i]);
+	free(s->segs);
+	stg_chunkindex_free(s->index);
+	if (s->segdirfd >= 0)
+		close(s->segdirfd);
+	if (s->lockfd >= 0)
+		close(s->lockfd); /* releases the flock */
+	if (s->dirfd >= 0)
+		close(s->dirfd);
+	pthread_cond_destroy(&s->sync_cond);
+	pthread_cond_destroy(&s->roll_cond);
+	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_destroy(&s->gc_lock);
+	free(s);
+}
+
+int stg_store_open(const char *dir, const struct stg_store_options *o, struct stg_store **ret)
+{
+	uint64_t segment_size = o && o->segment_size ? o->segment_size : DEFAULT_SEGMENT_SIZE;
+	if (segment_size < 2 * STG_SEGMENT_ALIGN || segment_size > MAX_SEGMENT_SIZE)
+		return -EINVAL;
+	struct stg_store *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->dirfd = s->segdirfd = s->lockfd = -1;
+	s->segment_size = segment_size;
+	s->capacity = o ? o->capacity : 0;
+	s->epoch = 1;
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->gc_lock, NULL);
+	pthread_cond_init(&s->roll_cond, NULL);
+	pthread_cond_init(&s->sync_cond, NULL);
+
+	int r = stg_mkdir_p(dir, 0700);
+	if (r < 0)
+		goto out_free;
+	s->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (s->dirfd < 0) {
+		r = -errno;
+		goto out_free;
+	}
+	s->lockfd = openat(s->dirfd, LOCK_FILE, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (s->lockfd < 0) {
+		r = -errno;
+		goto out_free;
+	}
+	if (flock(s->lockfd, LOCK_EX | LOCK_NB) < 0) {
+		r = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		goto out_free;
+	}
+	r = check_format(s);
+	if (r < 0)
+		goto out_free;
+	r = mkdir_at(s->dirfd, STG_SEGMENT_DIR);
+	if (r == 0)
+		r = mkdir_at(s->dirfd, FILES_DIR);
+	if (r < 0)
+		goto out_free;
+	s->segdirfd = openat(s->dirfd, STG_SEGMENT_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (s->segdirfd < 0) {
+		r = -errno;
+		goto out_free;
+	}
+	r = stg_chunkindex_new(0, &s->index);
+	if (r < 0)
+		goto out_free;
+	/* No other thread can see s yet: recovery needs no lock. */
+	r = recover(s);
+	if (r < 0)
+		goto out_free;
+	*ret = s;
+	return 0;
+
+out_free:
+	stg_store_free(s);
+	return r;
+}

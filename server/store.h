@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/* The server's chunk store: chunk objects appended to segment files, found
+ * through an in-memory index rebuilt from the segments at start. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hash.h"
+
+#define STG_STORE_FORMAT 1
+
+struct stg_store;
+
+struct stg_store_options {
+	uint64_t segment_size; /* a segment is sealed past this many bytes; 0: 1 GiB */
+	uint64_t capacity;     /* bytes of segments at most; 0: only the disk limits */
+};
+
+/* Opens (creating when missing) the store in dir and rebuilds the index by
+ * scanning every segment: a torn or corrupt record at the tail of the newest
+ * segment is cut off, one elsewhere is skipped and reported. Only one process
+ * opens a store (flock): -EBUSY otherwise; -EPROTO for another format. */
+int stg_store_open(const char *dir, const struct stg_store_options *o, struct stg_store **ret);
+void stg_store_free(struct stg_store *s);
+
+/* The store's root directory descriptor (files/ lives beside segments/). */
+int stg_store_dirfd(const struct stg_store *s);
+
+/* Is a chunk with this hash stored? */
+bool stg_store_has(struct stg_store *s, const struct stg_hash *h);
+
+/* Validates a chunk object (SHCK header + payload, see docs/FORMAT.md):
+ * header, lengths, decompression and the content hash. Returns 0 or
+ * -EBADMSG. Does not touch the store (callers validate outside any lock). */
+int stg_store_validate(const uint8_t *obj, size_t len, struct stg_hash *ret_hash);
+
+/* Stores a chunk object already validated with stg_store_validate (h is its
+ * hash). Storing a chunk already present is a no-op. Durable only after
+ * stg_store_sync. Returns 0, -ENOSPC or -errno. */
+int stg_store_put(struct stg_store *s, const uint8_t *obj, size_t len, const struct stg_hash *h);
+
+/* Reads the chunk object of h into a malloc'ed buffer, checking the record's
+ * checksum. Returns 0, -ENOENT, -EBADMSG (the stored copy is corrupt) or -errno. */
+int stg_store_get(struct stg_store *s, const struct stg_hash *h, uint8_t **ret_obj,
+		  size_t *ret_len);
+
+/* Makes every put that returned before this call durable. */
+int stg_store_sync(struct stg_store *s);
+
+struct stg_store_stats {
+	uint64_t chunks;        /* in the index */
+	uint64_t chunk_bytes;   /* their record bytes */
+	uint64_t segments;      /* segment files */
+	uint64_t segment_bytes; /* their size on disk */
+	uint64_t index_bytes;   /* memory held by the index */
+};
+void stg_store_stats(struct stg_store *s, struct stg_store_stats *ret);
+
+/* Garbage collection in two steps. stg_store_gc_begin starts a marking epoch;
+ * every chunk put from then on counts as marked. The caller marks every chunk
+ * a manifest references with stg_store_mark, then stg_store_gc_end drops the
+ * chunks marked neither in this epoch nor the previous one (a chunk is kept at
+ * least one full cycle, so one whose manifest is still on the way survives),
+ * deletes segments left empty and compacts sealed segments at most half live
+ * by copying their live records to the newest segment. Puts and gets go on
+ * meanwhile; only index updates take the store's lock. */
+void stg_store_gc_begin(struct stg_store *s);
+void stg_store_mark(struct stg_store *s, const struct stg_hash *h);
+struct stg_store_gc_result {
+	uint64_t chunks_dropped, bytes_dropped;
+	uint64_t segments_removed, segments_compacted;
+	uint64_t bytes_moved;
+};
+int stg_store_gc_end(struct stg_store *s, struct stg_store_gc_result *ret);

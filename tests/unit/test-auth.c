@@ -1,0 +1,399 @@
+/* SPDX-License-Identifier: MIT */
+/* Authentication: SHA-256 and HMAC vectors, secret files, MACs, a golden fixture. */
+#include "auth.h"
+#include "harness.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+static void to_hex(const uint8_t *p, size_t n, char *out)
+{
+	static const char digits[] = "0123456789abcdef";
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = digits[p[i] >> 4];
+		out[2 * i + 1] = digits[p[i] & 15];
+	}
+	out[2 * n] = '\0';
+}
+
+static void check_sha256(const void *data, size_t len, const char *want)
+{
+	struct stg_sha256 c;
+	uint8_t d[STG_SHA256_LEN];
+	char hex[2 * STG_SHA256_LEN + 1];
+
+	stg_sha256_init(&c);
+	stg_sha256_update(&c, data, len);
+	stg_sha256_final(&c, d);
+	to_hex(d, sizeof(d), hex);
+	CHECK_STR(hex, want);
+}
+
+/* FIPS 180-4 examples (NIST CSRC "SHA256.pdf", "SHA2_Additional.pdf"). */
+static void test_sha256_vectors(void)
+{
+	check_sha256("", 0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+	check_sha256("abc", 3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	const char *m448 = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+	check_sha256(m448, strlen(m448),
+		     "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+	const char *m896 = "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmn"
+			   "hijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu";
+	check_sha256(m896, strlen(m896),
+		     "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
+
+	/* One million 'a', fed in uneven pieces to exercise the buffering. */
+	static uint8_t a[1024];
+	memset(a, 'a', sizeof(a));
+	struct stg_sha256 c;
+	uint8_t d[STG_SHA256_LEN];
+	char hex[2 * STG_SHA256_LEN + 1];
+	stg_sha256_init(&c);
+	size_t left = 1000000, step = 1;
+	while (left) {
+		size_t n = step < left ? step : left;
+		stg_sha256_update(&c, a, n);
+		left -= n;
+		/* 1..1009 bytes, never more than a holds. */
+		step = step % 997 + 13;
+	}
+	stg_sha256_final(&c, d);
+	to_hex(d, sizeof(d), hex);
+	CHECK_STR(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+/* Any split of the input into two updates gives the one-shot digest; the
+ * message spans several blocks so that every buffer fill level is met. */
+static void test_sha256_split(void)
+{
+	uint8_t msg[200], whole[STG_SHA256_LEN], part[STG_SHA256_LEN];
+	struct stg_sha256 c;
+
+	for (size_t i = 0; i < sizeof(msg); i++)
+		msg[i] = (uint8_t)(i * 37 + 11);
+	stg_sha256_init(&c);
+	stg_sha256_update(&c, msg, sizeof(msg));
+	stg_sha256_final(&c, whole);
+	for (size_t at = 0; at <= sizeof(msg); at++) {
+		stg_sha256_init(&c);
+		stg_sha256_update(&c, msg, at);
+		stg_sha256_update(&c, msg + at, sizeof(msg) - at);
+		stg_sha256_final(&c, part);
+		CHECK(memcmp(whole, part, sizeof(whole)) == 0);
+	}
+	/* Byte by byte, too. */
+	stg_sha256_init(&c);
+	for (size_t i = 0; i < sizeof(msg); i++)
+		stg_sha256_update(&c, msg + i, 1);
+	stg_sha256_final(&c, part);
+	CHECK(memcmp(whole, part, sizeof(whole)) == 0);
+
+	/* Padding edges: lengths around 55, 56, 63, 64 differ from each other. */
+	for (size_t n = 54; n <= 66; n++) {
+		uint8_t d1[STG_SHA256_LEN], d2[STG_SHA256_LEN];
+		stg_sha256_init(&c);
+		stg_sha256_update(&c, msg, n);
+		stg_sha256_final(&c, d1);
+		stg_sha256_init(&c);
+		stg_sha256_update(&c, msg, n + 1);
+		stg_sha256_final(&c, d2);
+		CHECK(memcmp(d1, d2, sizeof(d1)) != 0);
+	}
+}
+
+static void check_hmac(const void *key, size_t keylen, const void *data, size_t len,
+		       const char *want)
+{
+	uint8_t mac[STG_SHA256_LEN];
+	char hex[2 * STG_SHA256_LEN + 1];
+	const void *pieces[] = { data };
+	size_t lens[] = { len };
+
+	stg_hmac_sha256(key, keylen, pieces, lens, 1, mac);
+	to_hex(mac, sizeof(mac), hex);
+	/* Test case 5 gives only the first 128 bits. */
+	hex[strlen(want)] = '\0';
+	CHECK_STR(hex, want);
+
+	/* The same data cut into pieces at every offset: the same MAC. */
+	for (size_t at = 0; at <= len; at++) {
+		uint8_t mac2[STG_SHA256_LEN];
+		const void *p2[] = { data, (const uint8_t *)data + at };
+		size_t l2[] = { at, len - at };
+		stg_hmac_sha256(key, keylen, p2, l2, 2, mac2);
+		CHECK(memcmp(mac, mac2, sizeof(mac)) == 0);
+	}
+}
+
+/* RFC 4231 section 4, test cases 1 to 7. */
+static void test_hmac_rfc4231(void)
+{
+	uint8_t key[131], data[50];
+
+	memset(key, 0x0b, 20);
+	check_hmac(key, 20, "Hi There", 8,
+		   "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+
+	const char *d2 = "what do ya want for nothing?";
+	check_hmac("Jefe", 4, d2, strlen(d2),
+		   "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+
+	memset(key, 0xaa, 20);
+	memset(data, 0xdd, 50);
+	check_hmac(key, 20, data, 50,
+		   "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe");
+
+	for (int i = 0; i < 25; i++)
+		key[i] = (uint8_t)(i + 1);
+	memset(data, 0xcd, 50);
+	check_hmac(key, 25, data, 50,
+		   "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b");
+
+	memset(key, 0x0c, 20);
+	check_hmac(key, 20, "Test With Truncation", 20, "a3b6167473100ee06e0c796c2955552b");
+
+	memset(key, 0xaa, 131);
+	const char *d6 = "Test Using Larger Than Block-Size Key - Hash Key First";
+	check_hmac(key, 131, d6, strlen(d6),
+		   "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+
+	const char *d7 = "This is a test using a larger than block-size key and a larger "
+			 "than block-size data. The key needs to be hashed before being "
+			 "used by the HMAC algorithm.";
+	check_hmac(key, 131, d7, strlen(d7),
+		   "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
+}
+
+static void write_secret(const char *path, const char *content, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		perror(path);
+		exit(1);
+	}
+	/* fchmod, not the create mode: the umask must not decide the test. */
+	if (write(fd, content, strlen(content)) != (ssize_t)strlen(content) ||
+	    fchmod(fd, mode) < 0) {
+		perror(path);
+		exit(1);
+	}
+	close(fd);
+}
+
+static void test_secret_load(void)
+{
+	const char *dir = harness_tmpdir();
+	char path[4096], err[512];
+	static struct stg_secret s;
+	int r;
+
+	snprintf(path, sizeof(path), "%s/good", dir);
+	write_secret(path, "0123456789abcdef ghij\t \r\n\n", 0600);
+	r = stg_secret_load(path, &s, err, sizeof(err));
+	CHECK_EQ(r, 0);
+	CHECK_EQ(s.len, 21);
+	CHECK(memcmp(s.key, "0123456789abcdef ghij", 21) == 0);
+
+	/* Group-readable is allowed: a service group may share the secret. */
+	write_secret(path, "exactly-16-bytes", 0640);
+	CHECK_EQ(stg_secret_load(path, &s, err, sizeof(err)), 0);
+	CHECK_EQ(s.len, 16);
+
+	/* Failures leave the output alone. */
+	snprintf(path, sizeof(path), "%s/short", dir);
+	write_secret(path, "short-15-bytes!\n\n\n", 0600);
+	r = stg_secret_load(path, &s, err, sizeof(err));
+	CHECK_EQ(r, -EINVAL);
+	CHECK_EQ(s.len, 16);
+	char want[4200];
+	snprintf(want, sizeof(want), "secret file '%s': 15 bytes, at least 16 needed", path);
+	CHECK_STR(err, want);
+
+	snprintf(path, sizeof(path), "%s/long", dir);
+	char *big = malloc(STG_SECRET_MAX + 2);
+	memset(big, 'x', STG_SECRET_MAX + 1);
+	big[STG_SECRET_MAX + 1] = '\0';
+	write_secret(path, big, 0600);
+	CHECK_EQ(stg_secret_load(path, &s, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "more than 4096 bytes") != NULL);
+	/* Exactly the maximum plus a newline is fine. */
+	big[STG_SECRET_MAX] = '\n';
+	write_secret(path, big, 0600);
+	CHECK_EQ(stg_secret_load(path, &s, err, sizeof(err)), 0);
+	CHECK_EQ(s.len, STG_SECRET_MAX);
+	free(big);
+
+	snprintf(path, sizeof(path), "%s/open", dir);
+	write_secret(path, "0123456789abcdef0123", 0644);
+	s.len = 7;
+	r = stg_secret_load(path, &s, err, sizeof(err));
+	CHECK_EQ(r, -EPERM);
+	CHECK_EQ(s.len, 7);
+	CHECK(strstr(err, path) != NULL);
+	CHECK(strstr(err, "chmod 600 or 640") != NULL);
+	write_secret(path, "0123456789abcdef0123", 0602);
+	CHECK_EQ(stg_secret_load(path, &s, err, sizeof(err)), -EPERM);
+
+	/* A symlink to a good file is followed. */
+	char good[4096];
+	snprintf(good, sizeof(good), "%s/good", dir);
+	snprintf(path, sizeof(path), "%s/link", dir);
+	CHECK_EQ(symlink(good, path), 0);
+	CHECK_EQ(stg_secret_load(path, &s, err, sizeof(err)), 0);
+	CHECK_EQ(s.len, 16);
+
+	snprintf(path, sizeof(path), "%s/missing", dir);
+	r = stg_secret_load(path, &s, err, sizeof(err));
+	CHECK_EQ(r, -ENOENT);
+	CHECK(strstr(err, path) != NULL);
+	/* No message buffer: still just an error code. */
+	CHECK_EQ(stg_secret_load(path, &s, NULL, 0), -ENOENT);
+}
+
+static void fixed_inputs(struct stg_secret *s, uint8_t *sn, uint8_t *cn)
+{
+	static const char secret[] = "stagehand-test-secret-0123456789";
+	memcpy(s->key, secret, sizeof(secret) - 1);
+	s->len = sizeof(secret) - 1;
+	for (int i = 0; i < STG_AUTH_NONCE_LEN; i++) {
+		sn[i] = (uint8_t)i;
+		cn[i] = (uint8_t)(32 + i);
+	}
+}
+
+/* Each bit of input matters: flip one byte anywhere, get a different MAC. */
+static void test_mac_inputs(void)
+{
+	static struct stg_secret s, s2;
+	uint8_t sn[STG_AUTH_NONCE_LEN], cn[STG_AUTH_NONCE_LEN];
+	uint8_t key[STG_SHA256_LEN], key2[STG_SHA256_LEN];
+	uint8_t cm[STG_AUTH_MAC_LEN], sm[STG_AUTH_MAC_LEN], m[STG_AUTH_MAC_LEN];
+
+	fixed_inputs(&s, sn, cn);
+	stg_auth_uid_key(&s, 1000, key);
+	stg_auth_client_mac(key, sn, cn, 1000, cm);
+	stg_auth_server_mac(key, sn, cn, 1000, sm);
+	CHECK(!stg_auth_mac_equal(cm, sm));
+	/* Swapping the nonces does not turn one proof into the other. */
+	stg_auth_client_mac(key, cn, sn, 1000, m);
+	CHECK(!stg_auth_mac_equal(m, sm));
+
+	stg_auth_uid_key(&s, 1001, key2);
+	CHECK(memcmp(key, key2, sizeof(key)) != 0);
+	stg_auth_uid_key(&s, 1000u | (1u << 24), key2);
+	CHECK(memcmp(key, key2, sizeof(key)) != 0);
+	s2 = s;
+	for (size_t i = 0; i < s.len; i++) {
+		s2.key[i] ^= 1;
+		stg_auth_uid_key(&s2, 1000, key2);
+		CHECK(memcmp(key, key2, sizeof(key)) != 0);
+		s2.key[i] ^= 1;
+	}
+	/* A longer secret with the same prefix is a different secret (not with
+	 * a NUL appended: HMAC pads short keys with zeros, so that one is not). */
+	s2.key[s2.len++] = 'x';
+	stg_auth_uid_key(&s2, 1000, key2);
+	CHECK(memcmp(key, key2, sizeof(key)) != 0);
+
+	for (int i = 0; i < STG_AUTH_NONCE_LEN; i++) {
+		sn[i] ^= 0x80;
+		stg_auth_client_mac(key, sn, cn, 1000, m);
+		CHECK(!stg_auth_mac_equal(m, cm));
+		stg_auth_server_mac(key, sn, cn, 1000, m);
+		CHECK(!stg_auth_mac_equal(m, sm));
+		sn[i] ^= 0x80;
+		cn[i] ^= 0x01;
+		stg_auth_client_mac(key, sn, cn, 1000, m);
+		CHECK(!stg_auth_mac_equal(m, cm));
+		stg_auth_server_mac(key, sn, cn, 1000, m);
+		CHECK(!stg_auth_mac_equal(m, sm));
+		cn[i] ^= 0x01;
+		key[i] ^= 0x10;
+		stg_auth_client_mac(key, sn, cn, 1000, m);
+		CHECK(!stg_auth_mac_equal(m, cm));
+		stg_auth_server_mac(key, sn, cn, 1000, m);
+		CHECK(!stg_auth_mac_equal(m, sm));
+		key[i] ^= 0x10;
+	}
+	for (int b = 0; b < 32; b++) {
+		uint32_t uid = 1000u ^ (1u << b);
+		stg_auth_client_mac(key, sn, cn, uid, m);
+		CHECK(!stg_auth_mac_equal(m, cm));
+		stg_auth_server_mac(key, sn, cn, uid, m);
+		CHECK(!stg_auth_mac_equal(m, sm));
+	}
+	/* Unchanged inputs reproduce the MACs. */
+	stg_auth_client_mac(key, sn, cn, 1000, m);
+	CHECK(stg_auth_mac_equal(m, cm));
+	stg_auth_server_mac(key, sn, cn, 1000, m);
+	CHECK(stg_auth_mac_equal(m, sm));
+}
+
+static void test_mac_equal(void)
+{
+	uint8_t a[STG_AUTH_MAC_LEN], b[STG_AUTH_MAC_LEN];
+
+	for (int i = 0; i < STG_AUTH_MAC_LEN; i++)
+		a[i] = b[i] = (uint8_t)(i * 7);
+	CHECK_EQ(stg_auth_mac_equal(a, b), 1);
+	for (int i = 0; i < STG_AUTH_MAC_LEN; i++) {
+		for (int bit = 0; bit < 8; bit++) {
+			b[i] ^= (uint8_t)(1 << bit);
+			CHECK_EQ(stg_auth_mac_equal(a, b), 0);
+			b[i] ^= (uint8_t)(1 << bit);
+		}
+	}
+}
+
+static void test_random(void)
+{
+	uint8_t a[64], b[64], zero[64] = { 0 };
+
+	CHECK_EQ(stg_auth_random(a, sizeof(a)), 0);
+	CHECK_EQ(stg_auth_random(b, sizeof(b)), 0);
+	CHECK(memcmp(a, b, sizeof(a)) != 0);
+	CHECK(memcmp(a, zero, sizeof(a)) != 0);
+	CHECK_EQ(stg_auth_random(a, 0), 0);
+	/* More than one getrandom() call may return at once. */
+	size_t n = 1 << 20;
+	uint8_t *big = calloc(1, n);
+	CHECK_EQ(stg_auth_random(big, n), 0);
+	CHECK(memcmp(big + n - sizeof(zero), zero, sizeof(zero)) != 0);
+	free(big);
+}
+
+/* Pins the derivation and both proofs: a change here breaks every deployed
+ * client against every deployed server. Lines: uid key, client MAC, server MAC. */
+static void test_golden(void)
+{
+	static struct stg_secret s;
+	uint8_t sn[STG_AUTH_NONCE_LEN], cn[STG_AUTH_NONCE_LEN], key[STG_SHA256_LEN];
+	uint8_t cm[STG_AUTH_MAC_LEN], sm[STG_AUTH_MAC_LEN];
+	char text[3 * (2 * STG_SHA256_LEN + 1) + 1];
+
+	fixed_inputs(&s, sn, cn);
+	stg_auth_uid_key(&s, 1000, key);
+	stg_auth_client_mac(key, sn, cn, 1000, cm);
+	stg_auth_server_mac(key, sn, cn, 1000, sm);
+	to_hex(key, sizeof(key), text);
+	text[64] = '\n';
+	to_hex(cm, sizeof(cm), text + 65);
+	text[129] = '\n';
+	to_hex(sm, sizeof(sm), text + 130);
+	text[194] = '\n';
+	text[195] = '\0';
+	CHECK(harness_golden("auth-v1.txt", (const uint8_t *)text, 195));
+}
+
+int main(void)
+{
+	test_sha256_vectors();
+	test_sha256_split();
+	test_hmac_rfc4231();
+	test_secret_load();
+	test_mac_inputs();
+	test_mac_equal();
+	test_random();
+	test_golden();
+	return harness_done();
+}

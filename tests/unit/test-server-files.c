@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: MIT */
+/* The server's manifest tree: versions per uid and path, retention,
+ * listing by prefix, isolation between users. */
+#include <fcntl.h>
+
+#include "catalog.h"
+#include "files.h"
+#include "harness.h"
+
+static uint8_t *make_manifest(uint64_t version, uint64_t size, size_t *ret_len)
+{
+	struct stg_manifest m;
+	if (stg_manifest_init(&m, size, 1u << 20) < 0)
+		exit(1);
+	m.version = version;
+	m.mode = 0644;
+	m.mtime_ns = 1000 + (int64_t)version;
+	m.commit_ns = 2000 + (int64_t)version;
+	for (uint32_t i = 0; i < m.nchunks; i++) {
+		uint32_t raw = i + 1 < m.nchunks ? m.chunk_size : (uint32_t)(size - (uint64_t)i * m.chunk_size);
+		m.entries[i] = (struct stg_manifest_entry){.raw_len = raw, .stored_len = raw, .pack = 1};
+		stg_hash_compute(&version, sizeof(version), &m.entries[i].hash);
+		m.entries[i].hash.b[0] = (uint8_t)i;
+	}
+	*ret_len = stg_manifest_encoded_size(&m);
+	uint8_t *buf = malloc(*ret_len);
+	stg_manifest_encode(&m, buf);
+	stg_manifest_done(&m);
+	return buf;
+}
+
+static int put(struct stg_files *f, uint32_t uid, const char *path, uint64_t version,
+	       uint32_t keep)
+{
+	size_t len;
+	uint8_t *mf = make_manifest(version, 3u << 20, &len);
+	int r = stg_files_put(f, uid, path, mf, len, version, keep);
+	free(mf);
+	return r;
+}
+
+struct seen {
+	char paths[16][64];
+	uint64_t versions[16];
+	int n;
+};
+
+static int record(void *arg, const char *path, const struct stg_manifest *m)
+{
+	struct seen *s = arg;
+	if (s->n < 16) {
+		snprintf(s->paths[s->n], sizeof(s->paths[0]), "%s", path);
+		s->versions[s->n] = m->version;
+	}
+	s->n++;
+	return 0;
+}
+
+static int stop_at_first(void *arg, const char *path, const struct stg_manifest *m)
+{
+	(void)path;
+	(void)m;
+	(*(int *)arg)++;
+	return 42;
+}
+
+/* Versions of path among what was seen, in the order seen. */
+static int versions_of(const struct seen *s, const char *path, uint64_t *out)
+{
+	int n = 0;
+	for (int i = 0; i < s->n && i < 16; i++)
+		if (strcmp(s->paths[i], path) == 0)
+			out[n++] = s->versions[i];
+	return n;
+}
+
+int main(void)
+{
+	char *dir = harness_tmpdir();
+	int dirfd = open(dir, O_RDONLY | O_DIRECTORY);
+	struct stg_files *f;
+	CHECK_EQ(stg_files_open(dirfd, &f), 0);
+
+	/* Round trip: newest and a given version. */
+	CHECK_EQ(put(f, 1000, "/ckpt/a.bin", 1, 0), 0);
+	CHECK_EQ(put(f, 1000, "/ckpt/a.bin", 2, 0), 0);
+	uint8_t *mf;
+	size_t len;
+	CHECK_EQ(stg_files_get(f, 1000, "/ckpt/a.bin", 0, &mf, &len), 0);
+	struct stg_manifest m;
+	CHECK_EQ(stg_manifest_decode(mf, len, &m), 0);
+	CHECK_EQ(m.version, 2);
+	CHECK_EQ(m.nchunks, 3);
+	stg_manifest_done(&m);
+	size_t want_len;
+	uint8_t *want = make_manifest(1, 3u << 20, &want_len);
+	free(mf);
+	CHECK_EQ(stg_files_get(f, 1000, "/ckpt/a.bin", 1, &mf, &len), 0);
+	CHECK(len == want_len && memcmp(mf, want, len) == 0);
+	free(mf);
+	/* Replacing a version with the same number. */
+	CHECK_EQ(stg_files_put(f, 1000, "/ckpt/a.bin", want, want_len, 1, 0), 0);
+	CHECK_EQ(stg_files_get(f, 1000, "/ckpt/a.bin", 7, &mf, &len), -ENOENT);
+	CHECK_EQ(stg_files_get(f, 1000, "/ckpt/none", 0, &mf, &len), -ENOENT);
+	/* The manifest must be the version it is filed as; paths are absolute. */
+	CHECK_EQ(stg_files_put(f, 1000, "/ckpt/a.bin", want, want_len, 5, 0), -EINVAL);
+	CHECK_EQ(stg_files_put(f, 1000, "ckpt/a.bin", want, want_len, 1, 0), -EINVAL);
+	free(want);
+
+	/* Retention: keep 2 over 6 versions. */
+	int removed = 0;
+	for (uint64_t v = 1; v <= 6; v++) {
+		int r = put(f, 1000, "/ckpt/b.bin", v, 2);
+		CHECK(r >= 0);
+		removed += r;
+	}
+	CHECK_EQ(removed, 4);
+	struct seen s = {0};
+	CHECK_EQ(stg_files_list(f, 1000, "/ckpt/b", record, &s), 0);
+	uint64_t v[16];
+	CHECK_EQ(versions_of(&s, "/ckpt/b.bin", v), 2);
+	CHECK_EQ(v[0], 5);
+	CHECK_EQ(v[1], 6);
+	CHECK_EQ(stg_files_get(f, 1000, "/ckpt/b.bin", 4, &mf, &len), -ENOENT);
+
+	/* Prefixes are plain string prefixes; versions come ascending. */
+	CHECK_EQ(put(f, 1000, "/other/c.bin", 1, 0), 0);
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(stg_files_list(f, 1000, "/ckpt/", record, &s), 0);
+	CHECK_EQ(s.n, 4);
+	CHECK_EQ(versions_of(&s, "/ckpt/a.bin", v), 2);
+	CHECK(v[0] == 1 && v[1] == 2);
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(stg_files_list(f, 1000, "", record, &s), 0);
+	CHECK_EQ(s.n, 5);
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(stg_files_list(f, 1000, "/ckpt/a", record, &s), 0);
+	CHECK_EQ(s.n, 2);
+	int calls = 0;
+	CHECK_EQ(stg_files_list(f, 1000, "", stop_at_first, &calls), 42);
+	CHECK_EQ(calls, 1);
+
+	/* Users are isolated: 1000 sees nothing of 1001's. */
+	CHECK_EQ(put(f, 1001, "/private/d.bin", 3, 0), 0);
+	CHECK_EQ(stg_files_get(f, 1000, "/private/d.bin", 0, &mf, &len), -ENOENT);
+	CHECK_EQ(stg_files_get(f, 1001, "/private/d.bin", 0, &mf, &len), 0);
+	free(mf);
+	CHECK_EQ(stg_files_get(f, 1001, "/ckpt/a.bin", 0, &mf, &len), -ENOENT);
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(stg_files_list(f, 1000, "/private", record, &s), 0);
+	CHECK_EQ(s.n, 0);
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(stg_files_list(f, 1001, "", record, &s), 0);
+	CHECK_EQ(s.n, 1);
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(stg_files_list(f, 4242, "", record, &s), 0);
+	CHECK_EQ(s.n, 0);
+
+	/* foreach: every manifest of every user. */
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(stg_files_foreach(f, record, &s), 0);
+	CHECK_EQ(s.n, 6);
+	CHECK_EQ(versions_of(&s, "/private/d.bin", v), 1);
+
+	/* A corrupt manifest is refused by get and skipped by list. */
+	char id[STG_HASH_HEX_LEN + 1], path[512];
+	stg_catalog_file_id("/other/c.bin", id);
+	snprintf(path, sizeof(path), "%s/files/1000/%s/v%020d.mf", dir, id, 1);
+	int fd = open(path, O_WRONLY);
+	CHECK(fd >= 0);
+	CHECK_EQ(pwrite(fd, "X", 1, 70), 1);
+	close(fd);
+	CHECK_EQ(stg_files_get(f, 1000, "/other/c.bin", 1, &mf, &len), -EBADMSG);
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(stg_files_list(f, 1000, "/other", record, &s), 0);
+	CHECK_EQ(s.n, 0);
+
+	/* Reopened, everything is still there. */
+	stg_files_free(f);
+	CHECK_EQ(stg_files_open(dirfd, &f), 0);
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(stg_files_foreach(f, record, &s), 0);
+	CHECK_EQ(s.n, 5);
+	stg_files_free(f);
+	stg_files_free(NULL);
+	close(dirfd);
+	return harness_done();
+}

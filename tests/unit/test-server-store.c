@@ -1,0 +1,563 @@
+/* SPDX-License-Identifier: MIT */
+/* The server's chunk store: round trips, recovery from torn and corrupt
+ * records, garbage collection and compaction, concurrency, locking. */
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <sys/stat.h>
+
+#include "chunk.h"
+#include "harness.h"
+#include "segment.h"
+#include "store.h"
+#include "util.h"
+
+struct obj {
+	uint8_t *data;
+	size_t len;
+	struct stg_hash hash;
+};
+
+/* A chunk object of n bytes of content from seed; compressible ones are
+ * lz4-encoded. */
+static struct obj make_obj(uint64_t seed, size_t n, bool compressible)
+{
+	uint8_t *raw = malloc(n);
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+	for (size_t i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		raw[i] = compressible ? (uint8_t)("checkpoint "[i % 11] + (x % 64 == 0)) : (uint8_t)x;
+	}
+	struct obj o;
+	stg_hash_compute(raw, n, &o.hash);
+	o.data = malloc(stg_chunk_bound(n));
+	o.len = stg_chunk_encode(raw, n, &o.hash, compressible, o.data);
+	free(raw);
+	return o;
+}
+
+static void free_obj(struct obj *o)
+{
+	free(o->data);
+	o->data = NULL;
+}
+
+/* Is o stored, intact? */
+static bool reads_back(struct stg_store *s, const struct obj *o)
+{
+	uint8_t *got;
+	size_t len;
+	if (stg_store_get(s, &o->hash, &got, &len) != 0)
+		return false;
+	bool same = len == o->len && memcmp(got, o->data, len) == 0;
+	free(got);
+	return same;
+}
+
+static char *base;
+
+static void subdir(char *out, size_t n, const char *name)
+{
+	if (!base)
+		base = harness_tmpdir();
+	snprintf(out, n, "%s/%s", base, name);
+}
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+static void seg_path(char *out, size_t n, const char *dir, uint64_t id)
+{
+	char name[STG_SEGMENT_NAME_LEN + 1];
+	stg_segment_name(id, name);
+	snprintf(out, n, "%s/segments/%s", dir, name);
+}
+
+static off_t file_size(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+static struct stg_store *open_store(const char *dir, uint64_t segment_size, uint64_t capacity)
+{
+	struct stg_store_options o = {.segment_size = segment_size, .capacity = capacity};
+	struct stg_store *s = NULL;
+	int r = stg_store_open(dir, &o, &s);
+	CHECK_EQ(r, 0);
+	if (r < 0)
+		exit(harness_done());
+	return s;
+}
+
+static void roundtrip(void)
+{
+	char dir[512];
+	subdir(dir, sizeof(dir), "roundtrip");
+	struct stg_store *s = open_store(dir, 0, 0);
+	struct obj o[3] = {make_obj(1, 5000, false), make_obj(2, 70000, true), make_obj(3, 1, false)};
+	struct stg_hash h;
+	for (int i = 0; i < 3; i++) {
+		CHECK_EQ(stg_store_validate(o[i].data, o[i].len, &h), 0);
+		CHECK(stg_hash_eq(&h, &o[i].hash));
+		CHECK(!stg_store_has(s, &o[i].hash));
+		CHECK_EQ(stg_store_put(s, o[i].data, o[i].len, &o[i].hash), 0);
+		CHECK(stg_store_has(s, &o[i].hash));
+	}
+	o[0].data[100] ^= 1;
+	CHECK_EQ(stg_store_validate(o[0].data, o[0].len, &h), -EBADMSG);
+	CHECK_EQ(stg_store_validate(o[0].data, 10, &h), -EBADMSG);
+	o[0].data[100] ^= 1;
+	for (int i = 0; i < 3; i++)
+		CHECK(reads_back(s, &o[i]));
+	struct stg_store_stats st;
+	stg_store_stats(s, &st);
+	CHECK_EQ(st.chunks, 3);
+	CHECK_EQ(st.segments, 1);
+	uint64_t bytes = st.segment_bytes;
+	CHECK_EQ(bytes, STG_SEGMENT_HEADER_SIZE + st.chunk_bytes);
+	CHECK(st.index_bytes > 0);
+	/* A second put of a stored chunk writes nothing. */
+	CHECK_EQ(stg_store_put(s, o[1].data, o[1].len, &o[1].hash), 0);
+	stg_store_stats(s, &st);
+	CHECK_EQ(st.segment_bytes, bytes);
+	struct obj absent = make_obj(4, 100, false);
+	uint8_t *got;
+	size_t len;
+	CHECK_EQ(stg_store_get(s, &absent.hash, &got, &len), -ENOENT);
+	CHECK_EQ(stg_store_put(s, o[0].data, 10, &o[0].hash), -EINVAL);
+	CHECK_EQ(stg_store_sync(s), 0);
+	CHECK(stg_store_dirfd(s) >= 0);
+	stg_store_free(s);
+
+	s = open_store(dir, 0, 0);
+	stg_store_stats(s, &st);
+	CHECK_EQ(st.chunks, 3);
+	CHECK_EQ(st.segment_bytes, bytes);
+	for (int i = 0; i < 3; i++)
+		CHECK(reads_back(s, &o[i]));
+	CHECK(!stg_store_has(s, &absent.hash));
+	stg_store_free(s);
+	for (int i = 0; i < 3; i++)
+		free_obj(&o[i]);
+	free_obj(&absent);
+}
+
+/* Pins a record byte for byte, as the store writes it. */
+static void golden(void)
+{
+	char dir[512], path[600];
+	subdir(dir, sizeof(dir), "golden");
+	struct stg_store *s = open_store(dir, 0, 0);
+	uint8_t text[100];
+	for (size_t i = 0; i < sizeof(text); i++)
+		text[i] = (uint8_t)"checkpoint "[i % 11];
+	struct obj o;
+	stg_hash_compute(text, sizeof(text), &o.hash);
+	o.data = malloc(stg_chunk_bound(sizeof(text)));
+	o.len = stg_chunk_encode(text, sizeof(text), &o.hash, false, o.data);
+	CHECK_EQ(stg_store_put(s, o.data, o.len, &o.hash), 0);
+	stg_store_free(s);
+
+	seg_path(path, sizeof(path), dir, 1);
+	CHECK_EQ(file_size(path), 2 * 4096);
+	int fd = open(path, O_RDONLY);
+	uint8_t buf[2 * 4096];
+	CHECK_EQ(stg_pread_all(fd, buf, sizeof(buf), 0), 0);
+	close(fd);
+	struct stg_segment_header sh;
+	CHECK_EQ(stg_segment_header_decode(buf, 4096, &sh), 0);
+	CHECK_EQ(sh.id, 1);
+	CHECK(sh.created_ns > 0);
+	CHECK(harness_golden("segment-record-v1.bin", buf + 4096, 4096));
+	/* Every bit of the header block counts. */
+	int accepted = 0;
+	for (size_t i = 0; i < 4096; i += 7) {
+		buf[i] ^= 0x40;
+		accepted += stg_segment_header_decode(buf, 4096, &sh) == 0;
+		buf[i] ^= 0x40;
+	}
+	CHECK_EQ(accepted, 0);
+	/* And of the record header and body. */
+	accepted = 0;
+	for (size_t i = 4096; i < 4096 + STG_RECORD_HEADER_SIZE + o.len; i++) {
+		buf[i] ^= 0x02;
+		accepted += stg_segment_record_check(buf + 4096, buf + 4096 + 32, o.len) == 0;
+		buf[i] ^= 0x02;
+	}
+	CHECK_EQ(accepted, 0);
+	free_obj(&o);
+}
+
+static void torn_tail(void)
+{
+	char dir[512], path[600];
+	subdir(dir, sizeof(dir), "torn");
+	seg_path(path, sizeof(path), dir, 1);
+	struct stg_store *s = open_store(dir, 0, 0);
+	struct obj o[3] = {make_obj(11, 10000, false), make_obj(12, 10000, false),
+			   make_obj(13, 10000, false)};
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(stg_store_put(s, o[i].data, o[i].len, &o[i].hash), 0);
+	stg_store_free(s);
+	off_t two = 4096 + 2 * (off_t)stg_segment_record_size((uint32_t)o[0].len);
+	CHECK_EQ(file_size(path), two + (off_t)stg_segment_record_size((uint32_t)o[2].len));
+
+	/* A write cut short in the middle of the third record. */
+	CHECK_EQ(truncate(path, two + 5000), 0);
+	s = open_store(dir, 0, 0);
+	CHECK_EQ(file_size(path), two);
+	CHECK(reads_back(s, &o[0]));
+	CHECK(reads_back(s, &o[1]));
+	CHECK(!stg_store_has(s, &o[2].hash));
+	stg_store_free(s);
+
+	/* Garbage after the last record. */
+	int fd = open(path, O_WRONLY | O_APPEND);
+	struct obj junk = make_obj(14, 9000, false);
+	CHECK_EQ(stg_write_all(fd, junk.data, junk.len), 0);
+	close(fd);
+	s = open_store(dir, 0, 0);
+	CHECK_EQ(file_size(path), two);
+	CHECK(reads_back(s, &o[0]));
+	CHECK(reads_back(s, &o[1]));
+	/* The store goes on appending where the valid records end. */
+	CHECK_EQ(stg_store_put(s, o[2].data, o[2].len, &o[2].hash), 0);
+	stg_store_free(s);
+	s = open_store(dir, 0, 0);
+	for (int i = 0; i < 3; i++)
+		CHECK(reads_back(s, &o[i]));
+	stg_store_free(s);
+	for (int i = 0; i < 3; i++)
+		free_obj(&o[i]);
+	free_obj(&junk);
+}
+
+static void corrupt_record(void)
+{
+	char dir[512], path[600];
+	subdir(dir, sizeof(dir), "corrupt");
+	seg_path(path, sizeof(path), dir, 1);
+	struct stg_store *s = open_store(dir, 0, 0);
+	struct obj o[3] = {make_obj(21, 6000, false), make_obj(22, 20000, false),
+			   make_obj(23, 7000, false)};
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(stg_store_put(s, o[i].data, o[i].len, &o[i].hash), 0);
+	/* One byte of the second record's body, in the middle of its second
+	 * 4096-byte block so that resynchronization has to probe past it. */
+	off_t at = 4096 + (off_t)stg_segment_record_size((uint32_t)o[0].len) + 32 + 6000;
+	int fd = open(path, O_RDWR);
+	uint8_t b;
+	CHECK_EQ(stg_pread_all(fd, &b, 1, at), 0);
+	b ^= 0x01;
+	CHECK_EQ(stg_pwrite_all(fd, &b, 1, at), 0);
+	close(fd);
+	uint8_t *got;
+	size_t len;
+	CHECK_EQ(stg_store_get(s, &o[1].hash, &got, &len), -EBADMSG);
+	CHECK(reads_back(s, &o[0]));
+	CHECK(reads_back(s, &o[2]));
+	stg_store_free(s);
+
+	off_t size = file_size(path);
+	s = open_store(dir, 0, 0);
+	CHECK_EQ(file_size(path), size);
+	CHECK(reads_back(s, &o[0]));
+	CHECK(!stg_store_has(s, &o[1].hash));
+	CHECK(reads_back(s, &o[2]));
+	CHECK_EQ(stg_store_put(s, o[1].data, o[1].len, &o[1].hash), 0);
+	CHECK(reads_back(s, &o[1]));
+	stg_store_free(s);
+	for (int i = 0; i < 3; i++)
+		free_obj(&o[i]);
+}
+
+static uint64_t disk_usage(const char *dir)
+{
+	char path[600];
+	uint64_t total = 0;
+	for (uint64_t id = 1; id < 1000; id++) {
+		seg_path(path, sizeof(path), dir, id);
+		struct stat st;
+		if (stat(path, &st) == 0)
+			total += (uint64_t)st.st_blocks * 512;
+	}
+	return total;
+}
+
+static void gc_cycle(struct stg_store *s, struct obj *marked, size_t n,
+		     struct stg_store_gc_result *res)
+{
+	stg_store_gc_begin(s);
+	for (size_t i = 0; i < n; i++)
+		stg_store_mark(s, &marked[i].hash);
+	CHECK_EQ(stg_store_gc_end(s, res), 0);
+}
+
+static void gc_epochs(void)
+{
+	char dir[512];
+	subdir(dir, sizeof(dir), "gc");
+	struct stg_store *s = open_store(dir, 256 << 10, 0);
+	struct obj o[3] = {make_obj(31, 9000, false), make_obj(32, 9000, true),
+			   make_obj(33, 9000, false)};
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(stg_store_put(s, o[i].data, o[i].len, &o[i].hash), 0);
+	struct stg_store_gc_result res;
+	gc_cycle(s, &o[0], 1, &res);
+	/* Unmarked for one cycle only: kept. */
+	CHECK_EQ(res.chunks_dropped, 0);
+	for (int i = 0; i < 3; i++)
+		CHECK(stg_store_has(s, &o[i].hash));
+	gc_cycle(s, &o[0], 1, &res);
+	CHECK_EQ(res.chunks_dropped, 2);
+	CHECK_EQ(res.bytes_dropped, stg_segment_record_size((uint32_t)o[1].len) +
+					    stg_segment_record_size((uint32_t)o[2].len));
+	CHECK(reads_back(s, &o[0]));
+	CHECK(!stg_store_has(s, &o[1].hash));
+	CHECK(!stg_store_has(s, &o[2].hash));
+	struct stg_store_stats st;
+	stg_store_stats(s, &st);
+	CHECK_EQ(st.chunks, 1);
+	CHECK_EQ(st.chunk_bytes, stg_segment_record_size((uint32_t)o[0].len));
+	stg_store_free(s);
+	for (int i = 0; i < 3; i++)
+		free_obj(&o[i]);
+}
+
+static void compaction(void)
+{
+	enum { N = 200, EVERY = 10 };
+	char dir[512];
+	subdir(dir, sizeof(dir), "compact");
+	struct stg_store *s = open_store(dir, 256 << 10, 0);
+	struct obj *o = calloc(N, sizeof(*o)), *keep = calloc(N / EVERY, sizeof(*keep));
+	for (int i = 0; i < N; i++) {
+		o[i] = make_obj(1000 + (uint64_t)i, 8000, false);
+		CHECK_EQ(stg_store_put(s, o[i].data, o[i].len, &o[i].hash), 0);
+		if (i % EVERY == 0)
+			keep[i / EVERY] = o[i];
+	}
+	CHECK_EQ(stg_store_sync(s), 0);
+	struct stg_store_stats before, after;
+	stg_store_stats(s, &before);
+	uint64_t du_before = disk_usage(dir);
+	CHECK(before.segments >= 6);
+
+	struct stg_store_gc_result res, total = {0};
+	gc_cycle(s, keep, N / EVERY, &res);
+	CHECK_EQ(res.chunks_dropped, 0);
+	gc_cycle(s, keep, N / EVERY, &total);
+	CHECK_EQ(total.chunks_dropped, N - N / EVERY);
+	CHECK(total.segments_compacted > 0);
+	CHECK(total.segments_removed >= total.segments_compacted);
+	CHECK(total.bytes_moved > 0);
+	stg_store_stats(s, &after);
+	uint64_t du_after = disk_usage(dir);
+	printf("compaction: %llu -> %llu segments, %llu -> %llu bytes on disk, %llu moved\n",
+	       (unsigned long long)before.segments, (unsigned long long)after.segments,
+	       (unsigned long long)du_before, (unsigned long long)du_after,
+	       (unsigned long long)total.bytes_moved);
+	CHECK_EQ(after.chunks, N / EVERY);
+	CHECK(after.segments < before.segments);
+	CHECK(du_after * 3 < du_before);
+	CHECK(after.segment_bytes * 3 < before.segment_bytes);
+	int bad = 0;
+	for (int i = 0; i < N; i++)
+		bad += i % EVERY == 0 ? !reads_back(s, &o[i]) : stg_store_has(s, &o[i].hash);
+	CHECK_EQ(bad, 0);
+	stg_store_free(s);
+
+	/* The moved records are found again after a restart. Dropped chunks
+	 * whose records are still in a segment that was not compacted come
+	 * back too, until collections drop them again. */
+	s = open_store(dir, 256 << 10, 0);
+	stg_store_stats(s, &after);
+	CHECK(after.chunks >= N / EVERY);
+	bad = 0;
+	for (int i = 0; i < N; i += EVERY)
+		bad += !reads_back(s, &o[i]);
+	CHECK_EQ(bad, 0);
+	gc_cycle(s, keep, N / EVERY, &res);
+	gc_cycle(s, keep, N / EVERY, &res);
+	stg_store_stats(s, &after);
+	CHECK_EQ(after.chunks, N / EVERY);
+	bad = 0;
+	for (int i = 0; i < N; i++)
+		bad += i % EVERY == 0 ? !reads_back(s, &o[i]) : stg_store_has(s, &o[i].hash);
+	CHECK_EQ(bad, 0);
+	stg_store_free(s);
+	for (int i = 0; i < N; i++)
+		free_obj(&o[i]);
+	free(o);
+	free(keep);
+}
+
+enum { THREADS = 4, REFS = 300 };
+
+struct worker {
+	struct stg_store *s;
+	int id;
+	struct obj refs[REFS];
+	int errors;
+};
+
+static void *work(void *arg)
+{
+	struct worker *w = arg;
+	uint64_t x = (uint64_t)w->id + 77;
+	for (int i = 0; i < REFS; i++) {
+		struct obj junk = make_obj(900000 + (uint64_t)w->id * REFS + (uint64_t)i,
+					   2000 + (size_t)(i * 37 % 12000), i % 3 == 0);
+		w->errors += stg_store_put(w->s, w->refs[i].data, w->refs[i].len,
+					   &w->refs[i].hash) != 0;
+		w->errors += stg_store_put(w->s, junk.data, junk.len, &junk.hash) != 0;
+		free_obj(&junk);
+		for (int k = 0; k < 4; k++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			int j = (int)((x >> 33) % (uint64_t)(i + 1));
+			w->errors += !reads_back(w->s, &w->refs[j]);
+		}
+		if (i % 50 == 0)
+			w->errors += stg_store_sync(w->s) != 0;
+	}
+	return NULL;
+}
+
+static void concurrency(void)
+{
+	char dir[512];
+	subdir(dir, sizeof(dir), "threads");
+	struct stg_store *s = open_store(dir, 256 << 10, 0);
+	static struct worker w[THREADS];
+	static struct obj all[THREADS * REFS];
+	pthread_t t[THREADS];
+	for (int k = 0; k < THREADS; k++) {
+		w[k].s = s;
+		w[k].id = k;
+		for (int i = 0; i < REFS; i++) {
+			w[k].refs[i] = make_obj(500000 + (uint64_t)k * REFS + (uint64_t)i,
+						1000 + (size_t)(i * 53 % 15000), i % 4 == 0);
+			all[k * REFS + i] = w[k].refs[i];
+		}
+	}
+	for (int k = 0; k < THREADS; k++)
+		pthread_create(&t[k], NULL, work, &w[k]);
+	struct stg_store_gc_result total = {0};
+	int cycles = 0;
+	/* Collect until the workers are done; every reference is marked each
+	 * time, so none may ever go missing while the junk is dropped and the
+	 * segments compacted under the readers. */
+	bool joined[THREADS] = {false};
+	for (int running = THREADS; running > 0;) {
+		struct stg_store_gc_result res;
+		gc_cycle(s, all, THREADS * REFS, &res);
+		total.chunks_dropped += res.chunks_dropped;
+		total.segments_compacted += res.segments_compacted;
+		total.bytes_moved += res.bytes_moved;
+		cycles++;
+		for (int k = 0; k < THREADS; k++) {
+			if (!joined[k] && pthread_tryjoin_np(t[k], NULL) == 0) {
+				joined[k] = true;
+				running--;
+			}
+		}
+	}
+	printf("concurrency: %d gc cycles, %llu chunks dropped, %llu segments compacted\n", cycles,
+	       (unsigned long long)total.chunks_dropped,
+	       (unsigned long long)total.segments_compacted);
+	for (int k = 0; k < THREADS; k++)
+		CHECK_EQ(w[k].errors, 0);
+	gc_cycle(s, all, THREADS * REFS, &total);
+	gc_cycle(s, all, THREADS * REFS, &total);
+	struct stg_store_stats st;
+	stg_store_stats(s, &st);
+	CHECK_EQ(st.chunks, THREADS * REFS);
+	stg_store_free(s);
+	s = open_store(dir, 256 << 10, 0);
+	int bad = 0;
+	for (int i = 0; i < THREADS * REFS; i++)
+		bad += !reads_back(s, &all[i]);
+	CHECK_EQ(bad, 0);
+	stg_store_free(s);
+	for (int i = 0; i < THREADS * REFS; i++)
+		free_obj(&all[i]);
+}
+
+static void capacity(void)
+{
+	char dir[512];
+	subdir(dir, sizeof(dir), "capacity");
+	struct stg_store *s = open_store(dir, 64 << 10, 100 << 10);
+	int stored = 0, r = 0;
+	for (int i = 0; i < 100 && r == 0; i++) {
+		struct obj o = make_obj(3000 + (uint64_t)i, 5000, false);
+		r = stg_store_put(s, o.data, o.len, &o.hash);
+		stored += r == 0;
+		free_obj(&o);
+	}
+	CHECK_EQ(r, -ENOSPC);
+	struct stg_store_stats st;
+	stg_store_stats(s, &st);
+	CHECK(st.segment_bytes <= 100 << 10);
+	CHECK(stored > 10);
+	stg_store_free(s);
+}
+
+static void refusals(void)
+{
+	char dir[512], path[600];
+	subdir(dir, sizeof(dir), "busy");
+	struct stg_store *s = open_store(dir, 0, 0), *s2 = NULL;
+	CHECK_EQ(stg_store_open(dir, NULL, &s2), -EBUSY);
+	CHECK(s2 == NULL);
+	stg_store_free(s);
+	CHECK_EQ(stg_store_open(dir, NULL, &s2), 0);
+	stg_store_free(s2);
+
+	subdir(dir, sizeof(dir), "format");
+	CHECK_EQ(stg_mkdir_p(dir, 0700), 0);
+	snprintf(path, sizeof(path), "%s/FORMAT", dir);
+	FILE *f = fopen(path, "w");
+	fputs("stagehand-store 2\n", f);
+	fclose(f);
+	s2 = NULL;
+	CHECK_EQ(stg_store_open(dir, NULL, &s2), -EPROTO);
+	CHECK(s2 == NULL);
+
+	/* A directory with something else in it is not taken over. */
+	subdir(dir, sizeof(dir), "foreign");
+	CHECK_EQ(stg_mkdir_p(dir, 0700), 0);
+	snprintf(path, sizeof(path), "%s/notes.txt", dir);
+	f = fopen(path, "w");
+	fclose(f);
+	CHECK_EQ(stg_store_open(dir, NULL, &s2), -EPROTO);
+
+	struct stg_store_options o = {.segment_size = 100};
+	subdir(dir, sizeof(dir), "options");
+	CHECK_EQ(stg_store_open(dir, &o, &s2), -EINVAL);
+}
+
+int main(void)
+{
+	roundtrip();
+	golden();
+	torn_tail();
+	corrupt_record();
+	gc_epochs();
+	compaction();
+	concurrency();
+	capacity();
+	refusals();
+	/* The segments take megabytes: kept only when something failed. */
+	if (!harness_failures && base)
+		nftw(base, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+	return harness_done();
+}

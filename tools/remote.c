@@ -1,0 +1,337 @@
+/* SPDX-License-Identifier: MIT */
+/* Talking to the staging servers from the tools: list, fetch manifests, and
+ * rebuild files from chunks fetched in parallel with failover. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "chunk.h"
+#include "remote.h"
+#include "tool.h"
+#include "util.h"
+
+#define FETCH_THREADS 4
+
+int remote_init(struct remote *rm, const struct stg_policy *p)
+{
+	memset(rm, 0, sizeof(*rm));
+	rm->policy = p;
+	rm->uid = (uint32_t)getuid();
+	rm->timeout_ms = (int)p->timeout_s * 1000;
+	char err[512];
+	int r = stg_secret_load(p->secret_file, &rm->secret, err, sizeof(err));
+	if (r < 0)
+		tool_error("%s", err);
+	return r;
+}
+
+void remote_session_init(struct remote_session *s, struct remote *rm)
+{
+	memset(s, 0, sizeof(*s));
+	s->rm = rm;
+}
+
+void remote_session_done(struct remote_session *s)
+{
+	for (size_t i = 0; i < s->rm->policy->nservers; i++)
+		if (s->open[i])
+			stg_conn_close(&s->conns[i]);
+}
+
+static void report_down(struct remote *rm, size_t i, int r, const char *detail)
+{
+	if (atomic_exchange(&rm->reported[i], true))
+		return;
+	tool_error("server %s: %s%s%s", rm->policy->server_list[i], strerror(-r),
+		   detail && *detail ? ": " : "", detail ? detail : "");
+}
+
+struct stg_conn *remote_conn(struct remote_session *s, size_t i)
+{
+	struct remote *rm = s->rm;
+	if (s->open[i])
+		return &s->conns[i];
+	if (atomic_load(&rm->down[i]))
+		return NULL;
+	int r = stg_conn_connect(rm->policy->server_list[i], rm->timeout_ms, &s->conns[i]);
+	if (r == 0) {
+		r = stg_conn_auth_client(&s->conns[i], &rm->secret, rm->uid);
+		if (r < 0) {
+			report_down(rm, i, r, s->conns[i].error);
+			stg_conn_close(&s->conns[i]);
+		}
+	} else {
+		report_down(rm, i, r, NULL);
+	}
+	if (r < 0) {
+		atomic_store(&rm->down[i], true);
+		return NULL;
+	}
+	s->open[i] = true;
+	return &s->conns[i];
+}
+
+void remote_fail(struct remote_session *s, size_t i, int r)
+{
+	/* An answer ("no such chunk", "my copy is corrupt") leaves the
+	 * connection usable; anything else means the stream or server is gone. */
+	if (r == -ENOENT || r == -EBADMSG || r == -EIO || r == -ENOSPC)
+		return;
+	if (s->open[i]) {
+		stg_conn_close(&s->conns[i]);
+		s->open[i] = false;
+	}
+	report_down(s->rm, i, r, NULL);
+	atomic_store(&s->rm->down[i], true);
+}
+
+void remote_list_free(struct remote_version *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i].path);
+	free(v);
+}
+
+static int cmp_versions(const void *a, const void *b)
+{
+	const struct remote_version *x = a, *y = b;
+	int c = strcmp(x->path, y->path);
+	if (c)
+		return c;
+	return x->e.version < y->e.version ? -1 : x->e.version > y->e.version;
+}
+
+int remote_list(struct remote *rm, const char *prefix, struct remote_version **ret,
+		size_t *ret_n, size_t *ret_reached)
+{
+	struct remote_session s;
+	remote_session_init(&s, rm);
+	struct remote_version *v = NULL;
+	size_t n = 0, cap = 0, reached = 0;
+	int r = 0;
+	for (size_t i = 0; i < rm->policy->nservers && r == 0; i++) {
+		struct stg_conn *c = remote_conn(&s, i);
+		if (!c)
+			continue;
+		struct stg_msg req = {.type = STG_MSG_LIST}, rep;
+		req.list.prefix = prefix ? prefix : "";
+		req.list.prefix_len = prefix ? (uint32_t)strlen(prefix) : 0;
+		int cr = stg_conn_call(c, &req, STG_MSG_LIST_REPLY, &rep);
+		if (cr < 0) {
+			remote_fail(&s, i, cr);
+			continue;
+		}
+		reached++;
+		uint32_t off = 0;
+		struct stg_list_entry e;
+		while (r == 0 && stg_wire_list_next(&rep.list_reply, &off, &e)) {
+			if (n == cap) {
+				size_t ncap = cap ? cap * 2 : 64;
+				struct remote_version *nv = realloc(v, ncap * sizeof(*nv));
+				if (!nv) {
+					r = -ENOMEM;
+					break;
+				}
+				v = nv;
+				cap = ncap;
+			}
+			v[n].path = strndup(e.path, e.path_len);
+			if (!v[n].path) {
+				r = -ENOMEM;
+				break;
+			}
+			v[n].e = e;
+			v[n].servers = 1ull << i;
+			n++;
+		}
+	}
+	remote_session_done(&s);
+	if (r < 0) {
+		remote_list_free(v, n);
+		return r;
+	}
+	/* Merge the copies of each version. */
+	if (n > 1)
+		qsort(v, n, sizeof(*v), cmp_versions);
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (k > 0 && cmp_versions(&v[k - 1], &v[i]) == 0) {
+			v[k - 1].servers |= v[i].servers;
+			free(v[i].path);
+			continue;
+		}
+		v[k++] = v[i];
+	}
+	for (size_t i = 0; i < k; i++) {
+		v[i].e.path = v[i].path;
+		v[i].e.path_len = (uint32_t)strlen(v[i].path);
+	}
+	*ret = v;
+	*ret_n = k;
+	*ret_reached = reached;
+	return 0;
+}
+
+int remote_get_manifest(struct remote *rm, const char *path, uint64_t version, uint64_t mask,
+			struct stg_manifest *ret)
+{
+	size_t n = rm->policy->nservers;
+	uint32_t order[STG_CLUSTER_MAX_SERVERS];
+	stg_placement_rank(rm->policy->server_list, n, path, strlen(path), order);
+	struct remote_session s;
+	remote_session_init(&s, rm);
+	int r = -ENOENT;
+	for (size_t k = 0; k < n; k++) {
+		size_t i = order[k];
+		if (mask && !(mask & (1ull << i)))
+			continue;
+		struct stg_conn *c = remote_conn(&s, i);
+		if (!c)
+			continue;
+		struct stg_msg req = {.type = STG_MSG_GET_MANIFEST}, rep;
+		req.get_manifest.version = version;
+		req.get_manifest.path = path;
+		req.get_manifest.path_len = (uint32_t)strlen(path);
+		int cr = stg_conn_call(c, &req, STG_MSG_MANIFEST, &rep);
+		if (cr < 0) {
+			remote_fail(&s, i, cr);
+			if (cr != -ENOENT)
+				r = cr;
+			continue;
+		}
+		cr = stg_manifest_decode(rep.manifest.manifest, rep.manifest.len, ret);
+		if (cr == 0 && version && ret->version != version) {
+			stg_manifest_done(ret);
+			cr = -EBADMSG;
+		}
+		if (cr < 0) {
+			tool_error("server %s: the manifest of '%s' it sent is corrupt; trying the "
+				   "next",
+				   rm->policy->server_list[i], path);
+			r = cr;
+			continue;
+		}
+		r = 0;
+		break;
+	}
+	remote_session_done(&s);
+	return r;
+}
+
+struct fetch {
+	struct remote *rm;
+	const char *path;
+	const struct stg_manifest *m;
+	int fd;
+	atomic_uint_fast64_t next;
+	atomic_uint_fast64_t done_bytes;
+	atomic_int failed; /* 0, or the first -errno */
+	atomic_uint_fast64_t failed_chunk;
+	void (*progress)(void *arg, uint64_t done, uint64_t total);
+	void *arg;
+};
+
+/* Fetches chunk i into buf from the first replica with a good copy. */
+static int fetch_chunk(struct fetch *f, struct remote_session *s, uint64_t i, uint8_t *buf)
+{
+	const struct stg_manifest_entry *e = &f->m->entries[i];
+	size_t n = f->rm->policy->nservers;
+	uint32_t order[STG_CLUSTER_MAX_SERVERS];
+	stg_placement_rank(f->rm->policy->server_list, n, e->hash.b, sizeof(e->hash.b), order);
+	int r = -ENOENT;
+	for (size_t k = 0; k < n; k++) {
+		size_t srv = order[k];
+		struct stg_conn *c = remote_conn(s, srv);
+		if (!c)
+			continue;
+		struct stg_msg req = {.type = STG_MSG_GET_CHUNK}, rep;
+		req.get_chunk.hash = e->hash;
+		int cr = stg_conn_call(c, &req, STG_MSG_CHUNK, &rep);
+		if (cr == 0)
+			cr = stg_chunk_decode(rep.chunk.obj, rep.chunk.len, &e->hash, e->raw_len, buf);
+		if (cr == 0)
+			return 0;
+		if (cr == -EBADMSG) {
+			char hex[STG_HASH_HEX_LEN + 1];
+			stg_hash_hex(&e->hash, hex);
+			tool_error("server %s: its copy of chunk %llu of '%s' (%s) is corrupt; "
+				   "using another replica",
+				   f->rm->policy->server_list[srv], (unsigned long long)i, f->path,
+				   hex);
+			r = -EBADMSG;
+		}
+		remote_fail(s, srv, cr);
+	}
+	return r;
+}
+
+static void *fetch_worker(void *arg)
+{
+	struct fetch *f = arg;
+	struct remote_session s;
+	remote_session_init(&s, f->rm);
+	uint8_t *buf = malloc(f->m->chunk_size);
+	if (!buf) {
+		int zero = 0;
+		atomic_compare_exchange_strong(&f->failed, &zero, -ENOMEM);
+	}
+	while (buf && atomic_load(&f->failed) == 0) {
+		uint64_t i = atomic_fetch_add(&f->next, 1);
+		if (i >= f->m->nchunks)
+			break;
+		const struct stg_manifest_entry *e = &f->m->entries[i];
+		int r = 0;
+		if (!(e->flags & STG_ENTRY_ZERO)) {
+			r = fetch_chunk(f, &s, i, buf);
+			if (r == 0)
+				r = stg_pwrite_all(f->fd, buf, e->raw_len,
+						   (off_t)(i * f->m->chunk_size));
+		}
+		if (r < 0) {
+			int zero = 0;
+			if (atomic_compare_exchange_strong(&f->failed, &zero, r))
+				atomic_store(&f->failed_chunk, i);
+			break;
+		}
+		atomic_fetch_add(&f->done_bytes, e->raw_len);
+	}
+	free(buf);
+	remote_session_done(&s);
+	return NULL;
+}
+
+int remote_materialize(struct remote *rm, const char *path, const struct stg_manifest *m,
+		       int fd, void (*progress)(void *arg, uint64_t done, uint64_t total),
+		       void *arg, uint64_t *ret_chunk)
+{
+	if (ftruncate(fd, (off_t)m->size) < 0)
+		return -errno;
+	struct fetch f = {.rm = rm, .path = path, .m = m, .fd = fd, .progress = progress,
+			  .arg = arg};
+	pthread_t threads[FETCH_THREADS];
+	size_t started = 0;
+	size_t want = m->nchunks < FETCH_THREADS ? (m->nchunks ? m->nchunks : 1) : FETCH_THREADS;
+	for (; started < want; started++)
+		if (pthread_create(&threads[started], NULL, fetch_worker, &f) != 0)
+			break;
+	if (started == 0)
+		fetch_worker(&f);
+	/* Progress from here while the workers fetch. */
+	while (progress && started) {
+		uint64_t done = atomic_load(&f.done_bytes);
+		progress(arg, done, m->size);
+		if (done >= m->size || atomic_load(&f.failed) ||
+		    atomic_load(&f.next) >= m->nchunks + started)
+			break;
+		usleep(100000);
+	}
+	for (size_t i = 0; i < started; i++)
+		pthread_join(threads[i], NULL);
+	if (progress && !atomic_load(&f.failed))
+		progress(arg, m->size, m->size);
+	*ret_chunk = atomic_load(&f.failed_chunk);
+	return atomic_load(&f.failed);
+}
