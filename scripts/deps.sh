@@ -9,6 +9,7 @@ packages=(
 	libxxhash-dev liblz4-dev liburing-dev libjemalloc-dev libinih-dev
 	libibverbs-dev librdmacm-dev
 	bats rsync tar python3 python3-numpy python3-h5py time strace util-linux
+	iproute2 netcat-openbsd procps
 )
 
 missing=()
