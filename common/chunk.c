@@ -110,8 +110,30 @@ int stg_chunk_header_decode(const uint8_t *buf, size_t len, const struct stg_has
 	return 0;
 }
 
+/* Decompresses an lz4 payload into out and verifies it. */
+static int decode_lz4(const struct stg_chunk_header *h, const uint8_t *payload, uint8_t *out)
+{
+	int n = LZ4_decompress_safe((const char *)payload, (char *)out, (int)h->stored_len,
+				    (int)h->raw_len);
+	if (n < 0 || (uint32_t)n != h->raw_len)
+		return -EBADMSG;
+	struct stg_hash got;
+	stg_hash_compute(out, h->raw_len, &got);
+	return stg_hash_eq(&got, &h->hash) ? 0 : -EBADMSG;
+}
+
 int stg_chunk_decode(const uint8_t *buf, size_t len, const struct stg_hash *want,
 		     uint32_t want_raw_len, uint8_t *out)
+{
+	const uint8_t *data;
+	int r = stg_chunk_decode_view(buf, len, want, want_raw_len, out, &data);
+	if (r == 0 && data != out)
+		memcpy(out, data, want_raw_len);
+	return r;
+}
+
+int stg_chunk_decode_view(const uint8_t *buf, size_t len, const struct stg_hash *want,
+			  uint32_t want_raw_len, uint8_t *out, const uint8_t **ret_data)
 {
 	struct stg_chunk_header h;
 	int r = stg_chunk_header_decode(buf, len, want, want_raw_len, &h);
@@ -119,18 +141,17 @@ int stg_chunk_decode(const uint8_t *buf, size_t len, const struct stg_hash *want
 		return r;
 	if (len != STG_CHUNK_HEADER_SIZE + (size_t)h.stored_len)
 		return -EBADMSG;
-	const uint8_t *payload = buf + STG_CHUNK_HEADER_SIZE;
-	if (h.encoding == STG_CHUNK_RAW) {
-		memcpy(out, payload, h.raw_len);
-	} else {
-		int n = LZ4_decompress_safe((const char *)payload, (char *)out, (int)h.stored_len,
-					    (int)h.raw_len);
-		if (n < 0 || (uint32_t)n != h.raw_len)
-			return -EBADMSG;
+	if (h.encoding != STG_CHUNK_RAW) {
+		r = decode_lz4(&h, buf + STG_CHUNK_HEADER_SIZE, out);
+		if (r == 0)
+			*ret_data = out;
+		return r;
 	}
+	/* Raw: verified where it lies, no copy. */
 	struct stg_hash got;
-	stg_hash_compute(out, h.raw_len, &got);
+	stg_hash_compute(buf + STG_CHUNK_HEADER_SIZE, h.raw_len, &got);
 	if (!stg_hash_eq(&got, &h.hash))
 		return -EBADMSG;
+	*ret_data = buf + STG_CHUNK_HEADER_SIZE;
 	return 0;
 }

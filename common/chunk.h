@@ -56,3 +56,9 @@ int stg_chunk_header_decode(const uint8_t *buf, size_t len, const struct stg_has
  * content hash. Returns 0 or -EBADMSG. */
 int stg_chunk_decode(const uint8_t *buf, size_t len, const struct stg_hash *want,
 		     uint32_t want_raw_len, uint8_t *out);
+
+/* Like stg_chunk_decode, but a raw chunk is verified where it lies in buf and
+ * *ret_data points at it; a compressed one is decoded into out (*ret_data =
+ * out). Returns 0 or -EBADMSG. */
+int stg_chunk_decode_view(const uint8_t *buf, size_t len, const struct stg_hash *want,
+			  uint32_t want_raw_len, uint8_t *out, const uint8_t **ret_data);

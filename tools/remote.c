@@ -2,6 +2,7 @@
 /* Talking to the staging servers from the tools: list, fetch manifests, and
  * rebuild files from chunks fetched in parallel with failover. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -234,8 +235,10 @@ struct fetch {
 	void *arg;
 };
 
-/* Fetches chunk i into buf from the first replica with a good copy. */
-static int fetch_chunk(struct fetch *f, struct remote_session *s, uint64_t i, uint8_t *buf)
+/* Fetches chunk i from the first replica with a good copy; *ret_data points
+ * at its bytes (in buf, or in the connection's buffer until its next use). */
+static int fetch_chunk(struct fetch *f, struct remote_session *s, uint64_t i, uint8_t *buf,
+		       const uint8_t **ret_data)
 {
 	const struct stg_manifest_entry *e = &f->m->entries[i];
 	size_t n = f->rm->policy->nservers;
@@ -251,7 +254,8 @@ static int fetch_chunk(struct fetch *f, struct remote_session *s, uint64_t i, ui
 		req.get_chunk.hash = e->hash;
 		int cr = stg_conn_call(c, &req, STG_MSG_CHUNK, &rep);
 		if (cr == 0)
-			cr = stg_chunk_decode(rep.chunk.obj, rep.chunk.len, &e->hash, e->raw_len, buf);
+			cr = stg_chunk_decode_view(rep.chunk.obj, rep.chunk.len, &e->hash, e->raw_len,
+						   buf, ret_data);
 		if (cr == 0)
 			return 0;
 		if (cr == -EBADMSG) {
@@ -285,10 +289,15 @@ static void *fetch_worker(void *arg)
 		const struct stg_manifest_entry *e = &f->m->entries[i];
 		int r = 0;
 		if (!(e->flags & STG_ENTRY_ZERO)) {
-			r = fetch_chunk(f, &s, i, buf);
+			const uint8_t *data;
+			r = fetch_chunk(f, &s, i, buf, &data);
+			off_t off = (off_t)(i * f->m->chunk_size);
 			if (r == 0)
-				r = stg_pwrite_all(f->fd, buf, e->raw_len,
-						   (off_t)(i * f->m->chunk_size));
+				r = stg_pwrite_all(f->fd, data, e->raw_len, off);
+			/* Start the write-back now, so that the final fsync finds
+			 * little left to do: the disk works while we fetch. */
+			if (r == 0)
+				sync_file_range(f->fd, off, e->raw_len, SYNC_FILE_RANGE_WRITE);
 		}
 		if (r < 0) {
 			int zero = 0;
