@@ -195,6 +195,45 @@ static int is_trailing_space(uint8_t ch)
 	return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n';
 }
 
+static int hex_value(uint8_t c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+/* "stagehand-user-key UID HEX64" */
+static int parse_user_key(const uint8_t *buf, size_t len, struct stg_secret *ret)
+{
+	size_t at = strlen(STG_USER_KEY_MAGIC);
+	if (at >= len || buf[at] != ' ')
+		return -EINVAL;
+	at++;
+	uint64_t uid = 0;
+	size_t digits = 0;
+	while (at < len && buf[at] >= '0' && buf[at] <= '9' && digits < 10) {
+		uid = uid * 10 + (uint64_t)(buf[at++] - '0');
+		digits++;
+	}
+	if (digits == 0 || uid > UINT32_MAX || at >= len || buf[at] != ' ')
+		return -EINVAL;
+	at++;
+	if (len - at != 2 * STG_SHA256_LEN)
+		return -EINVAL;
+	for (size_t i = 0; i < STG_SHA256_LEN; i++) {
+		int hi = hex_value(buf[at + 2 * i]), lo = hex_value(buf[at + 2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return -EINVAL;
+		ret->key[i] = (uint8_t)(hi << 4 | lo);
+	}
+	ret->len = STG_SHA256_LEN;
+	ret->user_key = true;
+	ret->uid = (uint32_t)uid;
+	return 0;
+}
+
 int stg_secret_load(const char *path, struct stg_secret *ret, char *err, size_t errlen)
 {
 	/* One byte more than allowed, so that an overlong file is noticed. */
@@ -258,6 +297,16 @@ int stg_secret_load(const char *path, struct stg_secret *ret, char *err, size_t 
 		goto out_wipe;
 	}
 
+	memset(ret, 0, sizeof(*ret));
+	if (len > strlen(STG_USER_KEY_MAGIC) &&
+	    memcmp(buf, STG_USER_KEY_MAGIC, strlen(STG_USER_KEY_MAGIC)) == 0) {
+		r = parse_user_key(buf, len, ret);
+		if (r < 0)
+			set_err(err, errlen,
+				"secret file '%s': not a valid user key (\"%s UID HEX64\")", path,
+				STG_USER_KEY_MAGIC);
+		goto out_wipe;
+	}
 	memcpy(ret->key, buf, len);
 	ret->len = len;
 	r = 0;
@@ -272,14 +321,34 @@ static const char uid_key_label[] = "stagehand uid key";
 static const char client_label[] = "stagehand client";
 static const char server_label[] = "stagehand server";
 
-void stg_auth_uid_key(const struct stg_secret *s, uint32_t uid, uint8_t out[STG_SHA256_LEN])
+int stg_auth_uid_key(const struct stg_secret *s, uint32_t uid, uint8_t out[STG_SHA256_LEN])
 {
+	if (s->user_key) {
+		/* A user's key speaks for that user only. */
+		if (uid != s->uid)
+			return -EACCES;
+		memcpy(out, s->key, STG_SHA256_LEN);
+		return 0;
+	}
 	uint8_t le[4];
 	const void *pieces[] = { uid_key_label, le };
 	const size_t lens[] = { sizeof(uid_key_label) - 1, sizeof(le) };
 
 	stg_put_le32(le, uid);
 	stg_hmac_sha256(s->key, s->len, pieces, lens, 2, out);
+	return 0;
+}
+
+void stg_user_key_format(const struct stg_secret *cluster, uint32_t uid, char *out, size_t len)
+{
+	uint8_t key[STG_SHA256_LEN];
+	stg_auth_uid_key(cluster, uid, key);
+	int n = snprintf(out, len, "%s %u ", STG_USER_KEY_MAGIC, uid);
+	for (size_t i = 0; i < STG_SHA256_LEN && n > 0 && (size_t)n + 3 < len; i++)
+		n += snprintf(out + n, len - (size_t)n, "%02x", key[i]);
+	if (n > 0 && (size_t)n + 1 < len)
+		snprintf(out + n, len - (size_t)n, "\n");
+	explicit_bzero(key, sizeof(key));
 }
 
 /* Both proofs share a shape; the label and the order of the nonces keep a

@@ -3,6 +3,7 @@
  * secret, with a key per uid derived from it, so no secret crosses the wire. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,11 +27,20 @@ void stg_sha256_final(struct stg_sha256 *c, uint8_t out[STG_SHA256_LEN]);
 void stg_hmac_sha256(const void *key, size_t keylen, const void *const *pieces,
 		     const size_t *lens, size_t n, uint8_t out[STG_SHA256_LEN]);
 
-/* A secret as read from a secret file. */
+/* A secret as read from a secret file: the cluster's secret (what servers
+ * hold), or one user's key derived from it (what that user's clients hold:
+ * a file "stagehand-user-key <uid> <64 hex digits>"). */
 struct stg_secret {
 	uint8_t key[STG_SECRET_MAX];
 	size_t len;
+	bool user_key;     /* key holds the uid key of uid */
+	uint32_t uid;
 };
+
+#define STG_USER_KEY_MAGIC "stagehand-user-key"
+
+/* Writes the text of uid's key file into out (at least 128 bytes). */
+void stg_user_key_format(const struct stg_secret *cluster, uint32_t uid, char *out, size_t len);
 
 /* Reads a secret file: its bytes, trailing whitespace removed; at least
  * STG_SECRET_MIN of them. On failure returns -errno (-EINVAL when too short
@@ -38,8 +48,9 @@ struct stg_secret {
  * message naming the file into err. */
 int stg_secret_load(const char *path, struct stg_secret *ret, char *err, size_t errlen);
 
-/* The key of uid: HMAC(secret, "stagehand uid key" || uid as 4 bytes LE). */
-void stg_auth_uid_key(const struct stg_secret *s, uint32_t uid, uint8_t out[STG_SHA256_LEN]);
+/* The key of uid: HMAC(secret, "stagehand uid key" || uid as 4 bytes LE), or
+ * a user key's own key. Returns 0, or -EACCES when s is another uid's key. */
+int stg_auth_uid_key(const struct stg_secret *s, uint32_t uid, uint8_t out[STG_SHA256_LEN]);
 
 /* The client's proof: HMAC(uid key, "stagehand client" || server nonce ||
  * client nonce || uid LE). */

@@ -37,7 +37,11 @@ int drain_version(struct flusher *fl, const char *path, const struct stg_path_ru
 	if (dirfd < 0)
 		return stg_log_errno(STG_LOG_ERROR, -errno, "drain: cannot open '%s'", dname);
 	char tmp[NAME_MAX + 64];
-	snprintf(tmp, sizeof(tmp), ".%.200s.stagehand-drain.%d", bname, (int)getpid());
+	/* One name per node, not per process: a drain cut short by a crash is
+	 * overwritten by the next one instead of left behind. */
+	char host[64] = "localhost";
+	gethostname(host, sizeof(host) - 1);
+	snprintf(tmp, sizeof(tmp), ".%.200s.stagehand-drain.%.60s", bname, host);
 	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		r = stg_log_errno(STG_LOG_ERROR, -errno, "drain: cannot write in '%s'", dname);

@@ -142,6 +142,14 @@ int ship_version(struct flusher *fl, const char *id, uint64_t version)
 		return r;
 	}
 	const struct stg_path_rule *rule = stg_policy_match(fl->policy, path);
+	char where[1024];
+	if (stg_queue_read_mark(dirfd, version, where, sizeof(where)) == 0) {
+		/* Replicated before; only its drain failed or was cut short. */
+		r = rule && rule->drain ? drain_version(fl, path, rule, &m) : 0;
+		if (r == 0)
+			stg_queue_remove(fl->cache, id, version);
+		goto out_unpin;
+	}
 	size_t enc_len = stg_manifest_encoded_size(&m);
 	uint8_t *enc = malloc(enc_len);
 	if (!enc) {
@@ -190,16 +198,20 @@ int ship_version(struct flusher *fl, const char *id, uint64_t version)
 			break;
 		}
 		if (failed == 0) {
-			char where[1024];
 			describe(fl, pl, where, sizeof(where));
 			placement_done(pl, fl->nservers);
 			stg_queue_mark(dirfd, version, where);
-			stg_queue_remove(fl->cache, id, version);
 			stg_log(STG_LOG_INFO, "'%s' version %llu replicated on %s", path,
 				(unsigned long long)version, where);
-			fl->versions_shipped++;
+			/* Drained before it leaves the queue: flush --wait then
+			 * means drained too, and a flusher killed while draining
+			 * leaves the entry for the next one. */
 			if (rule && rule->drain)
-				drain_version(fl, path, rule, &m);
+				r = drain_version(fl, path, rule, &m);
+			if (r == 0) {
+				stg_queue_remove(fl->cache, id, version);
+				fl->versions_shipped++;
+			}
 			break;
 		}
 		placement_done(pl, fl->nservers);

@@ -328,7 +328,11 @@ int stg_conn_auth_client(struct stg_conn *c, const struct stg_secret *s, uint32_
 	uint8_t server_nonce[STG_AUTH_NONCE_LEN];
 	memcpy(server_nonce, m.challenge.nonce, sizeof(server_nonce));
 	uint8_t key[STG_SHA256_LEN];
-	stg_auth_uid_key(s, uid, key);
+	if (stg_auth_uid_key(s, uid, key) < 0) {
+		snprintf(c->error, sizeof(c->error), "the secret file is the key of uid %u, not %u",
+			 s->uid, uid);
+		return -EACCES;
+	}
 	struct stg_msg a = {.type = STG_MSG_AUTH, .tag = m.tag};
 	a.auth.uid = uid;
 	r = stg_auth_random(a.auth.nonce, sizeof(a.auth.nonce));
@@ -383,7 +387,7 @@ int stg_conn_auth_server(struct stg_conn *c, const struct stg_secret *s, uint32_
 		return -EPROTO;
 	}
 	uint8_t key[STG_SHA256_LEN], want[STG_AUTH_MAC_LEN];
-	stg_auth_uid_key(s, m.auth.uid, key);
+	stg_auth_uid_key(s, m.auth.uid, key); /* a server holds the cluster secret */
 	stg_auth_client_mac(key, ch.challenge.nonce, m.auth.nonce, m.auth.uid, want);
 	if (!stg_auth_mac_equal(want, m.auth.mac)) {
 		explicit_bzero(key, sizeof(key));

@@ -40,6 +40,9 @@ static void usage(FILE *f)
 		"  --max-connections N   concurrent connections (default 256)\n"
 		"  --port-file F         write the port listened on into F (with port 0)\n"
 		"  --log-level L         error, warn, info (default) or debug\n"
+		"  --user-key UID        print the key file of user UID (derived from the\n"
+		"                        secret) and exit: give it to that user as their\n"
+		"                        secret_file, so they can act as themselves only\n"
 		"  --help, --version\n");
 }
 
@@ -168,6 +171,7 @@ int main(int argc, char **argv)
 		{"max-connections", required_argument, NULL, 'm'},
 		{"port-file", required_argument, NULL, 'P'},
 		{"log-level", required_argument, NULL, 'L'},
+		{"user-key", required_argument, NULL, 'u'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{0},
@@ -175,6 +179,7 @@ int main(int argc, char **argv)
 	const char *listen_addr = NULL, *store_dir = NULL, *secret_file = NULL, *port_file = NULL;
 	struct stg_store_options so = {0};
 	unsigned gc_interval = 60, timeout_s = 30, max_conn = 256;
+	long user_key = -1;
 	stg_log_max_level = STG_LOG_INFO;
 	stg_log_init_from_env();
 	int c;
@@ -203,6 +208,16 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'P': port_file = optarg; break;
+		case 'u': {
+			char *end;
+			errno = 0;
+			user_key = strtol(optarg, &end, 10);
+			if (errno || *end || end == optarg || user_key < 0 || user_key > UINT32_MAX) {
+				fprintf(stderr, "stagehand-server: bad --user-key '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		}
 		case 'L': {
 			int l = stg_log_level_parse(optarg);
 			if (l < 0) {
@@ -221,6 +236,24 @@ int main(int argc, char **argv)
 		fprintf(stderr, "stagehand-server: unexpected argument '%s'\n", argv[optind]);
 		return 2;
 	}
+	if (user_key >= 0) {
+		static struct stg_secret cluster;
+		char err[512], text[256];
+		if (!secret_file) {
+			fprintf(stderr, "stagehand-server: --user-key needs --secret-file\n");
+			return 2;
+		}
+		if (stg_secret_load(secret_file, &cluster, err, sizeof(err)) < 0 ||
+		    cluster.user_key) {
+			fprintf(stderr, "stagehand-server: %s\n",
+				cluster.user_key ? "--secret-file is a user key, not the cluster's secret"
+						 : err);
+			return 1;
+		}
+		stg_user_key_format(&cluster, (uint32_t)user_key, text, sizeof(text));
+		fputs(text, stdout);
+		return 0;
+	}
 	if (!listen_addr || !store_dir || !secret_file) {
 		fprintf(stderr, "stagehand-server: --listen, --store and --secret-file are required\n");
 		usage(stderr);
@@ -236,6 +269,11 @@ int main(int argc, char **argv)
 	char err[512];
 	if (stg_secret_load(secret_file, &srv.secret, err, sizeof(err)) < 0) {
 		stg_log(STG_LOG_ERROR, "%s", err);
+		return 1;
+	}
+	if (srv.secret.user_key) {
+		stg_log(STG_LOG_ERROR, "'%s' is a user's key: the server needs the cluster's secret",
+			secret_file);
 		return 1;
 	}
 	int r = stg_store_open(store_dir, &so, &srv.store);

@@ -109,10 +109,10 @@ static void show_servers(const struct stg_policy *p)
 		atomic_store(&rm.reported[i], true);
 		struct stg_conn *c = remote_conn(&s, i);
 		struct stg_msg req = {.type = STG_MSG_STAT}, rep;
-		int r = c ? stg_conn_call(c, &req, STG_MSG_STAT_REPLY, &rep) : -EHOSTDOWN;
+		int r = c ? stg_conn_call(c, &req, STG_MSG_STAT_REPLY, &rep) : s.err[i];
 		if (r < 0) {
 			printf("          %-24s down: %s\n", p->server_list[i],
-			       c || !s.conns[i].error[0] ? strerror(-r) : s.conns[i].error);
+			       s.conns[i].error[0] ? s.conns[i].error : strerror(-r));
 			continue;
 		}
 		char a[32], b[32];

@@ -68,6 +68,7 @@ struct stg_conn *remote_conn(struct remote_session *s, size_t i)
 		report_down(rm, i, r, NULL);
 	}
 	if (r < 0) {
+		s->err[i] = r;
 		atomic_store(&rm->down[i], true);
 		return NULL;
 	}

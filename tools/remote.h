@@ -29,6 +29,7 @@ struct remote_session {
 	struct remote *rm;
 	struct stg_conn conns[STG_CLUSTER_MAX_SERVERS];
 	bool open[STG_CLUSTER_MAX_SERVERS];
+	int err[STG_CLUSTER_MAX_SERVERS]; /* why server i could not be reached */
 };
 
 /* Prepares to talk to the policy's servers (reads the secret). Prints the

@@ -385,6 +385,46 @@ static void test_golden(void)
 	CHECK(harness_golden("auth-v1.txt", (const uint8_t *)text, 195));
 }
 
+/* A user's key file proves that uid only, with the same MACs as the
+ * cluster secret would give. */
+static void test_user_key(void)
+{
+	static struct stg_secret cluster, user;
+	uint8_t sn[STG_AUTH_NONCE_LEN], cn[STG_AUTH_NONCE_LEN];
+	uint8_t k1[STG_SHA256_LEN], k2[STG_SHA256_LEN];
+	char text[256], err[512], path[4096];
+	fixed_inputs(&cluster, sn, cn);
+	stg_user_key_format(&cluster, 1000, text, sizeof(text));
+	CHECK(strncmp(text, "stagehand-user-key 1000 ", 24) == 0);
+	CHECK_EQ(strlen(text), 24 + 64 + 1);
+	char dir[] = "/tmp/stagehand-unit-XXXXXX";
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/user-key", dir);
+	write_secret(path, text, 0600);
+	CHECK_EQ(stg_secret_load(path, &user, err, sizeof(err)), 0);
+	CHECK(user.user_key);
+	CHECK_EQ(user.uid, 1000);
+	CHECK_EQ(stg_auth_uid_key(&cluster, 1000, k1), 0);
+	CHECK_EQ(stg_auth_uid_key(&user, 1000, k2), 0);
+	CHECK(memcmp(k1, k2, sizeof(k1)) == 0);
+	CHECK_EQ(stg_auth_uid_key(&user, 0, k2), -EACCES);
+	CHECK_EQ(stg_auth_uid_key(&user, 1001, k2), -EACCES);
+	/* Malformed: short key, bad hex, no uid, a uid past 32 bits. */
+	const char *bad[] = {
+		"stagehand-user-key 1000 abcd\n",
+		"stagehand-user-key 1000 zz23456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n",
+		"stagehand-user-key  0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n",
+		"stagehand-user-key 4294967296 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		write_secret(path, bad[i], 0600);
+		CHECK_EQ(stg_secret_load(path, &user, err, sizeof(err)), -EINVAL);
+		CHECK(strstr(err, "not a valid user key") != NULL);
+	}
+	unlink(path);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	test_sha256_vectors();
@@ -395,5 +435,6 @@ int main(void)
 	test_mac_equal();
 	test_random();
 	test_golden();
+	test_user_key();
 	return harness_done();
 }

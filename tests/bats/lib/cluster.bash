@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 # Helpers of cluster.bats: real staging servers on 127.0.0.1 (port 0 and a
 # port file), node caches with a [cluster] section, flushers, and bounded
-# waits. Everything a test starts has its $BATS_TEST_TMPDIR in its command
-# line, so that cluster_teardown finds and kills it.
+# waits. cluster_teardown kills what a test started by pid (servers, tracked
+# background commands, the flusher of every cache named by a policy), then
+# fails the test if any process still names its directory.
 
 SERVER="$STAGEHAND_BUILD/server/stagehand-server"
 FLUSHER="$STAGEHAND_BUILD/flusher/stagehand-flusher"
@@ -50,25 +51,54 @@ cluster_setup() {
 	SRV_HOST=()
 	SRV_NETNS=()
 	NSERVERS=0
+	BG_PIDS=()
+	CACHES=()
+	USERDIR="" NETNS="" HOSTVETH=""
 	unset STAGEHAND_REPLICATE_TIMEOUT STAGEHAND_FLUSHER
 }
 
-cluster_teardown() {
-	local i
-	# Servers and flushers first (kill -9: a test may have left them in any
-	# state), then whatever else still runs with our directory in its
-	# command line.
-	for i in "${!SRV_PID[@]}"; do
-		[ -n "${SRV_PID[$i]}" ] && kill -9 "${SRV_PID[$i]}" 2>/dev/null
-	done
-	if [ -n "${T:-}" ]; then
-		pkill -9 -f -- "$T" 2>/dev/null
-		local deadline=$(($(date +%s) + 10))
-		while pgrep -f -- "$T" >/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
-			sleep 0.05
-		done
+# Remembers a background process of the test, for cluster_teardown. Its
+# command line must name a file below $T (or $USERDIR).
+track() {
+	BG_PIDS+=("$1")
+}
+
+# kill_ours PID: kill -9 PID if it is still a process of this test (its
+# command line names our directory: a pid that exited may have been reused).
+kill_ours() {
+	local pid="$1" args
+	[ -n "$pid" ] || return 0
+	args=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || return 0
+	if [[ -n "${T:-}" && "$args" == *"$T/"* ]] || [[ -n "${USERDIR:-}" && "$args" == *"$USERDIR/"* ]]; then
+		kill -9 "$pid" 2>/dev/null
 	fi
 	return 0
+}
+
+cluster_teardown() {
+	local pid cache status=0
+	# Everything the test started, by pid: servers, background commands,
+	# the flusher of each cache (its pid is in the cache's flusher.lock).
+	for pid in "${SRV_PID[@]}" "${BG_PIDS[@]}"; do
+		kill_ours "$pid"
+	done
+	for cache in "${CACHES[@]}"; do
+		stop_flusher "$cache" || status=1
+	done
+	# Then nothing may be left that names our directories.
+	local dir
+	for dir in "${T:+$T/}" "${USERDIR:+$USERDIR/}"; do
+		[ -n "$dir" ] || continue
+		if ! wait_for 10 eval "! pgrep -f -- '$dir' >/dev/null"; then
+			echo "left running by the test:" >&2
+			ps -o pid,args -p "$(pgrep -d, -f -- "$dir")" >&2
+			status=1
+		fi
+	done
+	[ -n "${USERDIR:-}" ] && rm -rf "$USERDIR"
+	[ -n "${HOSTVETH:-}" ] && ip link del "$HOSTVETH" 2>/dev/null
+	[ -n "${NETNS:-}" ] && ip netns del "$NETNS" 2>/dev/null
+	return $status
 }
 
 # start_server I [OPTIONS...]: starts server I (0, 1, ...) with its store in
@@ -90,6 +120,8 @@ start_server() {
 			--port-file "$T/srv$i.port" "$@" 2>>"$T/srv$i.log" </dev/null >/dev/null 3>&- &
 	fi
 	SRV_PID[$i]=$!
+	# no "Killed" notices from bash when a test kills it
+	disown "${SRV_PID[$i]}"
 	SRV_HOST[$i]="$host"
 	[ "$i" -lt "$NSERVERS" ] || NSERVERS=$((i + 1))
 	wait_for 10 test -s "$T/srv$i.port" || {
@@ -115,7 +147,6 @@ stop_server() {
 	local i="$1" sig="${2:-TERM}"
 	kill -s "$sig" "${SRV_PID[$i]}" 2>/dev/null || true
 	wait_for 10 pid_gone "${SRV_PID[$i]}" || return 1
-	wait "${SRV_PID[$i]}" 2>/dev/null || true
 	SRV_PID[$i]=""
 }
 
@@ -134,6 +165,7 @@ server_list() {
 cluster_policy() {
 	local file="$1" cache="$2" glob="$3" kv replicas=2 timeout=10 secret="$SECRET"
 	shift 3
+	CACHES+=("$cache")
 	local rule="chunk_size = 64K
 keep = 100
 durability = local"
@@ -164,12 +196,22 @@ cluster_default_policy() {
 	cluster_policy "$POLICY" "$CACHE" "$CKPT/**" "$@"
 }
 
-# Kills the flushers of a cache (found through its policy file in their
-# command line or the lock's pid) and waits until they are gone.
-stop_flushers() {
-	local policy="$1" pids
-	pkill -9 -f -- "stagehand-flusher --policy $policy" 2>/dev/null || true
-	wait_for 10 eval "! pgrep -f -- 'stagehand-flusher --policy $policy' >/dev/null"
+# Is no flusher holding the flusher lock of a cache?
+flusher_lock_free() {
+	[ ! -e "$1/flusher.lock" ] || flock -n "$1/flusher.lock" true
+}
+
+# stop_flusher CACHE: kills (-9) the flusher of a cache, found through the
+# pid it writes into its lock, and waits until the lock is free.
+stop_flusher() {
+	local cache="$1" pid
+	[ -e "$cache/flusher.lock" ] || return 0
+	pid=$(tr -dc 0-9 <"$cache/flusher.lock" 2>/dev/null)
+	# only if that process does hold this lock open (pids are reused)
+	if [ -n "$pid" ] && ls -l "/proc/$pid/fd" 2>/dev/null | grep -q -- "-> $cache/flusher.lock\$"; then
+		kill -9 "$pid" 2>/dev/null
+	fi
+	wait_for 10 flusher_lock_free "$cache"
 }
 
 # Bytes of segment files in a server's store (apparent sizes).

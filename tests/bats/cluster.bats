@@ -1,0 +1,710 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# The cluster: real stagehand-server processes on 127.0.0.1 (and one in a
+# network namespace), node caches shipping to them through the flusher,
+# restores from the servers alone. Servers crash, links are cut, flushers are
+# killed, replicas rot, strangers knock: every version committed is restored
+# byte for byte, and nothing hangs.
+
+bats_require_minimum_version 1.5.0
+load lib/common
+load lib/cluster
+
+setup() {
+	cluster_setup
+}
+
+teardown() {
+	cluster_teardown
+}
+
+@test "two nodes, 3 servers, 2 replicas: every version of every file restores from the servers alone" {
+	start_servers 3
+	cluster_policy "$T/a.conf" "$T/cacheA" "$T/ckptA/**"
+	cluster_policy "$T/b.conf" "$T/cacheB" "$T/ckptB/**"
+	mkdir -p "$T/ckptA" "$T/ckptB"
+	# node A: f1 (~300 KiB) and f2 (~1 MiB); node B: f3 (~2 MiB). Version
+	# 1 is random, each later one changes about a quarter of the chunks.
+	local -A size=([A/f1]=307213 [A/f2]=1048576 [B/f3]=2097145)
+	local f v node name
+	for f in "${!size[@]}"; do
+		random_file "$REF/${f/\//_}.1" "${size[$f]}"
+		for v in 2 3 4 5; do
+			mutate "$REF/${f/\//_}.$((v - 1))" "$REF/${f/\//_}.$v"
+		done
+	done
+	for v in 1 2 3 4 5; do
+		for f in "${!size[@]}"; do
+			node=${f%/*} name=${f#*/}
+			STAGEHAND_POLICY="$T/${node,}.conf" shim cp "$REF/${f/\//_}.$v" "$T/ckpt$node/$name"
+		done
+	done
+	run "$STAGEHAND" flush --policy "$T/a.conf" --wait --timeout 60
+	[ "$status" -eq 0 ] || fail "flush of node A: $output"
+	run "$STAGEHAND" flush --policy "$T/b.conf" --wait --timeout 60
+	[ "$status" -eq 0 ] || fail "flush of node B: $output"
+	queue_empty "$T/cacheA" && queue_empty "$T/cacheB"
+	# every version is marked replicated in its cache
+	[ "$(find "$T/cacheA/files" -name '*.rep' | wc -l)" -eq 10 ]
+	[ "$(find "$T/cacheB/files" -name '*.rep' | wc -l)" -eq 5 ]
+
+	# Both caches gone: only the servers are left.
+	stop_flusher "$T/cacheA"
+	stop_flusher "$T/cacheB"
+	rm -rf "$T/cacheA" "$T/cacheB"
+	run "$STAGEHAND" ls --policy "$T/a.conf"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c "^$T/ckptA/f[12] .* [23] servers\$" <<<"$output")" -eq 10 ] ||
+		fail "ls from the servers: $output"
+	[[ "$output" != *cache* ]]
+	for f in "${!size[@]}"; do
+		node=${f%/*} name=${f#*/}
+		for v in 1 2 3 4 5; do
+			rm -rf "$BACK"
+			run restore_to "$T/${node,}.conf" "$v" "$BACK" "$T/ckpt$node/$name"
+			[ "$status" -eq 0 ] || fail "restore of $f version $v: $output"
+			[[ "$output" == *"from the servers"* ]]
+			cmp "$REF/${f/\//_}.$v" "$BACK$T/ckpt$node/$name"
+		done
+	done
+	# a node does not see the other's files through its own path rule, but
+	# the servers do list them: same uid, same cluster
+	run "$STAGEHAND" restore --policy "$T/a.conf" --to "$BACK.x" "$T/ckptB/f3"
+	[ "$status" -eq 0 ]
+	cmp "$REF/B_f3.5" "$BACK.x$T/ckptB/f3"
+}
+
+@test "kill -9 of a server in the middle of a flush: the flush completes on the others; restarted, it recovers its chunks" {
+	start_servers 3
+	cluster_default_policy chunk_size=1M
+	random_file "$REF/big" $((48 << 20))
+	# Staged without a flusher (STAGEHAND_FLUSHER=/bin/true stands in for
+	# it): the flush starts when we say.
+	STAGEHAND_FLUSHER=/bin/true shim cp "$REF/big" "$CKPT/big"
+	queue_empty "$CACHE" && fail "nothing queued"
+	"$STAGEHAND" flush --policy "$POLICY" --wait --timeout 60 >"$T/flush.out" 2>&1 3>&- &
+	local flush=$! victim=1
+	track $flush
+	# kill the victim as soon as its store grows past the segment header
+	local deadline=$((SECONDS + 30))
+	until [ "$(segment_bytes $victim)" -gt 4096 ]; do
+		[ "$SECONDS" -lt "$deadline" ] || fail "server $victim never received anything"
+	done
+	queue_empty "$CACHE" && fail "the flush was over before the kill"
+	stop_server $victim KILL
+	local rc=0
+	wait "$flush" || rc=$?
+	[ "$rc" -eq 0 ] || fail "flush --wait exited $rc: $(cat "$T/flush.out")"
+	queue_empty "$CACHE"
+	grep -q "server 127.0.0.1:${SRV_PORT[$victim]}: shipping failed" "$CACHE/flusher.log" ||
+		fail "the flusher did not notice: $(cat "$CACHE/flusher.log")"
+	grep -q "'$CKPT/big' version 1 replicated on" "$CACHE/flusher.log"
+	# restore from the two others, with an empty cache
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	run "$STAGEHAND" restore --to "$BACK" "$CKPT/big"
+	[ "$status" -eq 0 ] || fail "restore: $output"
+	cmp "$REF/big" "$BACK$CKPT/big"
+
+	# Restarted on its port and store: it finds the chunks it had stored.
+	local seg_before
+	seg_before=$(segment_bytes $victim)
+	start_server $victim
+	local n
+	n=$(sed -n "s/.*listening on 127.0.0.1:${SRV_PORT[$victim]}; store '.*': \([0-9]*\) chunks in .*/\1/p" \
+		"$T/srv$victim.log" | tail -1)
+	[ -n "$n" ] || fail "no recovery line in: $(cat "$T/srv$victim.log")"
+	[ "$n" -gt 0 ] || fail "it recovered no chunk ($seg_before bytes of segments)"
+	run "$STAGEHAND" status
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"127.0.0.1:${SRV_PORT[$victim]} "*" up "*": $n chunks"* ]] ||
+		fail "status: $output"
+	[ "$(grep -c ' up ' <<<"$output")" -eq 3 ]
+	rm -rf "$BACK"
+	run "$STAGEHAND" restore --to "$BACK" "$CKPT/big"
+	[ "$status" -eq 0 ] || fail "restore: $output"
+	cmp "$REF/big" "$BACK$CKPT/big"
+}
+
+@test "a server's link cut in the middle of a flush: no hang, the others take over" {
+	[ "$(id -u)" -eq 0 ] || skip "needs root to create a network namespace"
+	command -v ip >/dev/null || skip "needs ip (iproute2)"
+	local suf=$(($$ % 10000))$((RANDOM % 1000))
+	NETNS="shn$suf" HOSTVETH="shh$suf"
+	local nsveth="shs$suf" net="10.77.$((RANDOM % 250 + 1))"
+	ip netns add "$NETNS" 2>/dev/null || {
+		NETNS=""
+		skip "cannot create a network namespace (ip netns add)"
+	}
+	ip link add "$HOSTVETH" type veth peer name "$nsveth" ||
+		skip "cannot create a veth pair"
+	ip link set "$nsveth" netns "$NETNS"
+	ip addr add "$net.1/24" dev "$HOSTVETH"
+	ip link set "$HOSTVETH" up
+	ip netns exec "$NETNS" ip addr add "$net.2/24" dev "$nsveth"
+	ip netns exec "$NETNS" ip link set "$nsveth" up
+	ip netns exec "$NETNS" ip link set lo up
+
+	start_servers 2
+	SRV_HOST[2]="$net.2" SRV_NETNS[2]="$NETNS"
+	start_server 2
+	cluster_default_policy chunk_size=1M cluster.timeout=2
+	# all three answer before anything is cut
+	run "$STAGEHAND" status
+	[ "$(grep -c ' up ' <<<"$output")" -eq 3 ] || fail "status: $output"
+
+	random_file "$REF/big" $((48 << 20))
+	STAGEHAND_FLUSHER=/bin/true shim cp "$REF/big" "$CKPT/big"
+	local start=$SECONDS
+	"$STAGEHAND" flush --policy "$POLICY" --wait --timeout 60 >"$T/flush.out" 2>&1 3>&- &
+	local flush=$!
+	track $flush
+	local deadline=$((SECONDS + 30))
+	until [ "$(segment_bytes 2)" -gt 4096 ]; do
+		[ "$SECONDS" -lt "$deadline" ] || fail "the server in $NETNS never received anything"
+	done
+	queue_empty "$CACHE" && fail "the flush was over before the link was cut"
+	ip link set "$HOSTVETH" down
+	local rc=0
+	wait "$flush" || rc=$?
+	local took=$((SECONDS - start))
+	[ "$rc" -eq 0 ] || fail "flush --wait exited $rc: $(cat "$T/flush.out")"
+	[ "$took" -lt 45 ] || fail "flush --wait took ${took}s"
+	echo "# flush with a cut link: ${took}s" >&3
+	grep -q "server $net.2:${SRV_PORT[2]}: shipping failed" "$CACHE/flusher.log" ||
+		fail "the flusher did not notice: $(cat "$CACHE/flusher.log")"
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	# the cut server is down for restore too, and costs it at most a timeout
+	start=$SECONDS
+	run "$STAGEHAND" restore --to "$BACK" "$CKPT/big"
+	[ "$status" -eq 0 ] || fail "restore: $output"
+	[ $((SECONDS - start)) -lt 30 ]
+	cmp "$REF/big" "$BACK$CKPT/big"
+}
+
+@test "kill -9 of the flusher at random points: resumed, everything replicated once" {
+	start_servers 3
+	cluster_default_policy
+	local f v
+	for f in 1 2 3 4 5 6 7 8; do
+		random_file "$REF/f$f.1" $((2 << 20))
+		for v in 2 3 4 5; do
+			mutate "$REF/f$f.$((v - 1))" "$REF/f$f.$v"
+		done
+		for v in 1 2 3 4 5; do
+			STAGEHAND_FLUSHER=/bin/true shim cp "$REF/f$f.$v" "$CKPT/f$f"
+		done
+	done
+	queued() {
+		ls "$CACHE/queue" | wc -l
+	}
+	[ "$(queued)" -eq 40 ]
+	# Each round kills the flusher after a random delay of 0 to 300 ms, or
+	# earlier, a random 0 to 15 ms after it has shipped 1 to 3 versions:
+	# however fast this machine is, the kills land while it ships, at any
+	# point of a version, and work is left for the next round.
+	local round pid before after start delay k killed=0 midway=0
+	for round in 1 2 3 4 5 6 7 8; do
+		before=$(queued)
+		delay=$((RANDOM % 300))
+		k=$((RANDOM % 3 + 1))
+		"$FLUSHER" --policy "$POLICY" 2>>"$T/flusher.log" 3>&- &
+		pid=$!
+		track $pid
+		start=$(date +%s%N)
+		while [ $(($(date +%s%N) - start)) -lt $((delay * 1000000)) ]; do
+			if [ "$(queued)" -le $((before - k)) ]; then
+				sleep "0.0$(printf %02d $((RANDOM % 16)))"
+				break
+			fi
+		done
+		kill -9 "$pid" 2>/dev/null && killed=$((killed + 1))
+		wait "$pid" 2>/dev/null || true
+		after=$(queued)
+		[ "$after" -eq 0 ] || midway=$((midway + 1))
+		echo "# round $round: killed after $((($(date +%s%N) - start) / 1000000)) ms (of $delay), $before -> $after queued" >&3
+	done
+	[ "$killed" -eq 8 ] || fail "only $killed flushers were still running when killed"
+	[ "$midway" -ge 6 ] || fail "only $midway kills landed before the end of the shipping"
+	run "$FLUSHER" --policy "$POLICY" --once
+	[ "$status" -eq 0 ] || fail "the last flusher: $output"
+	queue_empty "$CACHE" || fail "still queued: $(ls "$CACHE/queue")"
+	[ "$(find "$CACHE/files" -name '*.rep' | wc -l)" -eq 40 ]
+
+	# Nothing twice: each distinct chunk is on exactly 2 servers, and the
+	# segments hold no more than those records.
+	local want_chunks want_bytes
+	read -r want_chunks want_bytes < <("$PYTHON" - "$REF"/f?.? <<'EOP'
+import hashlib, sys
+seen = {}
+for name in sys.argv[1:]:
+    data = open(name, 'rb').read()
+    for off in range(0, len(data), 65536):
+        c = data[off:off + 65536]
+        seen[hashlib.sha256(c).digest()] = len(c)
+# a raw record: 32-byte record header, 40-byte chunk header, payload,
+# padded to 4 KiB
+print(len(seen), sum((72 + n + 4095) // 4096 * 4096 for n in seen.values()))
+EOP
+)
+	run "$STAGEHAND" status
+	[ "$status" -eq 0 ]
+	local chunks
+	chunks=$(grep -o ' up [0-9]*s: [0-9]* chunks' <<<"$output" | awk '{ s += $3 } END { print s }')
+	echo "# $killed kills; $chunks chunks stored for $want_chunks distinct" >&3
+	[ "$chunks" -eq $((2 * want_chunks)) ] || fail "status: $output"
+	local stored headers
+	stored=$(total_segment_bytes)
+	headers=$(($(find "$T"/srv?/segments -name '*.seg' | wc -l) * 4096))
+	echo "# segments: $stored bytes, records of 2 replicas: $((2 * want_bytes))" >&3
+	[ $((stored - headers)) -le $((2 * want_bytes * 105 / 100)) ]
+
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	for f in 1 2 3 4 5 6 7 8; do
+		for v in 1 2 3 4 5; do
+			rm -rf "$BACK"
+			run restore_to "$POLICY" "$v" "$BACK" "$CKPT/f$f"
+			[ "$status" -eq 0 ] || fail "restore of f$f version $v: $output"
+			cmp "$REF/f$f.$v" "$BACK$CKPT/f$f"
+		done
+	done
+}
+
+@test "a corrupt replica on one server: restore says so and uses the other copy" {
+	start_servers 3
+	cluster_default_policy
+	random_file "$REF/f" $((4 << 20))
+	shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout 60
+	[ "$status" -eq 0 ]
+	stop_flusher "$CACHE"
+	# One byte of the payload of every record of server 0's segments: each
+	# of its chunks has its other replica on server 1 or 2. Restore asks
+	# the first-ranked holder first, which is server 0 for about a third of
+	# the 64 chunks.
+	local seg flipped=0
+	for seg in "$T"/srv0/segments/*.seg; do
+		for off in $("$PYTHON" - "$seg" <<'EOP'
+import struct, sys
+data = open(sys.argv[1], 'rb').read()
+off = 4096
+while off + 32 <= len(data) and data[off:off + 4] == b'SHSR':
+    (length,) = struct.unpack_from('<I', data, off + 8)
+    print(off + 32 + 40 + 100)
+    off += (32 + length + 4095) // 4096 * 4096
+EOP
+		); do
+			flip_byte "$seg" "$off"
+			flipped=$((flipped + 1))
+		done
+	done
+	[ "$flipped" -gt 10 ] || fail "only $flipped records found on server 0"
+	rm -rf "$CACHE"
+	run --separate-stderr "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore: $stderr"
+	cmp "$REF/f" "$BACK$CKPT/f"
+	[[ "$stderr" == *"server 127.0.0.1:${SRV_PORT[0]}: its copy of chunk "*" of '$CKPT/f' "*" is corrupt; using another replica"* ]] ||
+		fail "stderr: $stderr"
+	grep -q "stored copy of chunk [0-9a-f]* is corrupt" "$T/srv0.log"
+	# the good servers had nothing to complain about
+	! grep -q corrupt "$T/srv1.log" "$T/srv2.log"
+}
+
+@test "security: a wrong secret is refused" {
+	start_servers 2
+	cluster_default_policy
+	shim cp /etc/services "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout 30
+	[ "$status" -eq 0 ]
+	stop_flusher "$CACHE"
+	# the same cluster, another secret (a real file of its own)
+	head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$T/wrong-secret"
+	chmod 600 "$T/wrong-secret"
+	cluster_policy "$T/wrong.conf" "$T/cache2" "$CKPT/**" cluster.secret_file="$T/wrong-secret"
+	run "$STAGEHAND" status --policy "$T/wrong.conf"
+	[ "$(grep -c "127.0.0.1:[0-9]* *down: authentication failed" <<<"$output")" -eq 2 ] ||
+		fail "status: $output"
+	run "$STAGEHAND" ls --policy "$T/wrong.conf"
+	[[ "$output" != *"$CKPT/f"* ]]
+	run "$STAGEHAND" restore --policy "$T/wrong.conf" --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 1 ]
+	[ ! -e "$BACK$CKPT/f" ]
+	STAGEHAND_POLICY="$T/wrong.conf" STAGEHAND_FLUSHER=/bin/true shim cp /etc/hostname "$CKPT/g"
+	run "$STAGEHAND" flush --policy "$T/wrong.conf" --wait --timeout 5
+	[ "$status" -eq 1 ] || fail "flush with the wrong secret: $output"
+	[[ "$output" == *"1 version is not replicated"* ]]
+	grep -q "dropped: authentication failed" "$T/srv0.log"
+	grep -q "dropped: authentication failed" "$T/srv1.log"
+	# the right secret still works
+	run "$STAGEHAND" status
+	[ "$(grep -c ' up ' <<<"$output")" -eq 2 ]
+}
+
+@test "security: a user cannot list or restore another user's files" {
+	[ "$(id -u)" -eq 0 ] || skip "needs root to run as another user"
+	command -v setpriv >/dev/null || skip "needs setpriv"
+	start_servers 2
+	cluster_default_policy
+	random_file "$REF/f" 200000
+	shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout 30
+	[ "$status" -eq 0 ]
+	# nobody, with a policy, its own user key (not the cluster's secret) and
+	# an empty cache, all in a directory it can reach (the test's own is
+	# private to root)
+	USERDIR=$(mktemp -d /tmp/stagehand-cluster-user.XXXXXX)
+	chmod 755 "$USERDIR"
+	"$STAGEHAND_BUILD/server/stagehand-server" --secret-file "$SECRET" --user-key 65534 >"$USERDIR/secret"
+	grep -q '^stagehand-user-key 65534 [0-9a-f]\{64\}$' "$USERDIR/secret"
+	cluster_policy "$USERDIR/policy.conf" "$USERDIR/cache" "$CKPT/**" \
+		cluster.secret_file="$USERDIR/secret"
+	printf '[path %s/ckpt/**]\nchunk_size = 64K\n' "$USERDIR" >>"$USERDIR/policy.conf"
+	mkdir "$USERDIR/cache" "$USERDIR/ckpt"
+	chown -R 65534:65534 "$USERDIR"
+	chmod 600 "$USERDIR/secret"
+	local as_nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups env -u STAGEHAND_POLICY)
+	# it reaches the servers (the secret is right)...
+	run "${as_nobody[@]}" "$STAGEHAND" status --policy "$USERDIR/policy.conf"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c ' up ' <<<"$output")" -eq 2 ] || fail "status as nobody: $output"
+	# ...and ships and lists its own files...
+	run "${as_nobody[@]}" STAGEHAND_POLICY="$USERDIR/policy.conf" LD_PRELOAD="$SHIM" \
+		cp /etc/services "$USERDIR/ckpt/mine"
+	[ "$status" -eq 0 ]
+	run "${as_nobody[@]}" "$STAGEHAND" flush --policy "$USERDIR/policy.conf" --wait --timeout 30
+	[ "$status" -eq 0 ] || fail "flush as nobody: $output"
+	stop_flusher "$USERDIR/cache"
+	rm -rf "$USERDIR/cache"
+	run "${as_nobody[@]}" "$STAGEHAND" ls --policy "$USERDIR/policy.conf"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"$USERDIR/ckpt/mine "*" servers"* ]] || fail "ls as nobody: $output"
+	# ...but sees nothing of root's
+	[[ "$output" != *"$CKPT"* ]] || fail "nobody lists root's file: $output"
+	run "${as_nobody[@]}" "$STAGEHAND" restore --policy "$USERDIR/policy.conf" \
+		--to "$USERDIR/back" "$CKPT/f"
+	[ "$status" -eq 1 ] || fail "nobody restored root's file: $output"
+	[[ "$output" == *"nothing staged at or below '$CKPT/f' here or on the servers"* ]]
+	[ -z "$(find "$USERDIR/back" -type f 2>/dev/null)" ]
+	run "${as_nobody[@]}" "$STAGEHAND" restore --policy "$USERDIR/policy.conf" \
+		--version 1 --to "$USERDIR/back" "$CKPT/f"
+	[ "$status" -eq 1 ]
+	[ -z "$(find "$USERDIR/back" -type f 2>/dev/null)" ]
+	# root still can, and does not see nobody's file either
+	assert_restores "$REF/f" "$CKPT/f"
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	run "$STAGEHAND" ls
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"$CKPT/f "* ]]
+	[[ "$output" != *"$USERDIR"* ]] || fail "root lists nobody's file: $output"
+	# a user's key speaks for its user only: as root, it is refused
+	run "$STAGEHAND" status --policy "$USERDIR/policy.conf"
+	[[ "$output" == *"key of uid 65534, not 0"* ]] || fail "a user key acted for root: $output"
+}
+
+@test "security: garbage, oversized and truncated messages neither crash a server nor harm its store" {
+	# --timeout 2: a request begun and not finished is dropped after 2 s
+	start_servers 2 --timeout 2
+	cluster_default_policy
+	random_file "$REF/f" 500000
+	shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout 30
+	[ "$status" -eq 0 ]
+	stop_flusher "$CACHE"
+	local seg_before chunks_before
+	seg_before=$(segment_bytes 0)
+	run "$STAGEHAND" status
+	chunks_before=$(grep -o "127.0.0.1:${SRV_PORT[0]} *up [0-9]*s: [0-9]* chunks" <<<"$output" | awk '{ print $4 }')
+	[ "$chunks_before" -gt 0 ] || fail "status: $output"
+	run "$PYTHON" - 127.0.0.1 "${SRV_PORT[0]}" "$SECRET" <<'EOP'
+import hashlib, hmac, os, socket, struct, sys, time
+
+host, port, secret_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+secret = open(secret_file, 'rb').read().rstrip(b' \t\r\n')
+
+def hdr(mtype, length, tag=1):
+    return b'SHWP' + bytes([1, mtype]) + b'\0\0' + struct.pack('<II', length, tag)
+
+def conn():
+    return socket.create_connection((host, port), timeout=10)
+
+def recv_frame(s):
+    h = b''
+    while len(h) < 16:
+        b = s.recv(16 - len(h))
+        if not b:
+            return None, b''
+        h += b
+    (length,) = struct.unpack_from('<I', h, 8)
+    body = b''
+    while len(body) < length:
+        b = s.recv(length - len(body))
+        if not b:
+            break
+        body += b
+    return h[5], body
+
+def wait_closed(s, what, secs):
+    # the server answers (an ERROR frame at most) and hangs up
+    s.settimeout(secs)
+    try:
+        while s.recv(65536):
+            pass
+    except ConnectionResetError:
+        pass
+    except socket.timeout:
+        sys.exit('%s: the server kept the connection open for %ds' % (what, secs))
+    s.close()
+
+def closed_by_server(s, what):
+    # at the latest when it sees the end of our stream
+    try:
+        s.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    wait_closed(s, what, 10)
+
+def authed(uid=0):
+    s = conn()
+    t, body = recv_frame(s)
+    assert t == 1, t
+    server_nonce = body[4:36]
+    nonce = os.urandom(32)
+    key = hmac.new(secret, b'stagehand uid key' + struct.pack('<I', uid), hashlib.sha256).digest()
+    mac = hmac.new(key, b'stagehand client' + server_nonce + nonce + struct.pack('<I', uid),
+                   hashlib.sha256).digest()
+    s.sendall(hdr(2, 68) + struct.pack('<I', uid) + nonce + mac)
+    t, body = recv_frame(s)
+    assert t == 3, (t, body)
+    return s
+
+cases = 0
+# Slow clients first, all at once: silent, a partial header, a partial
+# frame before and after authentication, each left open: dropped after the
+# server's --timeout (2 s), well before 8 s.
+slow = []
+for what, data in (('silent', b''), ('partial header', b'SHWP\1'),
+                   ('partial AUTH', hdr(2, 68) + os.urandom(10))):
+    s = conn(); s.sendall(data); slow.append((s, what))
+s = authed(); s.sendall(hdr(7, 1 << 20) + os.urandom(5000)); slow.append((s, 'partial PUT_CHUNK'))
+start = time.time()
+for s, what in slow:
+    wait_closed(s, what, max(1, int(8 - (time.time() - start))))
+    cases += 1
+# random bytes at once
+for n in (1, 15, 16, 100, 5000):
+    s = conn(); s.sendall(os.urandom(n)); closed_by_server(s, 'random bytes'); cases += 1
+# a valid-looking AUTH header with a huge length, before authentication
+s = conn(); s.sendall(hdr(2, 0xfffffff0) + os.urandom(1000)); closed_by_server(s, 'huge AUTH'); cases += 1
+# a truncated AUTH frame, then close; a header, then close; nothing, then close
+s = conn(); s.sendall(hdr(2, 68) + os.urandom(10)); s.close(); cases += 1
+s = conn(); s.sendall(hdr(2, 68)); s.close(); cases += 1
+s = conn(); s.close(); cases += 1
+# a request before authentication
+s = conn(); s.sendall(hdr(7, 50) + os.urandom(50)); closed_by_server(s, 'unauthenticated PUT'); cases += 1
+# authenticated: a length past the largest frame
+s = authed(); s.sendall(hdr(7, 0xffffffff)); closed_by_server(s, 'huge PUT_CHUNK'); cases += 1
+# authenticated: a big frame announced, 1 MiB sent, then close
+s = authed(); s.sendall(hdr(7, 60 << 20) + os.urandom(1 << 20)); s.close(); cases += 1
+# authenticated: a forged chunk object (its header does not check out)
+obj = b'SHCK' + struct.pack('<HHII', 1, 0, 4096, 4096) + os.urandom(16) + b'\0' * 8 + os.urandom(4096)
+s = authed(); s.sendall(hdr(7, len(obj)) + obj)
+t, body = recv_frame(s)
+if t != 4:
+    sys.exit('a forged chunk was not refused (reply type %s)' % t)
+s.close(); cases += 1
+# authenticated: a manifest of random bytes for a path
+path, mf = b'/x/y', os.urandom(300)
+s = authed()
+s.sendall(hdr(9, 16 + len(path) + len(mf) + 1) + struct.pack('<IHHII', 3, len(path), 0, len(mf), 1)
+          + path + mf + b'\1')
+closed_by_server(s, 'random manifest'); cases += 1
+# authenticated: random bodies for every message type
+for mtype in range(1, 19):
+    s = authed(); body = os.urandom(200); s.sendall(hdr(mtype, len(body)) + body)
+    closed_by_server(s, 'type %d' % mtype); cases += 1
+# authenticated, then random bytes
+s = authed(); s.sendall(os.urandom(3000)); closed_by_server(s, 'random after AUTH'); cases += 1
+print(cases, 'cases sent')
+EOP
+	[ "$status" -eq 0 ] || fail "the client script: $output"
+	echo "# $output" >&3
+	# still there, still answering, nothing stored
+	kill -0 "${SRV_PID[0]}" || fail "the server died: $(tail -20 "$T/srv0.log")"
+	run "$STAGEHAND" status
+	[ "$(grep -c ' up ' <<<"$output")" -eq 2 ] || fail "status: $output"
+	[[ "$output" == *"127.0.0.1:${SRV_PORT[0]} "*" up "*": $chunks_before chunks"* ]] ||
+		fail "status: $output"
+	[ "$(segment_bytes 0)" -eq "$seg_before" ]
+	grep -q "rejected a chunk that fails verification" "$T/srv0.log"
+	grep -q "dropped: authentication failed" "$T/srv0.log"
+	! grep -qi "assert\|abort\|segmentation" "$T/srv0.log"
+	rm -rf "$CACHE"
+	assert_restores "$REF/f" "$CKPT/f"
+	# and after a restart its store is as it was, nothing corrupt in it
+	stop_server 0
+	start_server 0
+	grep -q "listening on 127.0.0.1:${SRV_PORT[0]}; store '.*': $chunks_before chunks in " "$T/srv0.log" ||
+		fail "server log: $(cat "$T/srv0.log")"
+	! grep -q "corrupt" "$T/srv0.log"
+	assert_restores "$REF/f" "$CKPT/f"
+}
+
+@test "keep = 2: older versions leave the servers and their chunks are reclaimed" {
+	start_servers 3 --gc-interval 1 --segment-size 1M
+	cluster_default_policy keep=2
+	local v size=$((1536 << 10)) peak=0 total
+	for v in 1 2 3 4 5 6; do
+		random_file "$REF/f.$v" "$size"
+		shim cp "$REF/f.$v" "$CKPT/f"
+		run "$STAGEHAND" flush --wait --timeout 30
+		[ "$status" -eq 0 ] || fail "flush of version $v: $output"
+		total=$(total_segment_bytes)
+		[ "$total" -le "$peak" ] || peak=$total
+	done
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	run "$STAGEHAND" ls
+	[ "$status" -eq 0 ]
+	[ "$(awk -v p="$CKPT/f" '$1 == p { print $2 }' <<<"$output" | tr '\n' ' ')" = "5 6 " ] ||
+		fail "ls from the servers: $output"
+	assert_restores "$REF/f.6" "$CKPT/f" 6
+	assert_restores "$REF/f.5" "$CKPT/f" 5
+	run "$STAGEHAND" restore --version 4 --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 1 ]
+	# Two versions of fully different data, on 2 replicas, each chunk a
+	# 68 KiB record: what the servers must keep.
+	local need=$((2 * 2 * size / 65536 * 69632))
+	echo "# peak $peak bytes of segments; 2 versions need $need" >&3
+	# right after version N was shipped, N-2 had just been dropped: its
+	# chunks were still there
+	[ "$peak" -ge $((3 * need / 2 * 9 / 10)) ] || fail "peak $peak: versions were never all shipped?"
+	reclaimed() {
+		total=$(total_segment_bytes)
+		[ "$total" -le $((need * 3 / 2)) ]
+	}
+	wait_for 30 reclaimed || fail "still $total bytes of segments, 2 versions need $need"
+	echo "# reclaimed: $total bytes of segments" >&3
+	assert_restores "$REF/f.6" "$CKPT/f" 6
+	assert_restores "$REF/f.5" "$CKPT/f" 5
+}
+
+@test "durability = replicated: close() returns once the servers hold the version, fails when they do not" {
+	start_servers 2
+	cluster_default_policy durability=replicated
+	export STAGEHAND_LOG_FILE="$T/shim.log"
+	shim "$WRITER" seq "$CKPT/f"
+	"$WRITER" seq "$REF/f"
+	# no waiting: it is marked the moment close() has returned
+	local id
+	id=$(ls "$CACHE/files")
+	[ -e "$CACHE/files/$id/v00000000000000000001.rep" ]
+	run "$STAGEHAND" ls "$CKPT/f"
+	[[ "$output" == *" cache+2 servers" ]] || fail "ls: $output"
+	# the servers have it
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	assert_restores "$REF/f" "$CKPT/f"
+
+	# No server answers: close() fails after the timeout, and says why.
+	stop_server 0
+	stop_server 1
+	local start=$SECONDS
+	STAGEHAND_REPLICATE_TIMEOUT=2 run shim "$WRITER" seq "$CKPT/g"
+	[ "$status" -eq 1 ] || fail "writer exited $status: $output"
+	[[ "$output" == *"close "*"Input/output error"* ]]
+	[ $((SECONDS - start)) -lt 20 ]
+	grep -q "'$CKPT/g' version 1 is staged on this node but its servers did not acknowledge it within 2s" \
+		"$T/shim.log" || fail "shim log: $(cat "$T/shim.log")"
+	# it is staged, though, and ships when the servers are back
+	[ "$(version_count "$CKPT/g")" -eq 1 ]
+	"$WRITER" seq "$REF/g"
+	start_server 0
+	start_server 1
+	run "$STAGEHAND" flush --wait --timeout 30
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	assert_restores "$REF/g" "$CKPT/g"
+}
+
+@test "drain = DIR: after flush --wait, DIR/<path> is the newest version, without leftovers" {
+	start_servers 2
+	local drain="$T/drain"
+	cluster_default_policy drain="$drain" chunk_size=1M
+	# the newest version large enough that draining it takes a while
+	random_file "$REF/f.1" $((4 << 20))
+	random_file "$REF/f.2" $((96 << 20))
+	local v
+	for v in 1 2; do
+		STAGEHAND_FLUSHER=/bin/true shim cp "$REF/f.$v" "$CKPT/f"
+	done
+	run "$STAGEHAND" flush --wait --timeout 30
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	# at once, no polling: flush --wait has returned, a job's epilogue
+	# would go on now
+	local left
+	left=$(ls -A "$drain$CKPT" | tr '\n' ' ')
+	if ! cmp -s "$REF/f.2" "$drain$CKPT/f"; then
+		cmp -s "$REF/f.1" "$drain$CKPT/f" &&
+			fail "right after flush --wait, the drained file is version 1, not 2 (in the directory: $left)"
+		fail "right after flush --wait, the drained file is not version 2 (in the directory: $left)"
+	fi
+	[ "$left" = "f " ] || fail "in the drain directory right after flush --wait: $left"
+}
+
+@test "drain = DIR: a flusher killed while draining: the next one drains, no temporary file is left" {
+	start_servers 2
+	local drain="$T/drain"
+	cluster_default_policy drain="$drain" chunk_size=1M
+	random_file "$REF/f" $((64 << 20))
+	STAGEHAND_FLUSHER=/bin/true shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush
+	[ "$status" -eq 0 ]
+	# as soon as the drain has begun writing its temporary file
+	local deadline=$((SECONDS + 30))
+	until compgen -G "$drain$CKPT/.f.*" >/dev/null; do
+		[ "$SECONDS" -lt "$deadline" ] || fail "the drain never began: $(ls -A "$drain$CKPT" 2>&1)"
+	done
+	stop_flusher "$CACHE"
+	run "$STAGEHAND" flush --wait --timeout 30
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	wait_for 10 test -e "$drain$CKPT/f" ||
+		fail "never drained; in the drain directory: $(ls -A "$drain$CKPT")"
+	cmp "$REF/f" "$drain$CKPT/f"
+	wait_for 10 eval '[ "$(ls -A "$drain$CKPT")" = f ]' ||
+		fail "left in the drain directory: $(ls -A "$drain$CKPT")"
+}
+
+@test "the flusher leaves when idle; a second one exits at once saying so" {
+	start_servers 2
+	cluster_default_policy
+	STAGEHAND_FLUSHER=/bin/true shim cp /etc/services "$CKPT/f"
+	"$FLUSHER" --policy "$POLICY" --idle-exit 1 2>"$T/flusher1.log" 3>&- &
+	local pid=$!
+	track $pid
+	wait_for 10 queue_empty "$CACHE"
+	wait_for 10 pid_gone "$pid" || fail "the flusher is still running: $(cat "$T/flusher1.log")"
+	local rc=0
+	wait "$pid" || rc=$?
+	[ "$rc" -eq 0 ] || fail "the idle flusher exited $rc: $(cat "$T/flusher1.log")"
+	grep -q "exiting: 1 versions shipped" "$T/flusher1.log"
+
+	# one runs (it has nothing to do for 30 s), a second one leaves at once
+	"$FLUSHER" --policy "$POLICY" --idle-exit 30 2>"$T/flusher2.log" 3>&- &
+	pid=$!
+	track $pid
+	wait_for 10 grep -q "shipping '$CACHE'" "$T/flusher2.log"
+	local start=$SECONDS
+	run timeout 10 "$FLUSHER" --policy "$POLICY"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"a flusher (pid $pid) already ships '$CACHE'"* ]] || fail "$output"
+	[ $((SECONDS - start)) -lt 5 ]
+	kill -0 "$pid"
+	# the one running takes new work
+	STAGEHAND_FLUSHER=/bin/true shim cp /etc/hostname "$CKPT/g"
+	wait_for 10 queue_empty "$CACHE"
+	wait_for 10 grep -q "'$CKPT/g' version 1 replicated" "$T/flusher2.log"
+}
