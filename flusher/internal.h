@@ -99,5 +99,9 @@ int ship_version(struct flusher *fl, const char *id, uint64_t version);
 int drain_version(struct flusher *fl, const char *path, const struct stg_path_rule *rule,
 		  const struct stg_manifest *m);
 
+/* Past 80% of the cache's capacity, evicts the oldest replicated versions
+ * (never the newest of a file, never one not replicated) down to 60%. */
+void evict_if_needed(struct flusher *fl);
+
 /* Rewrites flusher.state in the cache (what `stagehand status` shows). */
 void state_write(struct flusher *fl, size_t queued, const char *activity);

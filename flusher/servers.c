@@ -242,7 +242,7 @@ int servers_start(struct flusher *fl)
 		s->fl = fl;
 		s->name = fl->policy->server_list[i];
 		s->conn.fd = -1;
-		int r = io_uring_queue_init(16, &s->ring, 0);
+		int r = io_uring_queue_init(64, &s->ring, 0);
 		if (r < 0)
 			return stg_log_errno(STG_LOG_ERROR, r, "cannot set up io_uring");
 		s->ring_ready = true;

@@ -121,14 +121,19 @@ static int ship_pass(struct flusher *fl, struct pass *ps)
 			 (unsigned long long)items[i].version);
 		state_write(fl, n - i, activity);
 		r = ship_version(fl, items[i].id, items[i].version);
-		if (r == 0)
+		if (r == 0) {
 			ps->shipped++;
+			evict_if_needed(fl);
+		}
 		else if (r == -EAGAIN)
 			ps->blocked++;
 		else
 			ps->failed++;
 	}
 	free(items);
+	/* Even with nothing shipped (servers away), older replicated versions
+	 * can make room for the ones waiting. */
+	evict_if_needed(fl);
 	return 0;
 }
 

@@ -591,6 +591,39 @@ EOP
 	assert_restores "$REF/f.5" "$CKPT/f" 5
 }
 
+@test "capacity: replicated versions are evicted first, unreplicated ones never" {
+	start_servers 2
+	cluster_default_policy
+	sed -i "/^dir = /a capacity = 10M" "$POLICY"
+	local v ok=0
+	for v in 1 2 3 4 5 6 7 8; do
+		random_file "$REF/f.$v" 1048576
+		shim cp "$REF/f.$v" "$CKPT/f" || fail "version $v was refused"
+		run "$STAGEHAND" flush --wait --timeout 30
+		[ "$status" -eq 0 ] || fail "flush: $output"
+	done
+	# 8 MiB staged into 10 MiB: the oldest left the node, the newest stayed
+	run "$STAGEHAND" ls "$CKPT/f"
+	[[ "$(awk '$2 == 8' <<<"$output")" == *" cache+2 servers" ]] || fail "ls: $output"
+	[[ "$(awk '$2 == 1' <<<"$output")" == *" 2 servers" ]] || fail "ls: $output"
+	for v in 1 4 8; do
+		assert_restores "$REF/f.$v" "$CKPT/f" "$v"
+	done
+	# No server: nothing is replicated any more, so nothing more is evicted
+	# than the replicated versions, and writes run into the capacity.
+	stop_server 0
+	stop_server 1
+	for v in $(seq 9 24); do
+		random_file "$REF/f.$v" 1048576
+		shim cp "$REF/f.$v" "$CKPT/f" 2>/dev/null || break
+		ok=$v
+	done
+	[ "$ok" -ge 9 ] && [ "$ok" -lt 24 ] || fail "the cache took versions 9..$ok"
+	for ((v = 9; v <= ok; v++)); do
+		assert_restores "$REF/f.$v" "$CKPT/f" "$v" 2>/dev/null || fail "unreplicated version $v is gone"
+	done
+}
+
 @test "durability = replicated: close() returns once the servers hold the version, fails when they do not" {
 	start_servers 2
 	cluster_default_policy durability=replicated
