@@ -72,8 +72,12 @@ static int pack_fd(struct pipe *p, uint64_t pack)
 	if (fd < 0)
 		return -errno;
 	unsigned i = p->next_pack++ % PACK_FDS;
-	if (p->packs[i].fd >= 0)
+	if (p->packs[i].fd >= 0) {
+		/* A read prepared on it but not yet submitted would find the
+		 * number closed (or reused): submitted requests hold their file. */
+		io_uring_submit(p->ring);
 		close(p->packs[i].fd);
+	}
 	p->packs[i].pack = pack;
 	p->packs[i].fd = fd;
 	return fd;
@@ -202,7 +206,20 @@ static int on_reply(struct pipe *p, const struct stg_msg *m)
 		if (m->type == STG_MSG_ERROR) {
 			snprintf(p->srv->conn.error, sizeof(p->srv->conn.error), "%.*s",
 				 (int)m->error.text_len, m->error.text);
-			return stg_wire_error_to_errno(m->error.code);
+			int r = stg_wire_error_to_errno(m->error.code);
+			if (r == -EBADMSG) {
+				/* The server verified the chunk and it is wrong: our
+				 * copy is corrupt, and no other server would take it. */
+				const struct stg_manifest_entry *e =
+					&p->job->manifest->entries[s->entry];
+				char hex[STG_HASH_HEX_LEN + 1];
+				stg_hash_hex(&e->hash, hex);
+				p->srv->local_failure = true;
+				stg_log(STG_LOG_ERROR, "chunk %s of '%s' in pack %016llx is corrupt in "
+					"the cache (the server's verification failed)", hex,
+					p->job->path, (unsigned long long)e->pack);
+			}
+			return r;
 		}
 		if (m->type != STG_MSG_OK)
 			return -EPROTO;
@@ -277,19 +294,42 @@ static unsigned slots_for(const struct job *job, uint64_t budget, uint32_t *ret_
 	return n < 2 ? 2 : n > MAX_SLOTS ? MAX_SLOTS : (unsigned)n;
 }
 
+#define OP_RECV_DATA 4
+
+/* Waits for one of our operations to complete (retrying on EINTR: the
+ * buffers must outlive every operation). Returns OP_RECV_DATA for a receive
+ * that got bytes, else 0. */
+static int wait_one(struct pipe *p)
+{
+	for (;;) {
+		struct io_uring_cqe *cqe;
+		io_uring_submit(p->ring);
+		int r = io_uring_wait_cqe(p->ring, &cqe);
+		if (r == -EINTR || r == -EAGAIN)
+			continue;
+		if (r < 0) {
+			/* Cannot happen with a valid ring; never free buffers still
+			 * in use: keep them (a leak, not a corruption). */
+			stg_log_errno(STG_LOG_ERROR, r, "io_uring wait");
+			abort();
+		}
+		uint64_t ud = io_uring_cqe_get_data64(cqe);
+		int res = cqe->res;
+		io_uring_cqe_seen(p->ring, cqe);
+		if (ud == LIBURING_UDATA_TIMEOUT)
+			continue;
+		p->ops--;
+		return (ud & 3) == OP_RECV && res > 0 ? OP_RECV_DATA : 0;
+	}
+}
+
 /* Waits for every operation still in the ring after a failure: the socket is
  * shut down first, so that none of them can wait for the peer. */
 static void drain(struct pipe *p)
 {
 	shutdown(p->srv->conn.fd, SHUT_RDWR);
-	while (p->ops > 0) {
-		struct io_uring_cqe *cqe;
-		io_uring_submit(p->ring);
-		if (io_uring_wait_cqe(p->ring, &cqe) < 0)
-			break;
-		io_uring_cqe_seen(p->ring, cqe);
-		p->ops--;
-	}
+	while (p->ops > 0)
+		wait_one(p);
 }
 
 int sender_put(struct server *srv, const struct job *job, const uint32_t *entries, size_t n)
@@ -336,7 +376,9 @@ int sender_put(struct server *srv, const struct job *job, const uint32_t *entrie
 			break;
 		io_uring_submit(p->ring);
 		struct io_uring_cqe *cqe;
-		r = io_uring_wait_cqe_timeout(p->ring, &cqe, &ts);
+		do
+			r = io_uring_wait_cqe_timeout(p->ring, &cqe, &ts);
+		while (r == -EINTR); /* a stop and continue, a debugger */
 		if (r == -ETIME) {
 			r = -ETIMEDOUT;
 			break;
@@ -347,6 +389,9 @@ int sender_put(struct server *srv, const struct job *job, const uint32_t *entrie
 		io_uring_for_each_cqe(p->ring, head, cqe)
 		{
 			seen++;
+			/* Older kernels time the wait out with a request of liburing's. */
+			if (io_uring_cqe_get_data64(cqe) == LIBURING_UDATA_TIMEOUT)
+				continue;
 			if (r == 0)
 				r = on_completion(p, cqe);
 			else
@@ -364,15 +409,9 @@ int sender_put(struct server *srv, const struct job *job, const uint32_t *entrie
 				p->ops++;
 			}
 			while (p->ops > 0) {
-				struct io_uring_cqe *cqe;
-				io_uring_submit(p->ring);
-				if (io_uring_wait_cqe(p->ring, &cqe) < 0)
-					break;
 				/* A reply that raced the cancel would be lost: fail. */
-				if ((io_uring_cqe_get_data64(cqe) & 3) == OP_RECV && cqe->res > 0)
+				if (wait_one(p) == OP_RECV_DATA)
 					r = -EPROTO;
-				io_uring_cqe_seen(p->ring, cqe);
-				p->ops--;
 			}
 		} else {
 			drain(p);

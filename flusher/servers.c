@@ -3,6 +3,7 @@
  * out the jobs of each version (ask which chunks the server lacks, send
  * those, then the manifest), so every server is served in parallel. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,12 +170,13 @@ static int put_manifest(struct server *s, const struct job *job, uint32_t *missi
 
 static int run_job(struct server *s, const struct job *job)
 {
-	uint64_t sent_before = s->conn.bytes_sent;
 	s->conn.error[0] = '\0';
 	s->local_failure = false;
+	bool reused = s->connected;
 	int r = ensure_connected(s);
 	if (r < 0)
 		return r;
+	uint64_t sent_before = s->conn.bytes_sent;
 	size_t n = 0, nabsent = 0;
 	uint32_t *idx = distinct_held(job, &n);
 	uint32_t *absent = malloc(sizeof(*absent) * (job->nheld + 1));
@@ -183,6 +185,17 @@ static int run_job(struct server *s, const struct job *job)
 		goto out;
 	}
 	r = ask_have(s, job, idx, n, absent, &nabsent);
+	if (r < 0 && reused && r != -ENOMEM) {
+		/* A connection idle since the last version may have been cut
+		 * (the server restarted, a firewall forgot it): one new try
+		 * before calling the server down. */
+		stg_conn_close(&s->conn);
+		s->connected = false;
+		r = ensure_connected(s);
+		sent_before = s->conn.bytes_sent;
+		if (r == 0)
+			r = ask_have(s, job, idx, n, absent, &nabsent);
+	}
 	if (r == 0) {
 		s->stats.chunks_present += n - nabsent;
 		r = sender_put(s, job, absent, nabsent);
@@ -246,7 +259,13 @@ int servers_start(struct flusher *fl)
 		if (r < 0)
 			return stg_log_errno(STG_LOG_ERROR, r, "cannot set up io_uring");
 		s->ring_ready = true;
+		/* Signals go to the main thread; a worker's io_uring waits are
+		 * not interrupted by them. */
+		sigset_t all, old;
+		sigfillset(&all);
+		pthread_sigmask(SIG_BLOCK, &all, &old);
 		r = -pthread_create(&s->thread, NULL, worker, s);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		if (r < 0)
 			return stg_log_errno(STG_LOG_ERROR, r, "cannot start a worker thread");
 	}

@@ -106,6 +106,39 @@ static void describe(struct flusher *fl, struct placement *pl, char *out, size_t
 					       fl->servers[i].name);
 }
 
+/* Marks the version replicated, unless it was republished meanwhile (chmod
+ * or utime after close amend it in place): under the path's lock, so that
+ * an amend comes wholly before (seen here: shipped again) or after (it
+ * unmarks and queues again). Returns 0, -EAGAIN (changed: still queued) or
+ * -errno (the mark could not be written: still queued). */
+static int mark_if_unchanged(struct flusher *fl, const char *path, uint64_t version,
+			     const uint8_t *enc, size_t enc_len, const char *where)
+{
+	struct stg_catalog_file f;
+	int r = stg_catalog_lock(fl->cache, path, false, &f);
+	if (r < 0)
+		return r;
+	struct stg_manifest now;
+	r = stg_catalog_read(f.dirfd, version, &now);
+	if (r == 0) {
+		size_t len = stg_manifest_encoded_size(&now);
+		uint8_t *buf = malloc(len);
+		if (!buf)
+			r = -ENOMEM;
+		else if (stg_manifest_encode(&now, buf) != enc_len || memcmp(buf, enc, enc_len))
+			r = -EAGAIN;
+		free(buf);
+		stg_manifest_done(&now);
+	}
+	if (r == 0)
+		r = stg_queue_mark(f.dirfd, version, where);
+	if (r < 0 && r != -EAGAIN)
+		stg_log_errno(STG_LOG_ERROR, r, "cannot mark '%s' version %llu replicated", path,
+			      (unsigned long long)version);
+	stg_catalog_unlock(&f);
+	return r;
+}
+
 int ship_version(struct flusher *fl, const char *id, uint64_t version)
 {
 	char path[4096];
@@ -200,7 +233,9 @@ int ship_version(struct flusher *fl, const char *id, uint64_t version)
 		if (failed == 0) {
 			describe(fl, pl, where, sizeof(where));
 			placement_done(pl, fl->nservers);
-			stg_queue_mark(dirfd, version, where);
+			r = mark_if_unchanged(fl, path, version, enc, enc_len, where);
+			if (r < 0)
+				break;
 			stg_log(STG_LOG_INFO, "'%s' version %llu replicated on %s", path,
 				(unsigned long long)version, where);
 			/* Drained before it leaves the queue: flush --wait then

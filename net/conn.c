@@ -82,6 +82,12 @@ static void tune(int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	/* A cut link is noticed by our deadlines; keepalive covers idle sockets. */
 	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	/* A peer gone for a minute is noticed (the default is two hours): a
+	 * server must not keep the slots of dead nodes' connections. */
+	int idle = 60, intvl = 10, cnt = 6;
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
 }
 
 void stg_conn_init(struct stg_conn *c, int fd, const char *peer, int timeout_ms)

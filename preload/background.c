@@ -103,13 +103,23 @@ static int intermediate(void *arg)
 	unsigned long none = 0;
 	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, 0, 8);
 	syscall(SYS_setsid);
+	/* Out of the way first: a source may sit where another one goes (the
+	 * shadow at 4, /dev/null at 3), and dup2 onto itself would keep its
+	 * close-on-exec flag. */
+	long shadow = -1, done_w = -1;
 	if (sp->shadow >= 0) {
-		syscall(SYS_dup2, sp->shadow, 3);
-		syscall(SYS_dup2, sp->done_w, 4);
+		shadow = syscall(SYS_fcntl, sp->shadow, F_DUPFD, 10);
+		done_w = syscall(SYS_fcntl, sp->done_w, F_DUPFD, 10);
 	}
-	syscall(SYS_dup2, sp->in, 0);
-	syscall(SYS_dup2, sp->in, 1);
-	syscall(SYS_dup2, sp->err, 2);
+	long in = syscall(SYS_fcntl, sp->in, F_DUPFD, 10);
+	long err = syscall(SYS_fcntl, sp->err, F_DUPFD, 10);
+	if (sp->shadow >= 0) {
+		syscall(SYS_dup2, shadow, 3);
+		syscall(SYS_dup2, done_w, 4);
+	}
+	syscall(SYS_dup2, in, 0);
+	syscall(SYS_dup2, in, 1);
+	syscall(SYS_dup2, err, 2);
 	syscall(SYS_close_range, sp->shadow >= 0 ? 5 : 3, ~0u, 0);
 	syscall(SYS_execve, sp->exe, sp->argv, environ);
 	syscall(SYS_exit_group, 127);

@@ -20,10 +20,13 @@ static int mark_manifest(void *arg, const char *path, const struct stg_manifest 
 
 static void collect(struct server *srv)
 {
+	/* Exclusive only while the epoch turns: a manifest stored before
+	 * (its writer held the lock shared) is in the tree that the marking
+	 * below reads; one stored after marks its own chunks in the new epoch. */
 	pthread_rwlock_wrlock(&srv->manifest_lock);
 	stg_store_gc_begin(srv->store);
-	int r = stg_files_foreach(srv->files, mark_manifest, srv->store);
 	pthread_rwlock_unlock(&srv->manifest_lock);
+	int r = stg_files_foreach(srv->files, mark_manifest, srv->store);
 	if (r < 0) {
 		/* Without every mark, dropping anything could lose a live chunk. */
 		stg_log_errno(STG_LOG_ERROR, r, "collection skipped: cannot read the manifests");

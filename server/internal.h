@@ -21,8 +21,8 @@ struct server {
 	int64_t started_ns;
 
 	/* Held shared while a manifest is checked and written, exclusively while
-	 * the collector marks: a chunk a new manifest relies on is either seen
-	 * by the marking or marked by the manifest's writer. */
+	 * the collector starts an epoch: a chunk a new manifest relies on is
+	 * either seen by the marking or marked by the manifest's writer. */
 	pthread_rwlock_t manifest_lock;
 
 	/* The collector: runs every gc_interval_s, or sooner when retention

@@ -127,6 +127,11 @@ int cmd_flush(int argc, char **argv)
 	size_t added = 0;
 	stg_queue_recover(cache, &added);
 	size_t n = queued(cache, NULL);
+	if (n == (size_t)-1) {
+		tool_error("flush: cannot read the queue in '%s/queue'", cache->dir);
+		status = 1;
+		goto out;
+	}
 	if (n == 0) {
 		printf("everything staged on this node is replicated\n");
 		goto out;
@@ -142,7 +147,12 @@ int cmd_flush(int argc, char **argv)
 	bool tty = isatty(STDERR_FILENO);
 	int64_t deadline = stg_now_ns() + (int64_t)timeout_s * 1000000000;
 	size_t first = n;
-	while ((n = queued(cache, NULL)) > 0 && n != (size_t)-1) {
+	while ((n = queued(cache, NULL)) > 0) {
+		if (n == (size_t)-1) {
+			tool_error("flush: cannot read the queue in '%s/queue'", cache->dir);
+			status = 1;
+			goto out;
+		}
 		if (stg_now_ns() >= deadline) {
 			if (tty)
 				fputc('\n', stderr);
