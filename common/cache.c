@@ -44,13 +44,9 @@ static int check_format(int dirfd)
 void stg_cache_count_packs(struct stg_cache *c, uint64_t *ret_packs, uint64_t *ret_bytes)
 {
 	*ret_packs = *ret_bytes = 0;
-	int fd = openat(c->packs_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-	if (!d) {
-		if (fd >= 0)
-			close(fd);
+	DIR *d = stg_opendir_at(c->packs_fd, ".");
+	if (!d)
 		return;
-	}
 	struct dirent *de;
 	struct stat st;
 	while ((de = readdir(d)))

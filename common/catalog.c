@@ -28,7 +28,7 @@ void stg_catalog_file_id(const char *path, char out[STG_HASH_HEX_LEN + 1])
 	stg_hash_hex(&h, out);
 }
 
-static void manifest_name(uint64_t version, char out[40])
+void stg_catalog_manifest_name(uint64_t version, char out[40])
 {
 	snprintf(out, 40, "v%020" PRIu64 ".mf", version);
 }
@@ -95,15 +95,9 @@ static int cmp_u64(const void *a, const void *b)
 
 int stg_catalog_versions(int filedirfd, uint64_t **ret_versions, size_t *ret_n)
 {
-	int fd = openat(filedirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	DIR *d = stg_opendir_at(filedirfd, ".");
+	if (!d)
 		return -errno;
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		int r = -errno;
-		close(fd);
-		return r;
-	}
 	uint64_t *v = NULL;
 	size_t n = 0, cap = 0;
 	struct dirent *de;
@@ -130,10 +124,11 @@ int stg_catalog_versions(int filedirfd, uint64_t **ret_versions, size_t *ret_n)
 	return 0;
 }
 
-int stg_catalog_read(int filedirfd, uint64_t version, struct stg_manifest *ret)
+int stg_catalog_read_encoded(int filedirfd, uint64_t version, struct stg_manifest *ret,
+			     uint8_t **ret_bytes, size_t *ret_len)
 {
 	char name[40];
-	manifest_name(version, name);
+	stg_catalog_manifest_name(version, name);
 	uint8_t *data;
 	size_t len;
 	int r = stg_read_file(filedirfd, name, MANIFEST_MAX, &data, &len);
@@ -142,12 +137,22 @@ int stg_catalog_read(int filedirfd, uint64_t version, struct stg_manifest *ret)
 	if (r < 0)
 		return r;
 	r = stg_manifest_decode(data, len, ret);
-	free(data);
 	if (r == 0 && ret->version != version) {
 		stg_manifest_done(ret);
 		r = -EBADMSG;
 	}
+	if (r == 0 && ret_bytes) {
+		*ret_bytes = data;
+		*ret_len = len;
+	} else {
+		free(data);
+	}
 	return r;
+}
+
+int stg_catalog_read(int filedirfd, uint64_t version, struct stg_manifest *ret)
+{
+	return stg_catalog_read_encoded(filedirfd, version, ret, NULL, NULL);
 }
 
 int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
@@ -160,7 +165,7 @@ int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
 		return -ENOMEM;
 	stg_manifest_encode(m, buf);
 	char name[40];
-	manifest_name(m->version, name);
+	stg_catalog_manifest_name(m->version, name);
 	int r = stg_write_file_atomic(f->dirfd, name, buf, len, sync);
 	free(buf);
 	if (r < 0)
@@ -210,7 +215,7 @@ int stg_catalog_amend(struct stg_cache *c, const char *path, const uint32_t *mod
 int stg_catalog_remove_version(int filedirfd, uint64_t version)
 {
 	char name[40];
-	manifest_name(version, name);
+	stg_catalog_manifest_name(version, name);
 	if (unlinkat(filedirfd, name, 0) < 0)
 		return -errno;
 	stg_queue_unmark(filedirfd, version);
@@ -308,15 +313,9 @@ int stg_catalog_state(struct stg_cache *c, const char *path, struct stg_file_sta
 int stg_catalog_foreach(struct stg_cache *c,
 			int (*fn)(void *arg, const char *path, int filedirfd), void *arg)
 {
-	int fd = openat(c->files_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	DIR *d = stg_opendir_at(c->files_fd, ".");
+	if (!d)
 		return -errno;
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		int r = -errno;
-		close(fd);
-		return r;
-	}
 	int r = 0;
 	struct dirent *de;
 	while (r == 0 && (de = readdir(d))) {

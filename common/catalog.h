@@ -37,6 +37,13 @@ int stg_catalog_versions(int filedirfd, uint64_t **ret_versions, size_t *ret_n);
  * -ENOENT, -EBADMSG (corrupt) or -errno. */
 int stg_catalog_read(int filedirfd, uint64_t version, struct stg_manifest *ret);
 
+/* The same, also keeping the manifest's bytes as stored (malloc'ed). */
+int stg_catalog_read_encoded(int filedirfd, uint64_t version, struct stg_manifest *ret,
+			     uint8_t **ret_bytes, size_t *ret_len);
+
+/* "v<20 digits>.mf": the name of a version's manifest file. */
+void stg_catalog_manifest_name(uint64_t version, char out[40]);
+
 /* Publishes m as version m->version, atomically; with sync, durably (the
  * caller has made its chunks durable first). Clears a deletion mark. When the
  * cache ships to servers, queues the version for the flusher (a republished

@@ -317,13 +317,9 @@ static int compact(struct stg_cache *c, struct stg_manifest_entry *live, size_t 
  * nobody holds is left over from a process that died: remove it. */
 static void sweep_holds(struct stg_cache *c)
 {
-	int fd = openat(c->tmp_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-	if (!d) {
-		if (fd >= 0)
-			close(fd);
+	DIR *d = stg_opendir_at(c->tmp_fd, ".");
+	if (!d)
 		return;
-	}
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		size_t n = strlen(de->d_name);
@@ -342,14 +338,9 @@ static void sweep_holds(struct stg_cache *c)
 /* The pack files there are, with their sizes. */
 static int list_packs(struct stg_cache *c, uint64_t **ret_ids, uint64_t **ret_sizes, size_t *ret_n)
 {
-	int fd = openat(c->packs_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-	if (!d) {
-		int r = -errno;
-		if (fd >= 0)
-			close(fd);
-		return r;
-	}
+	DIR *d = stg_opendir_at(c->packs_fd, ".");
+	if (!d)
+		return -errno;
 	uint64_t *ids = NULL, *sizes = NULL;
 	size_t n = 0, cap = 0;
 	int r = 0;

@@ -160,16 +160,13 @@ int stg_index_rewrite(struct stg_cache *c, const struct stg_manifest_entry *entr
 		return -ENOMEM;
 	memcpy(v, entries, n * sizeof(*v));
 	/* Buckets with no live entry go; the others are replaced whole. */
-	int fd = openat(c->index_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	DIR *d = stg_opendir_at(c->index_fd, ".");
 	if (d) {
 		struct dirent *de;
 		while ((de = readdir(d)))
 			if (de->d_name[0] != '.')
 				unlinkat(c->index_fd, de->d_name, 0);
 		closedir(d);
-	} else if (fd >= 0) {
-		close(fd);
 	}
 	int r = append_sorted(c, v, n, true);
 	free(v);

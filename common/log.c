@@ -15,19 +15,26 @@ enum stg_log_level stg_log_max_level = STG_LOG_WARN;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
-static void default_sink(enum stg_log_level level, const char *msg)
+/* One write per message so lines from concurrent processes do not interleave. */
+static void write_line(int fd, const char *prefix, enum stg_log_level level, const char *msg)
 {
-	/* One write per message so lines from concurrent processes do not interleave. */
 	char line[2048];
-	int n = snprintf(line, sizeof(line), "stagehand: %s%s\n",
+	int n = snprintf(line, sizeof(line), "%s%s%s\n", prefix,
 			 level == STG_LOG_ERROR ? "error: " : level == STG_LOG_WARN ? "warning: " : "",
 			 msg);
 	if (n < 0)
 		return;
-	if ((size_t)n >= sizeof(line))
+	if ((size_t)n >= sizeof(line)) {
 		n = sizeof(line) - 1;
-	ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+		line[n - 1] = '\n';
+	}
+	ssize_t w = write(fd, line, (size_t)n);
 	(void)w;
+}
+
+static void default_sink(enum stg_log_level level, const char *msg)
+{
+	write_line(STDERR_FILENO, "stagehand: ", level, msg);
 }
 
 static stg_log_sink_fn sink = default_sink;
@@ -44,17 +51,10 @@ static void daemon_sink(enum stg_log_level level, const char *msg)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	localtime_r(&ts.tv_sec, &tm);
 	strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &tm);
-	char line[2048];
-	int n = snprintf(line, sizeof(line), "%s.%03ld %s[%d]: %s%s\n", stamp,
-			 ts.tv_nsec / 1000000, daemon_name, (int)getpid(),
-			 level == STG_LOG_ERROR ? "error: " : level == STG_LOG_WARN ? "warning: " : "",
-			 msg);
-	if (n < 0)
-		return;
-	if ((size_t)n >= sizeof(line))
-		n = sizeof(line) - 1;
-	ssize_t w = write(daemon_fd, line, (size_t)n);
-	(void)w;
+	char prefix[128];
+	snprintf(prefix, sizeof(prefix), "%s.%03ld %s[%d]: ", stamp, ts.tv_nsec / 1000000,
+		 daemon_name, (int)getpid());
+	write_line(daemon_fd, prefix, level, msg);
 }
 
 int stg_log_open_daemon(const char *name)

@@ -66,20 +66,7 @@ static void pack_name(uint64_t pack, char out[32])
 
 int stg_pack_parse_name(const char *name, uint64_t *ret)
 {
-	if (strlen(name) != 21 || strcmp(name + 16, ".pack") != 0)
-		return -EINVAL;
-	uint64_t v = 0;
-	for (int i = 0; i < 16; i++) {
-		char c = name[i];
-		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-		if (d < 0)
-			return -EINVAL;
-		v = v << 4 | (uint64_t)d;
-	}
-	if (v == 0)
-		return -EINVAL;
-	*ret = v;
-	return 0;
+	return stg_parse_hex_name(name, ".pack", ret);
 }
 
 static size_t aligned_len(size_t n)

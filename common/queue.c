@@ -75,14 +75,9 @@ static int compare_items(const void *a, const void *b)
 
 int stg_queue_list(struct stg_cache *c, struct stg_queue_item **ret, size_t *ret_n)
 {
-	int fd = openat(c->queue_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	DIR *d = stg_opendir_at(c->queue_fd, ".");
+	if (!d)
 		return -errno;
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return -errno;
-	}
 	struct stg_queue_item *items = NULL;
 	size_t n = 0, cap = 0;
 	int r = 0;
@@ -113,6 +108,18 @@ int stg_queue_list(struct stg_cache *c, struct stg_queue_item **ret, size_t *ret
 	*ret = items;
 	*ret_n = n;
 	return 0;
+}
+
+void stg_queue_item_path(struct stg_cache *c, const struct stg_queue_item *it, char *out,
+			 size_t len)
+{
+	snprintf(out, len, "?");
+	int dirfd = openat(c->files_fd, it->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd < 0)
+		return;
+	if (stg_catalog_read_path(dirfd, out, len) < 0)
+		snprintf(out, len, "?");
+	close(dirfd);
 }
 
 int stg_queue_mark(int filedirfd, uint64_t version, const char *servers)

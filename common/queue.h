@@ -26,6 +26,10 @@ int stg_queue_remove(struct stg_cache *c, const char *id, uint64_t version);
  * Returns 0 or -errno. */
 int stg_queue_list(struct stg_cache *c, struct stg_queue_item **ret, size_t *ret_n);
 
+/* The path a queued item belongs to, into out ("?" when it is gone). */
+void stg_queue_item_path(struct stg_cache *c, const struct stg_queue_item *it, char *out,
+			 size_t len);
+
 /* Marks a version replicated; servers is a text naming where it is. The mark
  * need not be durable: if it is lost, the version is shipped again, and the
  * servers already hold its chunks. Returns 0 or -errno. */

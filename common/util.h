@@ -2,6 +2,7 @@
 /* Small helpers: little-endian codecs, full reads and writes, paths. */
 #pragma once
 
+#include <dirent.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -68,6 +69,14 @@ int stg_write_file_atomic(int dirfd, const char *name, const void *data, size_t 
 /* Reads dirfd/name whole into a malloc'ed buffer, refusing files over max bytes
  * (-EFBIG). Returns 0 or -errno. */
 int stg_read_file(int dirfd, const char *name, size_t max, uint8_t **ret_data, size_t *ret_len);
+
+/* Opens dirfd/name (name "." for dirfd itself) for readdir, on a descriptor
+ * of its own. Returns the stream, or NULL with errno set. */
+DIR *stg_opendir_at(int dirfd, const char *name);
+
+/* Parses "<16 lowercase hex digits><suffix>" (pack and segment file names)
+ * into a non-zero id. Returns 0 or -EINVAL. */
+int stg_parse_hex_name(const char *name, const char *suffix, uint64_t *ret);
 
 /* Descriptors the library keeps open across calls (a pack being written, the
  * collection pin) are announced here, so that the shim can keep them out of

@@ -267,7 +267,7 @@ int stg_conn_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret)
 	if (r < 0)
 		return r;
 	if (h.length > c->cap) {
-		/* Grow geometrically, but never keep more than a frame needs. */
+		/* Room for the largest frame seen so far (kept for the next). */
 		size_t want = h.length < 4096 ? 4096 : h.length;
 		uint8_t *nb = malloc(want);
 		if (!nb)

@@ -38,6 +38,26 @@ struct pending {
 
 static struct pending *pending; /* guarded by shim.lock */
 
+/* A program of ours into path (PATH_MAX): $envname when it names one, else
+ * the first of cands (patterns of a path, taking dir) that exists. */
+static const char *locate(char *path, const char *envname, const char *dir,
+			  const char *const *cands, size_t n)
+{
+	const char *env = getenv(envname);
+	if (env && *env && access(env, X_OK) == 0) {
+		snprintf(path, PATH_MAX, "%s", env);
+		return path;
+	}
+	for (size_t i = 0; dir && i < n; i++) {
+		char p[PATH_MAX * 2];
+		snprintf(p, sizeof(p), cands[i], dir);
+		if (realpath(p, path) && access(path, X_OK) == 0)
+			return path;
+	}
+	path[0] = '\0';
+	return NULL;
+}
+
 /* The stagehand tool next to this library: build tree or installed. */
 static const char *helper(void)
 {
@@ -46,26 +66,16 @@ static const char *helper(void)
 	if (looked)
 		return path[0] ? path : NULL;
 	looked = 1;
-	const char *env = getenv("STAGEHAND_TOOL");
-	if (env && *env && access(env, X_OK) == 0) {
-		snprintf(path, sizeof(path), "%s", env);
-		return path;
-	}
+	static const char *const cands[] = {"%s/../tools/stagehand", "%s/../bin/stagehand",
+					    "%s/../../bin/stagehand"};
 	Dl_info info;
-	if (!dladdr((void *)helper, &info) || !info.dli_fname)
-		return NULL;
 	char lib[PATH_MAX];
-	snprintf(lib, sizeof(lib), "%s", info.dli_fname);
-	const char *dir = dirname(lib);
-	const char *cands[] = {"%s/../tools/stagehand", "%s/../bin/stagehand", "%s/../../bin/stagehand"};
-	for (size_t i = 0; i < sizeof(cands) / sizeof(cands[0]); i++) {
-		char p[PATH_MAX * 2];
-		snprintf(p, sizeof(p), cands[i], dir);
-		if (realpath(p, path) && access(path, X_OK) == 0)
-			return path;
+	const char *dir = NULL;
+	if (dladdr((void *)helper, &info) && info.dli_fname) {
+		snprintf(lib, sizeof(lib), "%s", info.dli_fname);
+		dir = dirname(lib);
 	}
-	path[0] = '\0';
-	return NULL;
+	return locate(path, "STAGEHAND_TOOL", dir, cands, sizeof(cands) / sizeof(cands[0]));
 }
 
 struct spawn {
@@ -285,26 +295,14 @@ static const char *flusher_exe(void)
 	if (looked)
 		return path[0] ? path : NULL;
 	looked = 1;
-	const char *env = getenv("STAGEHAND_FLUSHER");
-	if (env && *env && access(env, X_OK) == 0) {
-		snprintf(path, sizeof(path), "%s", env);
-		return path;
-	}
+	static const char *const cands[] = {"%s/stagehand-flusher",
+					    "%s/../flusher/stagehand-flusher"};
 	const char *tool = helper();
-	if (!tool)
-		return NULL;
 	char dir[PATH_MAX];
-	snprintf(dir, sizeof(dir), "%s", tool);
-	const char *d = dirname(dir);
-	const char *cands[] = {"%s/stagehand-flusher", "%s/../flusher/stagehand-flusher"};
-	for (size_t i = 0; i < sizeof(cands) / sizeof(cands[0]); i++) {
-		char p[PATH_MAX * 2];
-		snprintf(p, sizeof(p), cands[i], d);
-		if (realpath(p, path) && access(path, X_OK) == 0)
-			return path;
-	}
-	path[0] = '\0';
-	return NULL;
+	if (tool)
+		snprintf(dir, sizeof(dir), "%s", tool);
+	return locate(path, "STAGEHAND_FLUSHER", tool ? dirname(dir) : NULL, cands,
+		      sizeof(cands) / sizeof(cands[0]));
 }
 
 int background_start_flusher(void)

@@ -20,7 +20,6 @@
 
 #define FILES_DIR "files"
 #define PATH_FILE "path"
-#define MANIFEST_MAX (64u << 20)
 
 struct stg_files {
 	int fd; /* files/ */
@@ -132,36 +131,14 @@ out_close:
 	return r;
 }
 
-static void manifest_name(uint64_t version, char out[40])
-{
-	snprintf(out, 40, "v%020" PRIu64 ".mf", version);
-}
-
 /* Reads and validates one version; *ret_mf holds its bytes. */
 static int read_version(int filedirfd, uint64_t version, uint8_t **ret_mf, size_t *ret_len)
 {
-	char name[40];
-	manifest_name(version, name);
-	uint8_t *data;
-	size_t len;
-	int r = stg_read_file(filedirfd, name, MANIFEST_MAX, &data, &len);
-	if (r == -EFBIG)
-		return -EBADMSG;
-	if (r < 0)
-		return r;
 	struct stg_manifest m;
-	r = stg_manifest_decode(data, len, &m);
-	if (r == 0 && m.version != version)
-		r = -EBADMSG;
+	int r = stg_catalog_read_encoded(filedirfd, version, &m, ret_mf, ret_len);
 	if (r == 0)
 		stg_manifest_done(&m);
-	if (r < 0) {
-		free(data);
-		return r;
-	}
-	*ret_mf = data;
-	*ret_len = len;
-	return 0;
+	return r;
 }
 
 int stg_files_put(struct stg_files *f, uint32_t uid, const char *path, const uint8_t *mf,
@@ -179,7 +156,7 @@ int stg_files_put(struct stg_files *f, uint32_t uid, const char *path, const uin
 	if (fd < 0)
 		return fd;
 	char name[40];
-	manifest_name(version, name);
+	stg_catalog_manifest_name(version, name);
 	int r = stg_write_file_atomic(fd, name, mf, len, true);
 	if (r == 0 && fsync(fd) < 0)
 		r = -errno;
@@ -190,7 +167,7 @@ int stg_files_put(struct stg_files *f, uint32_t uid, const char *path, const uin
 	int removed = 0;
 	/* keep 0 keeps everything. */
 	for (size_t i = 0; r == 0 && keep && i + keep < n; i++) {
-		manifest_name(v[i], name);
+		stg_catalog_manifest_name(v[i], name);
 		r = unlinkat(fd, name, 0) < 0 ? -errno : 0;
 		removed += r == 0;
 	}
@@ -258,14 +235,9 @@ static int list_entry(int filedirfd, const char *path, manifest_fn fn, void *arg
 
 static int list_uid(int uidfd, const char *prefix, manifest_fn fn, void *arg)
 {
-	int fd = openat(uidfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	DIR *d = stg_opendir_at(uidfd, ".");
+	if (!d)
 		return -errno;
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return -ENOMEM;
-	}
 	size_t plen = strlen(prefix);
 	int r = 0;
 	struct dirent *de;
@@ -321,14 +293,9 @@ static bool parse_uid(const char *name, uint32_t *ret)
 
 int stg_files_foreach(struct stg_files *f, manifest_fn fn, void *arg)
 {
-	int fd = openat(f->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	DIR *d = stg_opendir_at(f->fd, ".");
+	if (!d)
 		return -errno;
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return -ENOMEM;
-	}
 	int r = 0;
 	struct dirent *de;
 	while (r == 0 && (de = readdir(d))) {

@@ -30,20 +30,7 @@ void stg_segment_name(uint64_t id, char *out)
 
 int stg_segment_parse_name(const char *name, uint64_t *ret)
 {
-	if (strlen(name) != STG_SEGMENT_NAME_LEN || strcmp(name + 16, ".seg") != 0)
-		return -EINVAL;
-	uint64_t v = 0;
-	for (int i = 0; i < 16; i++) {
-		char c = name[i];
-		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-		if (d < 0)
-			return -EINVAL;
-		v = v << 4 | (uint64_t)d;
-	}
-	if (v == 0)
-		return -EINVAL;
-	*ret = v;
-	return 0;
+	return stg_parse_hex_name(name, ".seg", ret);
 }
 
 static bool all_zero(const uint8_t *p, size_t n)

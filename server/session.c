@@ -205,7 +205,6 @@ static int on_list(struct session *s, const struct stg_msg *req)
 	ls.buf = malloc(ls.cap);
 	if (!ls.buf)
 		return stg_conn_send_error(&s->conn, req->tag, -ENOMEM, "out of memory");
-	/* Count as we go: list_one sees each version once. */
 	int r = stg_files_list(s->srv->files, s->uid, prefix, list_one, &ls);
 	if (r < 0) {
 		free(ls.buf);

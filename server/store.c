@@ -772,14 +772,9 @@ static int check_format(struct stg_store *s)
 
 	/* No FORMAT: a new store, or one whose creation was cut short. Anything
 	 * else in the directory means it is not ours. */
-	int fd = openat(s->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	DIR *d = stg_opendir_at(s->dirfd, ".");
+	if (!d)
 		return -errno;
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return -ENOMEM;
-	}
 	struct dirent *de;
 	while (r == -ENOENT && (de = readdir(d))) {
 		const char *n = de->d_name;
@@ -791,13 +786,8 @@ static int check_format(struct stg_store *s)
 	closedir(d);
 	if (r == -EPROTO)
 		return r;
-	fd = openat(s->dirfd, STG_SEGMENT_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0) {
-		d = fdopendir(fd);
-		if (!d) {
-			close(fd);
-			return -ENOMEM;
-		}
+	d = stg_opendir_at(s->dirfd, STG_SEGMENT_DIR);
+	if (d) {
 		uint64_t id;
 		while (r == -ENOENT && (de = readdir(d)))
 			if (stg_segment_parse_name(de->d_name, &id) == 0)
@@ -805,6 +795,8 @@ static int check_format(struct stg_store *s)
 		closedir(d);
 		if (r == -EPROTO)
 			return r;
+	} else if (errno != ENOENT) {
+		return -errno;
 	}
 	r = stg_write_file_atomic(s->dirfd, FORMAT_FILE, FORMAT_TEXT, strlen(FORMAT_TEXT), true);
 	if (r == 0 && fsync(s->dirfd) < 0)
@@ -830,14 +822,9 @@ static int cmp_u64(const void *a, const void *b)
  * segments whose creation was cut short. */
 static int list_segments(struct stg_store *s, uint64_t **ret, size_t *ret_n)
 {
-	int fd = openat(s->segdirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	DIR *d = stg_opendir_at(s->segdirfd, ".");
+	if (!d)
 		return -errno;
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return -ENOMEM;
-	}
 	uint64_t *v = NULL;
 	size_t n = 0, cap = 0;
 	int r = 0;

@@ -53,12 +53,8 @@ static void report_left(struct stg_cache *c)
 		return;
 	tool_error("flush: %zu version%s not replicated:", n, n == 1 ? " is" : "s are");
 	for (size_t i = 0; i < n; i++) {
-		char path[4096] = "?";
-		int dirfd = openat(c->files_fd, items[i].id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (dirfd >= 0) {
-			stg_catalog_read_path(dirfd, path, sizeof(path));
-			close(dirfd);
-		}
+		char path[4096];
+		stg_queue_item_path(c, &items[i], path, sizeof(path));
 		fprintf(stderr, "  %s version %" PRIu64 "\n", path, items[i].version);
 	}
 	free(items);

@@ -62,12 +62,8 @@ static void show_flusher(struct stg_cache *cache)
 	bool running = tool_flusher_running(cache, &pid);
 	printf("queue:    %zu version%s still to replicate\n", n, n == 1 ? "" : "s");
 	for (size_t i = 0; i < n && i < 10; i++) {
-		char path[4096] = "?";
-		int dirfd = openat(cache->files_fd, items[i].id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (dirfd >= 0) {
-			stg_catalog_read_path(dirfd, path, sizeof(path));
-			close(dirfd);
-		}
+		char path[4096];
+		stg_queue_item_path(cache, &items[i], path, sizeof(path));
 		printf("          %s version %" PRIu64 "\n", path, items[i].version);
 	}
 	if (n > 10)
