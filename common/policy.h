@@ -12,7 +12,7 @@ enum stg_durability {
 	STG_DURABILITY_REPLICATED,
 };
 
-enum stg_transport {
+enum stg_transport_kind {
 	STG_TRANSPORT_AUTO,
 	STG_TRANSPORT_RDMA,
 	STG_TRANSPORT_TCP,
@@ -39,7 +39,7 @@ struct stg_policy {
 	char **server_list;  /* parsed: "host:port" each */
 	size_t nservers;
 	uint32_t replicas;
-	enum stg_transport transport;
+	enum stg_transport_kind transport;
 	char *secret_file;
 	uint32_t timeout_s;  /* a server that does not answer within this is down */
 	struct stg_path_rule *rules;

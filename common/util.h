@@ -99,3 +99,6 @@ static inline void stg_fd_drop(int fd)
 
 /* Nanoseconds of CLOCK_REALTIME. */
 int64_t stg_now_ns(void);
+
+/* Milliseconds of a clock that never jumps: for deadlines. */
+int64_t stg_monotonic_ms(void);

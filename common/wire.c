@@ -20,6 +20,8 @@ static const char *const type_names[] = {
 	[STG_MSG_GET_MANIFEST] = "GET_MANIFEST", [STG_MSG_MANIFEST] = "MANIFEST",
 	[STG_MSG_GET_CHUNK] = "GET_CHUNK",       [STG_MSG_CHUNK] = "CHUNK",
 	[STG_MSG_STAT] = "STAT",                 [STG_MSG_STAT_REPLY] = "STAT_REPLY",
+	[STG_MSG_PUT_CHUNK_REF] = "PUT_CHUNK_REF", [STG_MSG_GET_CHUNK_REF] = "GET_CHUNK_REF",
+	[STG_MSG_CHUNK_REF] = "CHUNK_REF",
 };
 
 const char *stg_msg_type_name(uint8_t type)
@@ -275,6 +277,34 @@ int stg_wire_decode(const struct stg_wire_header *h, const uint8_t *b, struct st
 		if (stg_get_le64(b + 52) != 0)
 			return -EBADMSG;
 		break;
+	case STG_MSG_PUT_CHUNK_REF:
+		if (len != 16)
+			return -EBADMSG;
+		m.put_chunk_ref.addr = stg_get_le64(b);
+		m.put_chunk_ref.rkey = stg_get_le32(b + 8);
+		m.put_chunk_ref.len = stg_get_le32(b + 12);
+		if (m.put_chunk_ref.len < STG_CHUNK_HEADER_SIZE ||
+		    m.put_chunk_ref.len > stg_chunk_bound(64u << 20))
+			return -EBADMSG;
+		break;
+	case STG_MSG_GET_CHUNK_REF:
+		if (len != 32)
+			return -EBADMSG;
+		memcpy(m.get_chunk_ref.hash.b, b, 16);
+		m.get_chunk_ref.addr = stg_get_le64(b + 16);
+		m.get_chunk_ref.rkey = stg_get_le32(b + 24);
+		m.get_chunk_ref.cap = stg_get_le32(b + 28);
+		if (m.get_chunk_ref.cap < STG_CHUNK_HEADER_SIZE)
+			return -EBADMSG;
+		break;
+	case STG_MSG_CHUNK_REF:
+		if (len != 4)
+			return -EBADMSG;
+		m.chunk_ref.len = stg_get_le32(b);
+		if (m.chunk_ref.len < STG_CHUNK_HEADER_SIZE ||
+		    m.chunk_ref.len > stg_chunk_bound(64u << 20))
+			return -EBADMSG;
+		break;
 	default:
 		return -EBADMSG;
 	}
@@ -305,6 +335,9 @@ static size_t body_size(const struct stg_msg *m)
 	case STG_MSG_MANIFEST: return m->manifest.len;
 	case STG_MSG_GET_CHUNK: return 16;
 	case STG_MSG_STAT_REPLY: return 60;
+	case STG_MSG_PUT_CHUNK_REF: return 16;
+	case STG_MSG_GET_CHUNK_REF: return 32;
+	case STG_MSG_CHUNK_REF: return 4;
 	default: return SIZE_MAX;
 	}
 }
@@ -413,6 +446,20 @@ size_t stg_wire_encode(const struct stg_msg *m, uint8_t *out, size_t cap)
 		stg_put_le64(b + 40, m->stat_reply.uptime_s);
 		stg_put_le32(b + 48, m->stat_reply.connections);
 		stg_put_le64(b + 52, 0);
+		break;
+	case STG_MSG_PUT_CHUNK_REF:
+		stg_put_le64(b, m->put_chunk_ref.addr);
+		stg_put_le32(b + 8, m->put_chunk_ref.rkey);
+		stg_put_le32(b + 12, m->put_chunk_ref.len);
+		break;
+	case STG_MSG_GET_CHUNK_REF:
+		memcpy(b, m->get_chunk_ref.hash.b, 16);
+		stg_put_le64(b + 16, m->get_chunk_ref.addr);
+		stg_put_le32(b + 24, m->get_chunk_ref.rkey);
+		stg_put_le32(b + 28, m->get_chunk_ref.cap);
+		break;
+	case STG_MSG_CHUNK_REF:
+		stg_put_le32(b, m->chunk_ref.len);
 		break;
 	default:
 		return 0;

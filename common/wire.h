@@ -40,8 +40,12 @@ enum stg_msg_type {
 	STG_MSG_CHUNK = 16,
 	STG_MSG_STAT = 17,        /* the server's state */
 	STG_MSG_STAT_REPLY = 18,
+	/* RDMA connections only: the data of a chunk travels one-sided. */
+	STG_MSG_PUT_CHUNK_REF = 19, /* pull this chunk object from my memory */
+	STG_MSG_GET_CHUNK_REF = 20, /* GET_CHUNK, and write it into my memory */
+	STG_MSG_CHUNK_REF = 21,     /* the reply: the object is in your memory */
 };
-#define STG_MSG_TYPE_MAX 18
+#define STG_MSG_TYPE_MAX 21
 
 /* Error codes carried by ERROR (stable on the wire, unlike errno values). */
 enum stg_wire_error {
@@ -157,6 +161,24 @@ struct stg_msg_chunk {
 	uint32_t len;
 };
 
+/* A region of the requester's registered memory, valid for this request. */
+struct stg_msg_put_chunk_ref {
+	uint64_t addr;
+	uint32_t rkey;
+	uint32_t len; /* of the chunk object there */
+};
+
+struct stg_msg_get_chunk_ref {
+	struct stg_hash hash;
+	uint64_t addr;
+	uint32_t rkey;
+	uint32_t cap; /* bytes the object may take there */
+};
+
+struct stg_msg_chunk_ref {
+	uint32_t len; /* of the object written to the GET_CHUNK_REF's region */
+};
+
 struct stg_msg_stat_reply {
 	uint64_t chunks, chunk_bytes;
 	uint64_t segments, segment_bytes;
@@ -186,6 +208,9 @@ struct stg_msg {
 		struct stg_msg_get_chunk get_chunk;
 		struct stg_msg_chunk chunk;
 		struct stg_msg_stat_reply stat_reply;
+		struct stg_msg_put_chunk_ref put_chunk_ref;
+		struct stg_msg_get_chunk_ref get_chunk_ref;
+		struct stg_msg_chunk_ref chunk_ref;
 	};
 };
 

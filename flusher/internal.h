@@ -35,6 +35,7 @@ struct server {
 	const char *name; /* host:port */
 	struct stg_conn conn;
 	bool connected;
+	char why_not_rdma[160]; /* under transport = auto: why TCP ("": RDMA) */
 
 	/* Failures back off: no new job until down_until. */
 	int failures;

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* The chunk pipeline to one server, on the worker's io_uring: records are
- * read from the cache's packs into a bounded set of slots while earlier ones
- * are on the wire and later replies come back, so the disk, the network and
- * the server's work overlap. One send is in flight at a time (two sends on a
- * stream socket could interleave their bytes); reads run ahead of it. */
+ * read from the cache's packs into slots of the connection's pool while
+ * earlier ones are on their way and later replies come back, so the disk, the
+ * network and the server's work overlap. How a record travels is the
+ * connection's business (in the stream over TCP; over RDMA the server pulls
+ * it from the pool): the ring waits on the pack reads and on the
+ * connection's descriptor alike. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -21,17 +23,16 @@
 
 #define MAX_SLOTS 32
 #define PACK_FDS 8
-#define REPLY_BUF (64u << 10)
+#define MAX_REPLY (STG_WIRE_MAX_ERROR_TEXT + 64)
 
-enum op { OP_READ = 1, OP_SEND = 2, OP_RECV = 3 };
-enum slot_state { FREE, READING, READY, SENDING, WAITING };
+enum op { OP_READ = 1, OP_POLL = 2, OP_POLL_REMOVE = 3 };
+enum slot_state { FREE, READING, READY, WAITING };
 
 struct slot {
-	uint8_t *buf; /* frame header, then the record */
-	uint32_t len; /* of the record */
+	uint8_t *buf; /* the record, in the connection's pool */
+	uint32_t len;
 	uint32_t entry;
 	uint32_t tag;
-	uint32_t sent;
 	uint32_t ready_seq;
 	enum slot_state state;
 };
@@ -49,11 +50,9 @@ struct pipe {
 	unsigned next_pack;
 	uint32_t ready_counter;
 	unsigned ops; /* submitted, not yet completed */
-	bool sending, receiving;
-	uint8_t reply[REPLY_BUF];
-	size_t reply_fill;
+	bool polling, removing;
+	short poll_events;
 	size_t done;
-	int error;
 };
 
 static uint64_t user_data(unsigned slot, enum op op)
@@ -107,52 +106,35 @@ static int start_read(struct pipe *p, unsigned i, uint32_t entry)
 	struct slot *s = &p->slots[i];
 	s->entry = entry;
 	s->len = STG_CHUNK_HEADER_SIZE + e->stored_len;
-	s->sent = 0;
 	s->state = READING;
 	struct io_uring_sqe *sqe = get_sqe(p);
 	if (!sqe)
 		return -EBUSY;
-	io_uring_prep_read(sqe, fd, s->buf + STG_WIRE_HEADER_SIZE, s->len, e->offset);
+	io_uring_prep_read(sqe, fd, s->buf, s->len, e->offset);
 	io_uring_sqe_set_data64(sqe, user_data(i, OP_READ));
 	p->ops++;
 	return 0;
 }
 
-static int start_send(struct pipe *p)
+/* Hands ready records to the connection, oldest first, while it takes them. */
+static int post_ready(struct pipe *p)
 {
-	/* The slot that became ready first goes first. */
-	int best = -1;
-	for (unsigned i = 0; i < p->nslots; i++)
-		if (p->slots[i].state == READY &&
-		    (best < 0 || p->slots[i].ready_seq < p->slots[best].ready_seq))
-			best = (int)i;
-	if (best < 0)
-		return 0;
-	struct slot *s = &p->slots[best];
-	s->state = SENDING;
-	struct io_uring_sqe *sqe = get_sqe(p);
-	if (!sqe)
-		return -EBUSY;
-	uint32_t total = STG_WIRE_HEADER_SIZE + s->len;
-	io_uring_prep_send(sqe, p->srv->conn.fd, s->buf + s->sent, total - s->sent,
-			   MSG_NOSIGNAL | MSG_WAITALL);
-	io_uring_sqe_set_data64(sqe, user_data((unsigned)best, OP_SEND));
-	p->ops++;
-	p->sending = true;
-	return 0;
-}
-
-static int start_recv(struct pipe *p)
-{
-	struct io_uring_sqe *sqe = get_sqe(p);
-	if (!sqe)
-		return -EBUSY;
-	io_uring_prep_recv(sqe, p->srv->conn.fd, p->reply + p->reply_fill,
-			   REPLY_BUF - p->reply_fill, 0);
-	io_uring_sqe_set_data64(sqe, user_data(0, OP_RECV));
-	p->ops++;
-	p->receiving = true;
-	return 0;
+	for (;;) {
+		int best = -1;
+		for (unsigned i = 0; i < p->nslots; i++)
+			if (p->slots[i].state == READY &&
+			    (best < 0 || p->slots[i].ready_seq < p->slots[best].ready_seq))
+				best = (int)i;
+		if (best < 0)
+			return 0;
+		struct slot *s = &p->slots[best];
+		int r = stg_conn_post_bulk(&p->srv->conn, STG_MSG_PUT_CHUNK, s->tag, s->buf, s->len);
+		if (r == -EAGAIN)
+			return 0;
+		if (r < 0)
+			return r;
+		s->state = WAITING;
+	}
 }
 
 static int on_read(struct pipe *p, unsigned i, int res)
@@ -161,8 +143,7 @@ static int on_read(struct pipe *p, unsigned i, int res)
 	const struct stg_manifest_entry *e = &p->job->manifest->entries[s->entry];
 	struct stg_chunk_header h;
 	if (res < 0 || (uint32_t)res != s->len ||
-	    stg_chunk_header_decode(s->buf + STG_WIRE_HEADER_SIZE, s->len, &e->hash, e->raw_len,
-				    &h) < 0) {
+	    stg_chunk_header_decode(s->buf, s->len, &e->hash, e->raw_len, &h) < 0) {
 		char hex[STG_HASH_HEX_LEN + 1];
 		stg_hash_hex(&e->hash, hex);
 		int r = res < 0 ? res : -EBADMSG;
@@ -173,27 +154,8 @@ static int on_read(struct pipe *p, unsigned i, int res)
 				     hex, p->job->path, (unsigned long long)e->pack);
 	}
 	s->tag = p->srv->conn.next_tag++;
-	stg_wire_header_encode(s->buf, STG_MSG_PUT_CHUNK, s->len, s->tag);
 	s->state = READY;
 	s->ready_seq = p->ready_counter++;
-	return 0;
-}
-
-static int on_send(struct pipe *p, unsigned i, int res)
-{
-	struct slot *s = &p->slots[i];
-	p->sending = false;
-	if (res <= 0)
-		return res < 0 ? res : -EPIPE;
-	s->sent += (uint32_t)res;
-	p->srv->conn.bytes_sent += (uint64_t)res;
-	if (s->sent < STG_WIRE_HEADER_SIZE + s->len) {
-		/* A short send (a signal): the rest goes next, before any other. */
-		s->state = READY;
-		s->ready_seq = 0;
-		return 0;
-	}
-	s->state = WAITING;
 	return 0;
 }
 
@@ -201,7 +163,7 @@ static int on_reply(struct pipe *p, const struct stg_msg *m)
 {
 	for (unsigned i = 0; i < p->nslots; i++) {
 		struct slot *s = &p->slots[i];
-		if ((s->state != SENDING && s->state != WAITING) || s->tag != m->tag)
+		if (s->state != WAITING || s->tag != m->tag)
 			continue;
 		if (m->type == STG_MSG_ERROR) {
 			snprintf(p->srv->conn.error, sizeof(p->srv->conn.error), "%.*s",
@@ -223,12 +185,7 @@ static int on_reply(struct pipe *p, const struct stg_msg *m)
 		}
 		if (m->type != STG_MSG_OK)
 			return -EPROTO;
-		/* A reply can overtake our send's completion; the slot is freed
-		 * only once both are in. */
-		if (s->state == WAITING)
-			s->state = FREE;
-		else
-			s->tag = 0;
+		s->state = FREE;
 		p->done++;
 		p->srv->stats.chunks_sent++;
 		return 0;
@@ -236,32 +193,52 @@ static int on_reply(struct pipe *p, const struct stg_msg *m)
 	return -EPROTO;
 }
 
-static int on_recv(struct pipe *p, int res)
+/* Takes every reply that has arrived. */
+static int take_replies(struct pipe *p)
 {
-	p->receiving = false;
-	if (res <= 0)
-		return res < 0 ? res : -EPIPE;
-	p->reply_fill += (size_t)res;
-	size_t off = 0;
-	while (p->reply_fill - off >= STG_WIRE_HEADER_SIZE) {
-		struct stg_wire_header h;
-		int r = stg_wire_header_decode(p->reply + off, STG_WIRE_MAX_ERROR_TEXT + 64, &h);
-		if (r < 0)
-			return r;
-		if (p->reply_fill - off - STG_WIRE_HEADER_SIZE < h.length)
-			break;
+	for (;;) {
 		struct stg_msg m;
-		r = stg_wire_decode(&h, p->reply + off + STG_WIRE_HEADER_SIZE, &m);
+		int r = stg_conn_try_recv(&p->srv->conn, MAX_REPLY, &m);
+		if (r == -EAGAIN)
+			return 0;
 		if (r < 0)
 			return r;
 		r = on_reply(p, &m);
 		if (r < 0)
 			return r;
-		off += STG_WIRE_HEADER_SIZE + h.length;
 	}
-	memmove(p->reply, p->reply + off, p->reply_fill - off);
-	p->reply_fill -= off;
-	return 0;
+}
+
+/* Makes the ring wake up when the connection can progress. Returns false
+ * when it can progress already (no wait). */
+static bool watch_conn(struct pipe *p)
+{
+	short events;
+	int fd = stg_conn_pollable(&p->srv->conn, &events);
+	if (events == 0)
+		return false;
+	if (p->polling && (events & ~p->poll_events) && !p->removing) {
+		/* Waiting for less than is needed now (output room, say):
+		 * replace the poll once the removal has completed. */
+		struct io_uring_sqe *sqe = get_sqe(p);
+		if (sqe) {
+			io_uring_prep_poll_remove(sqe, user_data(0, OP_POLL));
+			io_uring_sqe_set_data64(sqe, user_data(0, OP_POLL_REMOVE));
+			p->ops++;
+			p->removing = true;
+		}
+	}
+	if (!p->polling) {
+		struct io_uring_sqe *sqe = get_sqe(p);
+		if (!sqe)
+			return true;
+		io_uring_prep_poll_add(sqe, fd, (unsigned)events);
+		io_uring_sqe_set_data64(sqe, user_data(0, OP_POLL));
+		p->ops++;
+		p->polling = true;
+		p->poll_events = events;
+	}
+	return true;
 }
 
 static int on_completion(struct pipe *p, struct io_uring_cqe *cqe)
@@ -271,14 +248,13 @@ static int on_completion(struct pipe *p, struct io_uring_cqe *cqe)
 	p->ops--;
 	switch ((enum op)(ud & 3)) {
 	case OP_READ: return on_read(p, slot, cqe->res);
-	case OP_SEND: {
-		int r = on_send(p, slot, cqe->res);
-		/* Its reply came first: the slot is done. */
-		if (r == 0 && p->slots[slot].state == WAITING && p->slots[slot].tag == 0)
-			p->slots[slot].state = FREE;
-		return r;
-	}
-	case OP_RECV: return on_recv(p, cqe->res);
+	case OP_POLL:
+		p->polling = false;
+		return cqe->res < 0 && cqe->res != -ECANCELED && cqe->res != -ENOENT ? cqe->res
+										     : 0;
+	case OP_POLL_REMOVE:
+		p->removing = false;
+		return 0;
 	}
 	return -EPROTO;
 }
@@ -289,47 +265,41 @@ static unsigned slots_for(const struct job *job, uint64_t budget, uint32_t *ret_
 	for (uint32_t i = 0; i < job->manifest->nchunks; i++)
 		if (job->manifest->entries[i].stored_len > biggest)
 			biggest = job->manifest->entries[i].stored_len;
-	*ret_slot_size = STG_WIRE_HEADER_SIZE + STG_CHUNK_HEADER_SIZE + biggest;
+	/* Records start on cache lines. */
+	*ret_slot_size = (STG_CHUNK_HEADER_SIZE + biggest + 63) & ~63u;
 	uint64_t n = budget / *ret_slot_size;
 	return n < 2 ? 2 : n > MAX_SLOTS ? MAX_SLOTS : (unsigned)n;
 }
 
-#define OP_RECV_DATA 4
-
-/* Waits for one of our operations to complete (retrying on EINTR: the
- * buffers must outlive every operation). Returns OP_RECV_DATA for a receive
- * that got bytes, else 0. */
-static int wait_one(struct pipe *p)
+/* Waits for every operation still in the ring (retrying on EINTR: the
+ * buffers must outlive every operation); a poll is removed first. */
+static void drain(struct pipe *p)
 {
-	for (;;) {
+	if (p->polling && !p->removing) {
+		struct io_uring_sqe *sqe = get_sqe(p);
+		if (sqe) {
+			io_uring_prep_poll_remove(sqe, user_data(0, OP_POLL));
+			io_uring_sqe_set_data64(sqe, user_data(0, OP_POLL_REMOVE));
+			p->ops++;
+		}
+	}
+	while (p->ops > 0) {
 		struct io_uring_cqe *cqe;
 		io_uring_submit(p->ring);
 		int r = io_uring_wait_cqe(p->ring, &cqe);
 		if (r == -EINTR || r == -EAGAIN)
 			continue;
 		if (r < 0) {
-			/* Cannot happen with a valid ring; never free buffers still
-			 * in use: keep them (a leak, not a corruption). */
+			/* Cannot happen with a valid ring; never reuse buffers
+			 * still in use. */
 			stg_log_errno(STG_LOG_ERROR, r, "io_uring wait");
 			abort();
 		}
 		uint64_t ud = io_uring_cqe_get_data64(cqe);
-		int res = cqe->res;
 		io_uring_cqe_seen(p->ring, cqe);
-		if (ud == LIBURING_UDATA_TIMEOUT)
-			continue;
-		p->ops--;
-		return (ud & 3) == OP_RECV && res > 0 ? OP_RECV_DATA : 0;
+		if (ud != LIBURING_UDATA_TIMEOUT)
+			p->ops--;
 	}
-}
-
-/* Waits for every operation still in the ring after a failure: the socket is
- * shut down first, so that none of them can wait for the peer. */
-static void drain(struct pipe *p)
-{
-	shutdown(p->srv->conn.fd, SHUT_RDWR);
-	while (p->ops > 0)
-		wait_one(p);
 }
 
 int sender_put(struct server *srv, const struct job *job, const uint32_t *entries, size_t n)
@@ -348,18 +318,10 @@ int sender_put(struct server *srv, const struct job *job, const uint32_t *entrie
 	p->nslots = slots_for(job, srv->fl->slot_budget, &slot_size);
 	if (p->nslots > n)
 		p->nslots = (unsigned)n;
-	int r = 0;
-	for (unsigned i = 0; i < p->nslots && r == 0; i++) {
-		p->slots[i].buf = malloc(slot_size);
-		if (!p->slots[i].buf)
-			r = -ENOMEM;
-	}
-	/* io_uring waits on the socket itself; on a non-blocking one it would
-	 * hand back EAGAIN instead. */
-	int fd = srv->conn.fd;
-	int fl = fcntl(fd, F_GETFL);
-	if (r == 0 && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0))
-		r = -errno;
+	struct stg_conn *c = &srv->conn;
+	int r = stg_conn_pool(c, (size_t)p->nslots * slot_size);
+	for (unsigned i = 0; i < p->nslots && r == 0; i++)
+		p->slots[i].buf = c->pool + (size_t)i * slot_size;
 
 	size_t next = 0;
 	struct __kernel_timespec ts = {.tv_sec = srv->fl->timeout_ms / 1000,
@@ -368,23 +330,31 @@ int sender_put(struct server *srv, const struct job *job, const uint32_t *entrie
 		for (unsigned i = 0; i < p->nslots && next < n && r == 0; i++)
 			if (p->slots[i].state == FREE)
 				r = start_read(p, i, entries[next++]);
-		if (r == 0 && !p->sending)
-			r = start_send(p);
-		if (r == 0 && !p->receiving)
-			r = start_recv(p);
-		if (r < 0)
+		if (r == 0)
+			r = post_ready(p);
+		if (r == 0)
+			r = take_replies(p);
+		if (r == 0) {
+			r = stg_conn_flush(c);
+			if (r == -EAGAIN)
+				r = 0;
+		}
+		if (r < 0 || p->done == n)
 			break;
+		bool wait = watch_conn(p);
 		io_uring_submit(p->ring);
 		struct io_uring_cqe *cqe;
-		do
-			r = io_uring_wait_cqe_timeout(p->ring, &cqe, &ts);
-		while (r == -EINTR); /* a stop and continue, a debugger */
-		if (r == -ETIME) {
-			r = -ETIMEDOUT;
-			break;
+		if (wait) {
+			do
+				r = io_uring_wait_cqe_timeout(p->ring, &cqe, &ts);
+			while (r == -EINTR); /* a stop and continue, a debugger */
+			if (r == -ETIME) {
+				r = -ETIMEDOUT;
+				break;
+			}
+			if (r < 0)
+				break;
 		}
-		if (r < 0)
-			break;
 		unsigned head, seen = 0;
 		io_uring_for_each_cqe(p->ring, head, cqe)
 		{
@@ -399,31 +369,11 @@ int sender_put(struct server *srv, const struct job *job, const uint32_t *entrie
 		}
 		io_uring_cq_advance(p->ring, seen);
 	}
-	if (p->ops > 0) {
-		if (r == 0) {
-			/* Done, with a receive still posted: cancel it. */
-			struct io_uring_sqe *sqe = get_sqe(p);
-			if (sqe) {
-				io_uring_prep_cancel64(sqe, user_data(0, OP_RECV), 0);
-				io_uring_sqe_set_data64(sqe, user_data(0, 0));
-				p->ops++;
-			}
-			while (p->ops > 0) {
-				/* A reply that raced the cancel would be lost: fail. */
-				if (wait_one(p) == OP_RECV_DATA)
-					r = -EPROTO;
-			}
-		} else {
-			drain(p);
-		}
-	}
-	if (fl >= 0 && r == 0)
-		fcntl(fd, F_SETFL, fl);
+	drain(p);
 	for (unsigned i = 0; i < PACK_FDS; i++)
 		if (p->packs[i].fd >= 0)
 			close(p->packs[i].fd);
-	for (unsigned i = 0; i < p->nslots; i++)
-		free(p->slots[i].buf);
+	stg_conn_pool_idle(c);
 	free(p);
 	return r;
 }

@@ -47,9 +47,19 @@ static int ensure_connected(struct server *s)
 {
 	if (s->connected)
 		return 0;
-	int r = stg_conn_connect(s->name, s->fl->timeout_ms, &s->conn);
-	if (r < 0)
+	char why[sizeof(s->why_not_rdma)];
+	int r = stg_conn_open(s->name, s->fl->policy->transport, s->fl->timeout_ms, &s->conn, why,
+			      sizeof(why));
+	if (r < 0) {
+		if (why[0])
+			snprintf(s->conn.error, sizeof(s->conn.error), "%s", why);
 		return r;
+	}
+	/* Said on every new connection, and loudly when auto fell back. */
+	if (why[0] && strcmp(why, s->why_not_rdma) != 0)
+		stg_log(STG_LOG_WARN, "server %s: rdma unavailable (%s); using tcp", s->name, why);
+	snprintf(s->why_not_rdma, sizeof(s->why_not_rdma), "%s", why);
+	stg_log(STG_LOG_INFO, "server %s: connected over %s", s->name, stg_conn_transport(&s->conn));
 	r = stg_conn_auth_client(&s->conn, &s->fl->secret, s->fl->uid);
 	if (r < 0) {
 		if (r == -EACCES)

@@ -156,11 +156,11 @@ static int load(struct flusher *fl, const char *policy_file)
 			fl->policy->file);
 		return -EINVAL;
 	}
-	if (fl->policy->transport == STG_TRANSPORT_RDMA) {
-		stg_log(STG_LOG_ERROR, "%s: transport = rdma is not available in this version of "
-				       "stagehand; use tcp or auto",
-			fl->policy->file);
-		return -EINVAL;
+	char why[256];
+	if (fl->policy->transport == STG_TRANSPORT_RDMA && !stg_rdma_available(why, sizeof(why))) {
+		stg_log(STG_LOG_ERROR, "%s: transport = rdma, but %s; use tcp or auto",
+			fl->policy->file, why);
+		return -ENODEV;
 	}
 	r = stg_secret_load(fl->policy->secret_file, &fl->secret, err, sizeof(err));
 	if (r < 0) {

@@ -37,7 +37,12 @@ void state_write(struct flusher *fl, size_t queued, const char *activity)
 		const char *st = !server_available(s, now) ? "down"
 				 : s->connected		   ? "connected"
 							   : "idle";
-		ADD("server %s %s %s\n", s->name, st, s->last_error[0] ? s->last_error : "-");
+		const char *via = s->connected ? stg_conn_transport(&s->conn) : "-";
+		ADD("server %s %s %s %s%s%s%s\n", s->name, st, via,
+		    s->last_error[0] ? s->last_error : "-",
+		    s->connected && s->why_not_rdma[0] ? " (not rdma: " : "",
+		    s->connected ? s->why_not_rdma : "",
+		    s->connected && s->why_not_rdma[0] ? ")" : "");
 	}
 #undef ADD
 	if (at > sizeof(buf))

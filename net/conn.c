@@ -1,47 +1,43 @@
 /* SPDX-License-Identifier: MIT */
-/* Framed, authenticated TCP connections with deadlines. Sockets are
- * non-blocking and every wait is a poll() bounded by the timeout, so a peer
- * that vanishes (a cut link, a stopped host) costs at most the timeout. */
+/* Framed, authenticated connections with deadlines, over any transport
+ * (transport.h). A frame is assembled without blocking (stg_conn_try_recv);
+ * the blocking calls wait on the transport between tries, bounded by the
+ * connection's timeout. On transports with one-sided operations, chunk
+ * objects do not travel in the stream: PUT_CHUNK_REF / GET_CHUNK_REF name a
+ * region of the client's pool and the server pulls or pushes the object; the
+ * users of a connection still see PUT_CHUNK and CHUNK messages. */
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
+#include <sys/mman.h>
 
+#include "chunk.h"
 #include "conn.h"
 #include "log.h"
+#include "transport.h"
 #include "util.h"
 
-static int64_t now_ms(void)
+#define POOL_ALIGN (1u << 20)
+
+/* Time left before a deadline (at least 0). */
+static int left_ms(int64_t deadline)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	int64_t left = deadline - stg_monotonic_ms();
+	return left <= 0 ? 0 : left > 60000 ? 60000 : (int)left;
 }
 
-/* Waits for events on fd until the deadline. Returns 0, -ETIMEDOUT or -errno. */
-static int wait_fd(int fd, short events, int64_t deadline)
+/* Waits for progress before the deadline. Returns 0 or -ETIMEDOUT. */
+static int wait_until(struct stg_conn *c, bool for_write, int64_t deadline)
 {
 	for (;;) {
-		int64_t left = deadline - now_ms();
-		if (left <= 0)
+		if (deadline - stg_monotonic_ms() <= 0)
 			return -ETIMEDOUT;
-		struct pollfd p = {.fd = fd, .events = events};
-		int r = poll(&p, 1, left > 60000 ? 60000 : (int)left);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r > 0)
-			return 0;
+		int r = c->t->wait(c, for_write, left_ms(deadline));
+		if (r != -ETIMEDOUT)
+			return r;
 	}
 }
 
@@ -76,146 +72,125 @@ int stg_conn_split(const char *hostport, char *host, size_t hostlen, char *port,
 	return 0;
 }
 
-static void tune(int fd)
-{
-	int one = 1;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	/* A cut link is noticed by our deadlines; keepalive covers idle sockets. */
-	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-	/* A peer gone for a minute is noticed (the default is two hours): a
-	 * server must not keep the slots of dead nodes' connections. */
-	int idle = 60, intvl = 10, cnt = 6;
-	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
-	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-}
 
-void stg_conn_init(struct stg_conn *c, int fd, const char *peer, int timeout_ms)
+const char *stg_conn_transport(const struct stg_conn *c)
 {
-	memset(c, 0, sizeof(*c));
-	c->fd = fd;
-	c->timeout_ms = timeout_ms > 0 ? timeout_ms : STG_CONN_TIMEOUT_MS;
-	c->next_tag = 1;
-	snprintf(c->peer, sizeof(c->peer), "%s", peer);
-	int fl = fcntl(fd, F_GETFL);
-	if (fl >= 0)
-		fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-	tune(fd);
-}
-
-static int connect_one(const struct addrinfo *ai, int64_t deadline)
-{
-	int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-			ai->ai_protocol);
-	if (fd < 0)
-		return -errno;
-	int r = connect(fd, ai->ai_addr, ai->ai_addrlen);
-	if (r < 0 && errno != EINPROGRESS) {
-		r = -errno;
-		goto out_close;
-	}
-	if (r < 0) {
-		r = wait_fd(fd, POLLOUT, deadline);
-		if (r < 0)
-			goto out_close;
-		int err = 0;
-		socklen_t len = sizeof(err);
-		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
-			err = errno;
-		if (err) {
-			r = -err;
-			goto out_close;
-		}
-	}
-	return fd;
-out_close:
-	close(fd);
-	return r;
-}
-
-int stg_conn_connect(const char *hostport, int timeout_ms, struct stg_conn *ret)
-{
-	char host[256], port[16];
-	if (stg_conn_split(hostport, host, sizeof(host), port, sizeof(port)) < 0 ||
-	    strcmp(port, "0") == 0)
-		return -EINVAL;
-	if (timeout_ms <= 0)
-		timeout_ms = STG_CONN_TIMEOUT_MS;
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_ADDRCONFIG};
-	struct addrinfo *res;
-	int g = getaddrinfo(host, port, &hints, &res);
-	if (g != 0)
-		return g == EAI_SYSTEM ? -errno : -EHOSTUNREACH;
-	int64_t deadline = now_ms() + timeout_ms;
-	int r = -EHOSTUNREACH;
-	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-		r = connect_one(ai, deadline);
-		if (r >= 0)
-			break;
-	}
-	freeaddrinfo(res);
-	if (r < 0)
-		return r;
-	stg_conn_init(ret, r, hostport, timeout_ms);
-	return 0;
+	return c->t ? c->t->name : "none";
 }
 
 void stg_conn_close(struct stg_conn *c)
 {
-	if (c->fd >= 0)
-		close(c->fd);
-	c->fd = -1;
+	if (c->t)
+		c->t->close(c); /* first: it unregisters the pool */
+	c->t = NULL;
+	if (c->pool)
+		munmap(c->pool, c->pool_size);
+	c->pool = NULL;
+	c->pool_size = 0;
 	free(c->buf);
 	c->buf = NULL;
 	c->cap = 0;
 }
 
-int stg_conn_send(struct stg_conn *c, const void *buf, size_t len)
+int stg_conn_pool(struct stg_conn *c, size_t size)
 {
+	if (size <= c->pool_size)
+		return 0;
+	size = (size + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return -ENOMEM;
+	uint8_t *old = c->pool;
+	size_t old_size = c->pool_size;
+	c->pool = p;
+	c->pool_size = size;
+	int r = c->t->one_sided ? c->t->pool_register(c) : 0;
+	/* The old region is unregistered by now; a failure leaves no pool. */
+	if (old)
+		munmap(old, old_size);
+	if (r < 0) {
+		munmap(c->pool, c->pool_size);
+		c->pool = NULL;
+		c->pool_size = 0;
+	}
+	return r;
+}
+
+void stg_conn_pool_idle(struct stg_conn *c)
+{
+	if (c->t->one_sided || !c->pool)
+		return;
+	munmap(c->pool, c->pool_size);
+	c->pool = NULL;
+	c->pool_size = 0;
+}
+
+static bool tx_pending(const struct stg_conn *c)
+{
+	return c->tx_off < c->tx_len || c->tx_body_off < c->tx_body_len;
+}
+
+int stg_conn_flush(struct stg_conn *c)
+{
+	while (tx_pending(c)) {
+		const uint8_t *p;
+		size_t n;
+		if (c->tx_off < c->tx_len) {
+			p = c->tx + c->tx_off;
+			n = c->tx_len - c->tx_off;
+		} else {
+			p = c->tx_body + c->tx_body_off;
+			n = c->tx_body_len - c->tx_body_off;
+		}
+		ssize_t w = c->t->write(c, p, n);
+		if (w < 0)
+			return (int)w;
+		if (c->tx_off < c->tx_len)
+			c->tx_off += (size_t)w;
+		else
+			c->tx_body_off += (size_t)w;
+		c->bytes_sent += (uint64_t)w;
+	}
+	c->tx_len = c->tx_off = 0;
+	c->tx_body = NULL;
+	c->tx_body_len = c->tx_body_off = 0;
+	return 0;
+}
+
+/* Sends everything queued, then len bytes of buf, before the deadline. */
+static int send_until(struct stg_conn *c, const void *buf, size_t len, int64_t deadline)
+{
+	for (;;) {
+		int r = stg_conn_flush(c);
+		if (r == 0)
+			break;
+		if (r != -EAGAIN)
+			return r;
+		r = wait_until(c, true, deadline);
+		if (r < 0)
+			return r;
+	}
 	const uint8_t *p = buf;
-	int64_t deadline = now_ms() + c->timeout_ms;
 	while (len > 0) {
-		ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
+		ssize_t n = c->t->write(c, p, len);
 		if (n > 0) {
 			p += n;
 			len -= (size_t)n;
 			c->bytes_sent += (uint64_t)n;
 			continue;
 		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno != EAGAIN)
-			return -errno;
-		int r = wait_fd(c->fd, POLLOUT, deadline);
+		if (n != -EAGAIN)
+			return (int)n;
+		int r = wait_until(c, true, deadline);
 		if (r < 0)
 			return r;
 	}
 	return 0;
 }
 
-/* Reads exactly len bytes. -EPIPE when the peer closed before the first byte
- * of a frame (at_start), -EPROTO when it closed inside one. */
-static int recv_all(struct stg_conn *c, uint8_t *p, size_t len, int64_t deadline, bool at_start)
+int stg_conn_send(struct stg_conn *c, const void *buf, size_t len)
 {
-	size_t got = 0;
-	while (got < len) {
-		ssize_t n = recv(c->fd, p + got, len - got, 0);
-		if (n > 0) {
-			got += (size_t)n;
-			c->bytes_received += (uint64_t)n;
-			continue;
-		}
-		if (n == 0)
-			return at_start && got == 0 ? -EPIPE : -EPROTO;
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN)
-			return -errno;
-		int r = wait_fd(c->fd, POLLIN, deadline);
-		if (r < 0)
-			return r;
-	}
-	return 0;
+	return send_until(c, buf, len, stg_monotonic_ms() + c->timeout_ms);
 }
 
 int stg_conn_send_msg(struct stg_conn *c, const struct stg_msg *m)
@@ -255,54 +230,246 @@ int stg_conn_send_error(struct stg_conn *c, uint32_t tag, int negerr, const char
 	return stg_conn_send_msg(c, &m);
 }
 
+
+/* Queues a chunk object: on a one-sided transport a reference to it, else
+ * the frame header with the object as its body. */
+static int queue_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uint8_t *obj,
+		      uint32_t len)
+{
+	if (c->t->one_sided && type == STG_MSG_PUT_CHUNK) {
+		if (obj < c->pool || obj + len > c->pool + c->pool_size)
+			return -EINVAL; /* only the pool is exposed */
+		struct stg_msg m = {.type = STG_MSG_PUT_CHUNK_REF, .tag = tag};
+		m.put_chunk_ref.addr = (uint64_t)(uintptr_t)obj;
+		m.put_chunk_ref.rkey = c->t->pool_rkey(c);
+		m.put_chunk_ref.len = len;
+		c->tx_len = stg_wire_encode(&m, c->tx, sizeof(c->tx));
+		c->tx_off = 0;
+		return c->tx_len ? 0 : -EINVAL;
+	}
+	stg_wire_header_encode(c->tx, type, len, tag);
+	c->tx_len = STG_WIRE_HEADER_SIZE;
+	c->tx_off = 0;
+	c->tx_body = obj;
+	c->tx_body_len = len;
+	c->tx_body_off = 0;
+	return 0;
+}
+
+int stg_conn_post_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uint8_t *obj,
+		       uint32_t len)
+{
+	if (tx_pending(c))
+		return -EAGAIN;
+	int r = queue_bulk(c, type, tag, obj, len);
+	if (r < 0)
+		return r;
+	r = stg_conn_flush(c);
+	return r == -EAGAIN ? 0 : r;
+}
+
+int stg_conn_send_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uint8_t *obj,
+		       uint32_t len)
+{
+	int64_t deadline = stg_monotonic_ms() + c->timeout_ms;
+	if (c->t->one_sided && type == STG_MSG_CHUNK) {
+		/* The reply to a GET_CHUNK_REF: written into the region the
+		 * client named for this request, and nowhere else. */
+		if (!c->landing || c->landing_tag != tag)
+			return -EPROTO;
+		c->landing = false;
+		if (len > c->landing_cap)
+			return stg_conn_send_error(c, tag, -EBADMSG,
+						   "the chunk object (%u bytes) exceeds the %u "
+						   "bytes given for it", len, c->landing_cap);
+		int r = stg_conn_pool(c, len);
+		if (r < 0)
+			return r;
+		memcpy(c->pool, obj, len);
+		r = c->t->push(c, len, c->landing_addr, c->landing_rkey);
+		if (r < 0)
+			return r;
+		struct stg_msg m = {.type = STG_MSG_CHUNK_REF, .tag = tag};
+		m.chunk_ref.len = len;
+		return stg_conn_send_msg(c, &m);
+	}
+	for (;;) {
+		int r = stg_conn_flush(c);
+		if (r == 0)
+			break;
+		if (r != -EAGAIN)
+			return r;
+		r = wait_until(c, true, deadline);
+		if (r < 0)
+			return r;
+	}
+	int r = queue_bulk(c, type, tag, obj, len);
+	while (r == 0) {
+		r = stg_conn_flush(c);
+		if (r != -EAGAIN)
+			break;
+		r = wait_until(c, true, deadline);
+	}
+	if (r < 0) {
+		/* Nothing of the caller's may stay queued. */
+		c->tx_len = c->tx_off = 0;
+		c->tx_body = NULL;
+		c->tx_body_len = c->tx_body_off = 0;
+	}
+	return r;
+}
+
+/* A frame is complete: decodes it, and turns the references of one-sided
+ * transports into the messages they stand for. */
+static int finish_frame(struct stg_conn *c, struct stg_msg *ret)
+{
+	struct stg_wire_header h;
+	int r = stg_wire_header_decode(c->hdr, UINT32_MAX, &h);
+	c->hdr_got = 0;
+	c->in_body = false;
+	if (r < 0)
+		return r;
+	struct stg_msg m;
+	r = stg_wire_decode(&h, c->buf, &m);
+	if (r < 0)
+		return r;
+	switch (m.type) {
+	case STG_MSG_PUT_CHUNK_REF: {
+		if (!c->t->one_sided)
+			return -EPROTO;
+		struct stg_msg_put_chunk_ref ref = m.put_chunk_ref;
+		r = stg_conn_pool(c, ref.len);
+		if (r < 0)
+			return r;
+		r = c->t->pull(c, ref.addr, ref.rkey, ref.len);
+		if (r < 0)
+			return r;
+		m.type = STG_MSG_PUT_CHUNK;
+		m.put_chunk.obj = c->pool;
+		m.put_chunk.len = ref.len;
+		break;
+	}
+	case STG_MSG_GET_CHUNK_REF: {
+		if (!c->t->one_sided)
+			return -EPROTO;
+		struct stg_msg_get_chunk_ref ref = m.get_chunk_ref;
+		c->landing = true;
+		c->landing_tag = m.tag;
+		c->landing_addr = ref.addr;
+		c->landing_rkey = ref.rkey;
+		c->landing_cap = ref.cap;
+		m.type = STG_MSG_GET_CHUNK;
+		m.get_chunk.hash = ref.hash;
+		break;
+	}
+	case STG_MSG_CHUNK_REF: {
+		if (!c->t->one_sided || !c->landing || c->landing_tag != m.tag ||
+		    m.chunk_ref.len > c->landing_cap)
+			return -EPROTO;
+		uint32_t len = m.chunk_ref.len;
+		c->landing = false;
+		m.type = STG_MSG_CHUNK;
+		m.chunk.obj = c->pool;
+		m.chunk.len = len;
+		break;
+	}
+	default:
+		break;
+	}
+	*ret = m;
+	return 0;
+}
+
+int stg_conn_try_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret)
+{
+	while (!c->in_body) {
+		ssize_t n = c->t->read(c, c->hdr + c->hdr_got, STG_WIRE_HEADER_SIZE - c->hdr_got);
+		if (n == 0)
+			return c->hdr_got == 0 ? -EPIPE : -EPROTO;
+		if (n < 0)
+			return (int)n;
+		c->hdr_got += (size_t)n;
+		c->bytes_received += (uint64_t)n;
+		if (c->hdr_got < STG_WIRE_HEADER_SIZE)
+			continue;
+		struct stg_wire_header h;
+		int r = stg_wire_header_decode(c->hdr, max_body, &h);
+		if (r < 0)
+			return r;
+		if (h.length > c->cap) {
+			/* Room for the largest frame seen so far (kept for the next). */
+			size_t want = h.length < 4096 ? 4096 : h.length;
+			uint8_t *nb = malloc(want);
+			if (!nb)
+				return -ENOMEM;
+			free(c->buf);
+			c->buf = nb;
+			c->cap = want;
+		}
+		c->body_len = h.length;
+		c->body_got = 0;
+		c->in_body = true;
+	}
+	while (c->body_got < c->body_len) {
+		ssize_t n = c->t->read(c, c->buf + c->body_got, c->body_len - c->body_got);
+		if (n == 0)
+			return -EPROTO;
+		if (n < 0)
+			return (int)n;
+		c->body_got += (size_t)n;
+		c->bytes_received += (uint64_t)n;
+	}
+	return finish_frame(c, ret);
+}
+
 int stg_conn_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret)
 {
-	int64_t deadline = now_ms() + c->timeout_ms;
-	uint8_t hdr[STG_WIRE_HEADER_SIZE];
-	int r = recv_all(c, hdr, sizeof(hdr), deadline, true);
-	if (r < 0)
-		return r;
-	struct stg_wire_header h;
-	r = stg_wire_header_decode(hdr, max_body, &h);
-	if (r < 0)
-		return r;
-	if (h.length > c->cap) {
-		/* Room for the largest frame seen so far (kept for the next). */
-		size_t want = h.length < 4096 ? 4096 : h.length;
-		uint8_t *nb = malloc(want);
-		if (!nb)
-			return -ENOMEM;
-		free(c->buf);
-		c->buf = nb;
-		c->cap = want;
+	int64_t deadline = stg_monotonic_ms() + c->timeout_ms;
+	for (;;) {
+		int r = stg_conn_try_recv(c, max_body, ret);
+		if (r != -EAGAIN)
+			return r;
+		r = wait_until(c, false, deadline);
+		if (r < 0)
+			return r;
 	}
-	r = recv_all(c, c->buf, h.length, deadline, false);
-	if (r < 0)
-		return r;
-	return stg_wire_decode(&h, c->buf, ret);
 }
 
 int stg_conn_wait(struct stg_conn *c, int timeout_ms)
 {
-	for (;;) {
-		struct pollfd p = {.fd = c->fd, .events = POLLIN};
-		int r = poll(&p, 1, timeout_ms);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		return r == 0 ? -ETIMEDOUT : 0;
-	}
+	if (c->hdr_got > 0 || c->in_body)
+		return 0;
+	return c->t->wait(c, false, timeout_ms);
+}
+
+int stg_conn_pollable(struct stg_conn *c, short *events)
+{
+	return c->t->pollable(c, tx_pending(c), events);
 }
 
 int stg_conn_call(struct stg_conn *c, struct stg_msg *req, uint8_t want, struct stg_msg *ret)
 {
 	req->tag = c->next_tag++;
-	int r = stg_conn_send_msg(c, req);
-	if (r < 0)
-		return r;
+	struct stg_msg sent = *req;
+	if (c->t->one_sided && req->type == STG_MSG_GET_CHUNK) {
+		/* The object is to be written into our pool. */
+		if (c->pool_size < STG_CHUNK_HEADER_SIZE)
+			return -EINVAL;
+		sent.type = STG_MSG_GET_CHUNK_REF;
+		sent.get_chunk_ref.hash = req->get_chunk.hash;
+		sent.get_chunk_ref.addr = (uint64_t)(uintptr_t)c->pool;
+		sent.get_chunk_ref.rkey = c->t->pool_rkey(c);
+		sent.get_chunk_ref.cap = c->pool_size > UINT32_MAX ? UINT32_MAX
+								     : (uint32_t)c->pool_size;
+		c->landing = true;
+		c->landing_tag = req->tag;
+		c->landing_cap = sent.get_chunk_ref.cap;
+	}
+	int r = stg_conn_send_msg(c, &sent);
 	struct stg_msg m;
-	r = stg_conn_recv(c, STG_WIRE_MAX_BODY, &m);
+	if (r == 0)
+		r = stg_conn_recv(c, STG_WIRE_MAX_BODY, &m);
+	c->landing = false;
 	if (r < 0)
 		return r;
 	if (m.tag != req->tag)

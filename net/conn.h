@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* An authenticated, framed protocol connection over TCP with a deadline on
- * every operation: what tools, the flusher's control path and the server
- * share. */
+/* An authenticated, framed protocol connection with a deadline on every
+ * operation: what tools, the flusher and the server share. Underneath is TCP
+ * or RDMA (net/transport.h); the users of a connection do not know which:
+ * chunk objects move with stg_conn_send_bulk / stg_conn_post_bulk from the
+ * connection's pool, and arrive as ordinary PUT_CHUNK and CHUNK messages. */
 #pragma once
 
 #include <stdbool.h>
@@ -9,17 +11,47 @@
 #include <stdint.h>
 
 #include "auth.h"
+#include "policy.h"
 #include "wire.h"
 
 #define STG_CONN_TIMEOUT_MS 10000
 
+struct stg_transport;
+
 struct stg_conn {
-	int fd;
+	const struct stg_transport *t;
+	void *impl;      /* the transport's own state */
+	int fd;          /* TCP: the socket; RDMA: -1 */
 	char peer[300];  /* "host:port" as configured or as accepted */
 	int timeout_ms;  /* for each send or receive as a whole */
 	uint32_t next_tag;
-	uint8_t *buf;    /* the last frame received (its body is decoded in place) */
-	size_t cap;
+
+	/* Receiving: the frame being assembled (its body is decoded in place). */
+	uint8_t hdr[STG_WIRE_HEADER_SIZE];
+	size_t hdr_got;
+	uint8_t *buf;
+	size_t cap, body_got;
+	uint32_t body_len;
+	bool in_body;
+
+	/* Sending without blocking (stg_conn_post_bulk): a small frame or a
+	 * header, then a body that stays the caller's until it is written. */
+	uint8_t tx[64];
+	size_t tx_len, tx_off;
+	const uint8_t *tx_body;
+	size_t tx_body_len, tx_body_off;
+
+	/* Memory that chunk objects move through (registered on RDMA). */
+	uint8_t *pool;
+	size_t pool_size;
+
+	/* RDMA: the region the peer gave for the reply to its GET_CHUNK_REF
+	 * (server), or the tag of our own outstanding one (client). */
+	uint32_t landing_tag;
+	uint64_t landing_addr;
+	uint32_t landing_rkey, landing_cap;
+	bool landing;
+
 	uint64_t bytes_sent, bytes_received;
 	char error[STG_WIRE_MAX_ERROR_TEXT + 1]; /* the text of the last ERROR */
 };
@@ -27,11 +59,25 @@ struct stg_conn {
 /* Splits "host:port" or "[v6addr]:port" (port 0..65535). Returns 0 or -EINVAL. */
 int stg_conn_split(const char *hostport, char *host, size_t hostlen, char *port, size_t portlen);
 
-/* Connects to hostport within timeout_ms (every address it resolves to, in
- * turn). Returns 0 or -errno (-ETIMEDOUT, -ECONNREFUSED, -EHOSTUNREACH...). */
+/* Connects to hostport over TCP within timeout_ms (every address it resolves
+ * to, in turn). Returns 0 or -errno (-ETIMEDOUT, -ECONNREFUSED...). */
 int stg_conn_connect(const char *hostport, int timeout_ms, struct stg_conn *ret);
 
-/* Wraps an accepted socket. */
+/* Connects over the transport a policy names. For auto: RDMA when this node
+ * has a device that reaches the server and the server accepts RDMA, else
+ * TCP, with the reason RDMA was not used in why (empty when it was). For
+ * rdma: RDMA or an error (-ENODEV: no device here), the reason in why. */
+int stg_conn_open(const char *hostport, enum stg_transport_kind kind, int timeout_ms,
+		  struct stg_conn *ret, char *why, size_t whylen);
+
+/* "tcp" or "rdma". */
+const char *stg_conn_transport(const struct stg_conn *c);
+
+/* Does this node have an RDMA device (and this build the RDMA transport)?
+ * When not, why says so. */
+bool stg_rdma_available(char *why, size_t whylen);
+
+/* Wraps an accepted TCP socket. */
 void stg_conn_init(struct stg_conn *c, int fd, const char *peer, int timeout_ms);
 
 void stg_conn_close(struct stg_conn *c);
@@ -56,10 +102,16 @@ int stg_conn_send_msg(struct stg_conn *c, const struct stg_msg *m);
 int stg_conn_send_error(struct stg_conn *c, uint32_t tag, int negerr, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
+/* Sends a chunk object without copying it into a frame: type is PUT_CHUNK
+ * (the client; obj must lie in the pool) or CHUNK (the server's reply to a
+ * GET_CHUNK, from any memory). */
+int stg_conn_send_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uint8_t *obj,
+		       uint32_t len);
+
 /* Receives one frame of at most max_body bytes and decodes it into *ret,
- * whose pointers refer to c->buf until the next receive. Returns 0, -EPIPE
- * (the peer closed between frames), -EPROTO / -EBADMSG (malformed),
- * -ETIMEDOUT or -errno. */
+ * whose pointers refer to the connection's buffers until the next receive.
+ * Returns 0, -EPIPE (the peer closed between frames), -EPROTO / -EBADMSG
+ * (malformed), -ETIMEDOUT or -errno. */
 int stg_conn_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret);
 
 /* Waits until a frame starts arriving (or the peer closes): timeout_ms < 0
@@ -68,5 +120,34 @@ int stg_conn_wait(struct stg_conn *c, int timeout_ms);
 
 /* Sends req (its tag is set) and receives the reply, which must have type
  * want and the same tag. An ERROR reply returns its code as -errno, its text
- * in c->error. Returns 0 or -errno. */
+ * in c->error. A GET_CHUNK's object lands in the pool, which must hold it
+ * (stg_conn_pool). Returns 0 or -errno. */
 int stg_conn_call(struct stg_conn *c, struct stg_msg *req, uint8_t want, struct stg_msg *ret);
+
+/* The connection's pool, grown to at least size bytes: registered once with
+ * the device on RDMA, so chunk objects placed there move one-sided. Returns
+ * 0 or -errno. */
+int stg_conn_pool(struct stg_conn *c, size_t size);
+
+/* The caller is done with the pool for now: TCP frees it, RDMA keeps it
+ * registered for the next use. */
+void stg_conn_pool_idle(struct stg_conn *c);
+
+/* Non-blocking operation, for an event loop (the flusher's io_uring). */
+
+/* Queues a PUT_CHUNK of obj (in the pool) and starts sending it. Returns 0,
+ * -EAGAIN (the previous one is still going out: call stg_conn_flush and try
+ * again later) or -errno. */
+int stg_conn_post_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uint8_t *obj,
+		       uint32_t len);
+
+/* Sends what is queued. Returns 0 (all sent), -EAGAIN or -errno. */
+int stg_conn_flush(struct stg_conn *c);
+
+/* Receives a whole frame if one is there. Returns 0, -EAGAIN, or as
+ * stg_conn_recv. */
+int stg_conn_try_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret);
+
+/* The descriptor to poll, and for what, before the next try: progress on the
+ * connection then makes it ready. */
+int stg_conn_pollable(struct stg_conn *c, short *events);

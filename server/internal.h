@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "auth.h"
+#include "conn.h"
 #include "files.h"
 #include "store.h"
 
@@ -35,8 +36,7 @@ struct server {
 
 struct session_arg {
 	struct server *srv;
-	int fd;
-	char peer[128];
+	struct stg_conn conn; /* accepted, over either transport */
 };
 
 /* Serves one connection until it closes; frees arg. */

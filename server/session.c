@@ -257,12 +257,8 @@ static int on_get_chunk(struct session *s, const struct stg_msg *req)
 		return stg_conn_send_error(&s->conn, req->tag, r, "chunk %s: %s", hex,
 					   strerror(-r));
 	}
-	/* The object is sent as it is, without a copy into a frame buffer. */
-	uint8_t hdr[STG_WIRE_HEADER_SIZE];
-	stg_wire_header_encode(hdr, STG_MSG_CHUNK, (uint32_t)len, req->tag);
-	r = stg_conn_send(&s->conn, hdr, sizeof(hdr));
-	if (r == 0)
-		r = stg_conn_send(&s->conn, obj, len);
+	/* The object goes as it is, without a copy into a frame buffer. */
+	r = stg_conn_send_bulk(&s->conn, STG_MSG_CHUNK, req->tag, obj, (uint32_t)len);
 	free(obj);
 	return r;
 }
@@ -304,8 +300,7 @@ static int dispatch(struct session *s, const struct stg_msg *m)
 void *server_session(void *arg)
 {
 	struct session_arg *a = arg;
-	struct session s = {.srv = a->srv};
-	stg_conn_init(&s.conn, a->fd, a->peer, a->srv->timeout_ms);
+	struct session s = {.srv = a->srv, .conn = a->conn};
 	free(a);
 
 	int r = stg_conn_auth_server(&s.conn, &s.srv->secret, &s.uid);

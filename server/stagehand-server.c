@@ -20,6 +20,9 @@
 #include "internal.h"
 #include "log.h"
 #include "policy.h"
+#if HAVE_RDMA
+#include "rdma.h"
+#endif
 #include "util.h"
 
 static void usage(FILE *f)
@@ -39,6 +42,9 @@ static void usage(FILE *f)
 		"  --timeout SECS        per request once it has begun (default 30)\n"
 		"  --max-connections N   concurrent connections (default 256)\n"
 		"  --port-file F         write the port listened on into F (with port 0)\n"
+		"  --transport T         tcp, rdma or auto (default): besides TCP, accept\n"
+		"                        RDMA on the same port number (auto: when a device\n"
+		"                        has the address; rdma: or refuse to start)\n"
 		"  --log-level L         error, warn, info (default) or debug\n"
 		"  --user-key UID        print the key file of user UID (derived from the\n"
 		"                        secret) and exit: give it to that user as their\n"
@@ -102,6 +108,37 @@ static int listen_on(const char *hostport, char *bound, size_t boundlen, int *re
 	return fd;
 }
 
+/* Starts the thread of an accepted connection (counted in connections
+ * already); on failure closes it. */
+static void start_session(struct server *srv, struct stg_conn *c)
+{
+	struct session_arg *a = malloc(sizeof(*a));
+	if (!a) {
+		stg_conn_close(c);
+		atomic_fetch_sub(&srv->connections, 1);
+		return;
+	}
+	a->srv = srv;
+	a->conn = *c;
+	pthread_t t;
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, 256 << 10);
+	/* Only the main thread takes SIGTERM, so that it interrupts accept(). */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	int r = pthread_create(&t, &attr, server_session, a);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (r != 0) {
+		stg_conn_close(&a->conn);
+		free(a);
+		atomic_fetch_sub(&srv->connections, 1);
+	}
+	pthread_attr_destroy(&attr);
+}
+
 static void accept_loop(struct server *srv, int lfd)
 {
 	while (!stop_signal) {
@@ -116,46 +153,105 @@ static void accept_loop(struct server *srv, int lfd)
 			sleep(1);
 			continue;
 		}
-		char host[64] = "?", port[16] = "?";
+		char host[64] = "?", port[16] = "?", peer[96];
 		getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
 			    NI_NUMERICHOST | NI_NUMERICSERV);
+		snprintf(peer, sizeof(peer), "%s:%s", host, port);
+		struct stg_conn c;
 		if (atomic_fetch_add(&srv->connections, 1) >= srv->max_connections) {
 			atomic_fetch_sub(&srv->connections, 1);
-			struct stg_conn c;
 			stg_conn_init(&c, fd, host, 1000);
 			stg_conn_send_error(&c, 0, -EBUSY, "too many connections");
 			stg_conn_close(&c);
-			stg_log(STG_LOG_WARN, "%s:%s: refused: %u connections already", host, port,
+			stg_log(STG_LOG_WARN, "%s: refused: %u connections already", peer,
 				srv->max_connections);
 			continue;
 		}
-		struct session_arg *a = malloc(sizeof(*a));
-		if (!a) {
-			close(fd);
-			atomic_fetch_sub(&srv->connections, 1);
+		stg_conn_init(&c, fd, peer, srv->timeout_ms);
+		start_session(srv, &c);
+	}
+}
+
+#if HAVE_RDMA
+struct rdma_acceptor {
+	struct server *srv;
+	struct stg_rdma_listener *listener;
+};
+
+/* Accepts RDMA connections until the server stops; the sessions are the
+ * same as over TCP. */
+static void *rdma_accept_loop(void *arg)
+{
+	struct rdma_acceptor *ra = arg;
+	struct server *srv = ra->srv;
+	while (!stop_signal) {
+		bool refuse = atomic_fetch_add(&srv->connections, 1) >= srv->max_connections;
+		struct stg_conn c;
+		int r = stg_rdma_accept(ra->listener, 500, refuse, srv->timeout_ms, &c);
+		if (r == 0) {
+			start_session(srv, &c);
 			continue;
 		}
-		a->srv = srv;
-		a->fd = fd;
-		snprintf(a->peer, sizeof(a->peer), "%s:%s", host, port);
-		pthread_t t;
-		pthread_attr_t attr;
-		pthread_attr_init(&attr);
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		pthread_attr_setstacksize(&attr, 256 << 10);
-		/* Only this thread takes SIGTERM, so that it interrupts accept(). */
-		sigset_t all, old;
-		sigfillset(&all);
-		pthread_sigmask(SIG_BLOCK, &all, &old);
-		int r = pthread_create(&t, &attr, server_session, a);
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
-		if (r != 0) {
-			close(fd);
-			free(a);
-			atomic_fetch_sub(&srv->connections, 1);
-		}
-		pthread_attr_destroy(&attr);
+		atomic_fetch_sub(&srv->connections, 1);
+		if (r == -EBUSY)
+			stg_log(STG_LOG_WARN, "an RDMA connection refused: %u connections already",
+				srv->max_connections);
+		else if (r != -EAGAIN && r != -EPROTO)
+			stg_log_errno(STG_LOG_WARN, r, "rdma: accept");
 	}
+	return NULL;
+}
+#endif
+
+/* Listens for RDMA connections as well, on the TCP port's number, as the
+ * transport asks: for auto, only where a device has the address. Returns 0
+ * or -1 (the server must not start). */
+static int start_rdma(struct server *srv, enum stg_transport_kind kind, const char *listen_addr,
+		      int port, pthread_t *ret_thread, bool *ret_started)
+{
+	*ret_started = false;
+	if (kind == STG_TRANSPORT_TCP)
+		return 0;
+	char why[256];
+	if (!stg_rdma_available(why, sizeof(why))) {
+		if (kind == STG_TRANSPORT_RDMA) {
+			stg_log(STG_LOG_ERROR, "--transport rdma: %s", why);
+			return -1;
+		}
+		stg_log(STG_LOG_INFO, "rdma: not listening (%s): TCP only", why);
+		return 0;
+	}
+#if HAVE_RDMA
+	char host[256], portstr[16];
+	stg_conn_split(listen_addr, host, sizeof(host), portstr, sizeof(portstr));
+	static struct rdma_acceptor ra;
+	ra.srv = srv;
+	int r = stg_rdma_listen(host, port, &ra.listener, why, sizeof(why));
+	if (r < 0) {
+		if (kind == STG_TRANSPORT_RDMA) {
+			stg_log(STG_LOG_ERROR, "--transport rdma: %s", why);
+			return -1;
+		}
+		stg_log(STG_LOG_INFO, "rdma: not listening (%s): TCP only", why);
+		return 0;
+	}
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	r = pthread_create(ret_thread, NULL, rdma_accept_loop, &ra);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (r != 0) {
+		stg_log(STG_LOG_ERROR, "cannot start the RDMA accept thread");
+		return -1;
+	}
+	stg_log(STG_LOG_INFO, "rdma: listening on %s:%d (device %s)", host, port,
+		stg_rdma_listener_device(ra.listener));
+	*ret_started = true;
+	return 0;
+#else
+	(void)srv, (void)listen_addr, (void)port, (void)ret_thread;
+	return 0;
+#endif
 }
 
 int main(int argc, char **argv)
@@ -172,6 +268,7 @@ int main(int argc, char **argv)
 		{"port-file", required_argument, NULL, 'P'},
 		{"log-level", required_argument, NULL, 'L'},
 		{"user-key", required_argument, NULL, 'u'},
+		{"transport", required_argument, NULL, 'T'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{0},
@@ -180,6 +277,7 @@ int main(int argc, char **argv)
 	struct stg_store_options so = {0};
 	unsigned gc_interval = 60, timeout_s = 30, max_conn = 256;
 	long user_key = -1;
+	enum stg_transport_kind transport = STG_TRANSPORT_AUTO;
 	stg_log_max_level = STG_LOG_INFO;
 	stg_log_init_from_env();
 	int c;
@@ -208,6 +306,19 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'P': port_file = optarg; break;
+		case 'T':
+			if (strcmp(optarg, "tcp") == 0)
+				transport = STG_TRANSPORT_TCP;
+			else if (strcmp(optarg, "rdma") == 0)
+				transport = STG_TRANSPORT_RDMA;
+			else if (strcmp(optarg, "auto") == 0)
+				transport = STG_TRANSPORT_AUTO;
+			else {
+				fprintf(stderr, "stagehand-server: bad --transport '%s' (tcp, rdma "
+					"or auto)\n", optarg);
+				return 2;
+			}
+			break;
 		case 'u': {
 			char *end;
 			errno = 0;
@@ -303,6 +414,10 @@ int main(int argc, char **argv)
 		stg_log_errno(STG_LOG_ERROR, lfd, "cannot listen on '%s'", listen_addr);
 		return 1;
 	}
+	pthread_t rdma_thread;
+	bool rdma_started;
+	if (start_rdma(&srv, transport, listen_addr, port, &rdma_thread, &rdma_started) < 0)
+		return 1;
 	if (port_file) {
 		char text[16];
 		int n = snprintf(text, sizeof(text), "%d\n", port);
@@ -332,6 +447,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	accept_loop(&srv, lfd);
+	if (rdma_started)
+		pthread_join(rdma_thread, NULL);
 
 	/* Whatever was acknowledged is durable already; this makes the rest so. */
 	stg_log(STG_LOG_INFO, "stopping (signal %d)", (int)stop_signal);

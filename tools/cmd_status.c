@@ -79,7 +79,7 @@ static void show_flusher(struct stg_cache *cache)
 	size_t len;
 	if (!running || stg_read_file(cache->dirfd, "flusher.state", 65536, &state, &len) < 0)
 		return;
-	/* Its own view of each server: "server NAME STATE ERROR". */
+	/* Its own view of each server: "server NAME STATE TRANSPORT ERROR". */
 	char *text = strndup((char *)state, len);
 	free(state);
 	for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n")) {
@@ -87,6 +87,8 @@ static void show_flusher(struct stg_cache *cache)
 			printf("          %s\n", line + 9);
 		else if (strncmp(line, "bytes_sent ", 11) == 0)
 			printf("          %s bytes sent since it started\n", line + 11);
+		else if (strncmp(line, "server ", 7) == 0)
+			printf("          %s\n", line);
 	}
 	free(text);
 }
@@ -113,10 +115,12 @@ static void show_servers(const struct stg_policy *p)
 		}
 		char a[32], b[32];
 		printf("          %-24s up %" PRIu64 "s: %" PRIu64 " chunks, %s in %" PRIu64
-		       " segments, index %s\n",
+		       " segments, index %s, over %s%s%s%s\n",
 		       p->server_list[i], rep.stat_reply.uptime_s, rep.stat_reply.chunks,
 		       tool_human(rep.stat_reply.segment_bytes, a, sizeof(a)),
-		       rep.stat_reply.segments, tool_human(rep.stat_reply.index_bytes, b, sizeof(b)));
+		       rep.stat_reply.segments, tool_human(rep.stat_reply.index_bytes, b, sizeof(b)),
+		       stg_conn_transport(c), s.why_not_rdma[i][0] ? " (not rdma: " : "",
+		       s.why_not_rdma[i], s.why_not_rdma[i][0] ? ")" : "");
 	}
 	remote_session_done(&s);
 }

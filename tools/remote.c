@@ -57,7 +57,10 @@ struct stg_conn *remote_conn(struct remote_session *s, size_t i)
 		return &s->conns[i];
 	if (atomic_load(&rm->down[i]))
 		return NULL;
-	int r = stg_conn_connect(rm->policy->server_list[i], rm->timeout_ms, &s->conns[i]);
+	char why[sizeof(s->why_not_rdma[i])];
+	int r = stg_conn_open(rm->policy->server_list[i], rm->policy->transport, rm->timeout_ms,
+			      &s->conns[i], why, sizeof(why));
+	snprintf(s->why_not_rdma[i], sizeof(s->why_not_rdma[i]), "%s", why);
 	if (r == 0) {
 		r = stg_conn_auth_client(&s->conns[i], &rm->secret, rm->uid);
 		if (r < 0) {
@@ -65,7 +68,7 @@ struct stg_conn *remote_conn(struct remote_session *s, size_t i)
 			stg_conn_close(&s->conns[i]);
 		}
 	} else {
-		report_down(rm, i, r, NULL);
+		report_down(rm, i, r, why);
 	}
 	if (r < 0) {
 		s->err[i] = r;
@@ -253,7 +256,10 @@ static int fetch_chunk(struct fetch *f, struct remote_session *s, uint64_t i, ui
 			continue;
 		struct stg_msg req = {.type = STG_MSG_GET_CHUNK}, rep;
 		req.get_chunk.hash = e->hash;
-		int cr = stg_conn_call(c, &req, STG_MSG_CHUNK, &rep);
+		/* Where the object may land: the connection's pool. */
+		int cr = stg_conn_pool(c, STG_CHUNK_HEADER_SIZE + (size_t)e->stored_len);
+		if (cr == 0)
+			cr = stg_conn_call(c, &req, STG_MSG_CHUNK, &rep);
 		if (cr == 0)
 			cr = stg_chunk_decode_view(rep.chunk.obj, rep.chunk.len, &e->hash, e->raw_len,
 						   buf, ret_data);

@@ -30,6 +30,8 @@ struct remote_session {
 	struct stg_conn conns[STG_CLUSTER_MAX_SERVERS];
 	bool open[STG_CLUSTER_MAX_SERVERS];
 	int err[STG_CLUSTER_MAX_SERVERS]; /* why server i could not be reached */
+	/* Why RDMA was not used for server i under transport = auto ("": it was). */
+	char why_not_rdma[STG_CLUSTER_MAX_SERVERS][160];
 };
 
 /* Prepares to talk to the policy's servers (reads the secret). Prints the

@@ -114,6 +114,19 @@ static size_t samples(struct stg_msg *out)
 						   .index_bytes = 48000, .uptime_s = 3600,
 						   .connections = 5};
 	out[n++] = m;
+	ADD(STG_MSG_PUT_CHUNK_REF, 17);
+	m.put_chunk_ref = (struct stg_msg_put_chunk_ref){.addr = 0x7f0012345000ull,
+							 .rkey = 0x1234, .len = 48};
+	out[n++] = m;
+	ADD(STG_MSG_GET_CHUNK_REF, 18);
+	memcpy(m.get_chunk_ref.hash.b, hashes + 16, 16);
+	m.get_chunk_ref.addr = 0x7f0012346000ull;
+	m.get_chunk_ref.rkey = 0x5678;
+	m.get_chunk_ref.cap = 1 << 20;
+	out[n++] = m;
+	ADD(STG_MSG_CHUNK_REF, 18);
+	m.chunk_ref.len = 48;
+	out[n++] = m;
 #undef ADD
 	return n;
 }
@@ -136,8 +149,10 @@ static void test_golden_and_round_trip(void)
 	size_t n = samples(msgs);
 	CHECK_EQ(n, STG_MSG_TYPE_MAX);
 	uint8_t all[8192];
-	size_t len = 0;
+	size_t len = 0, tcp_len = 0;
 	for (size_t i = 0; i < n; i++) {
+		if (msgs[i].type == STG_MSG_PUT_CHUNK_REF)
+			tcp_len = len;
 		size_t want = stg_wire_encoded_size(&msgs[i]);
 		CHECK(want > 0);
 		size_t got = stg_wire_encode(&msgs[i], all + len, sizeof(all) - len);
@@ -146,7 +161,10 @@ static void test_golden_and_round_trip(void)
 		CHECK_EQ(stg_wire_encode(&msgs[i], all + len, want - 1), 0);
 		len += got;
 	}
-	CHECK(harness_golden("wire-v1.bin", all, len));
+	/* The messages of every connection, then those of RDMA connections
+	 * only (added later in version 1: the first file stays as it was). */
+	CHECK(harness_golden("wire-v1.bin", all, tcp_len));
+	CHECK(harness_golden("wire-v1-rdma.bin", all + tcp_len, len - tcp_len));
 
 	/* Every frame decodes to what was encoded, and encodes back identically. */
 	size_t off = 0;
@@ -286,6 +304,18 @@ static void test_bodies(void)
 	CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
 	REENCODE(STG_MSG_CHALLENGE - 1);
 	body[0] = 2; /* min above max */
+	CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
+	REENCODE(STG_MSG_PUT_CHUNK_REF - 1);
+	body[12] = 39; /* shorter than a chunk header */
+	CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
+	REENCODE(STG_MSG_PUT_CHUNK_REF - 1);
+	body[15] = 0x40; /* past the largest chunk object */
+	CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
+	REENCODE(STG_MSG_GET_CHUNK_REF - 1);
+	memset(body + 28, 0, 4); /* no room at all */
+	CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
+	REENCODE(STG_MSG_CHUNK_REF - 1);
+	memset(body, 0, 4);
 	CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
 #undef REENCODE
 }

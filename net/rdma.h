@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/* The RDMA transport (libibverbs + librdmacm): connection setup with rdma_cm
+ * on the client and the server. Once set up, a connection is an ordinary
+ * struct stg_conn (conn.h). Built only where the libraries exist (HAVE_RDMA). */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "conn.h"
+
+/* Connects to hostport (the server's TCP address: rdma_cm listens on the
+ * same port number). On failure why tells what failed, for the log.
+ * Returns 0, -ENODEV (no RDMA device reaches the host), -ECONNREFUSED (the
+ * server does not accept RDMA), -ETIMEDOUT or -errno. */
+int stg_rdma_connect(const char *hostport, int timeout_ms, struct stg_conn *ret, char *why,
+		     size_t whylen);
+
+struct stg_rdma_listener;
+
+/* Listens for RDMA connections on host:port. -ENODEV (with why) when no RDMA
+ * device has that address. */
+int stg_rdma_listen(const char *host, int port, struct stg_rdma_listener **ret, char *why,
+		    size_t whylen);
+
+/* The device the listener is bound to ("rxe0"), or "any". */
+const char *stg_rdma_listener_device(const struct stg_rdma_listener *l);
+
+/* Waits up to timeout_ms for a connection request. With refuse (too many
+ * connections), rejects it and returns -EBUSY. Otherwise accepts it: *ret
+ * is a connection whose first send waits for the handshake to complete.
+ * Returns 0, -EAGAIN (nothing came), -EPROTO (a peer not speaking our
+ * protocol, rejected), -EBUSY or -errno. */
+int stg_rdma_accept(struct stg_rdma_listener *l, int timeout_ms, bool refuse, int conn_timeout_ms,
+		    struct stg_conn *ret);
+
+void stg_rdma_listener_close(struct stg_rdma_listener *l);
