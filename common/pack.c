@@ -173,9 +173,10 @@ static int open_pack(struct stg_pack_writer *w)
 		int fd = openat(w->cache->packs_fd, name,
 				O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0600);
 		bool direct = fd >= 0;
-		if (fd < 0 && errno == EINVAL) /* no O_DIRECT on this file system */
-			fd = openat(w->cache->packs_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-				    0600);
+		/* No O_DIRECT on this file system (tmpfs before Linux 6.6): the
+		 * failed open may have created the file already, so no O_EXCL. */
+		if (fd < 0 && errno == EINVAL)
+			fd = openat(w->cache->packs_fd, name, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
 		if (fd < 0 && errno == EEXIST)
 			continue;
 		if (fd < 0)

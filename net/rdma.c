@@ -703,10 +703,11 @@ static int expect_event(struct rdma_conn *r, enum rdma_cm_event_type want, int64
 				snprintf(why, whylen, "the server does not accept RDMA connections");
 				return -ECONNREFUSED;
 			}
-			snprintf(why, whylen, "%s (status %d)", rdma_event_str(got), status);
-			return got == RDMA_CM_EVENT_ADDR_ERROR ? -ENODEV
-			       : got == RDMA_CM_EVENT_ROUTE_ERROR ? -EHOSTUNREACH
-			       : -ECONNRESET;
+			snprintf(why, whylen, "%s (%s)", rdma_event_str(got),
+				 strerror(status < 0 ? -status : status));
+			if (got == RDMA_CM_EVENT_ADDR_ERROR)
+				return status == -ETIMEDOUT ? -ETIMEDOUT : -ENODEV;
+			return got == RDMA_CM_EVENT_ROUTE_ERROR ? -EHOSTUNREACH : -ECONNRESET;
 		}
 		if (errno != EAGAIN) {
 			snprintf(why, whylen, "rdma_get_cm_event: %s", strerror(errno));
@@ -721,6 +722,39 @@ static int expect_event(struct rdma_conn *r, enum rdma_cm_event_type want, int64
 		struct pollfd p = {.fd = r->ch->fd, .events = POLLIN};
 		if (poll(&p, 1, (int)left) < 0 && errno != EINTR)
 			return -errno;
+	}
+}
+
+/* Resolves the address to a local device, in attempts of growing length:
+ * the first neighbour resolution on a quiet link can be lost, and one long
+ * attempt would then spend the whole timeout on it. */
+static int resolve_addr(struct rdma_conn *r, struct sockaddr *addr, const char *host,
+			int64_t deadline, char *why, size_t whylen)
+{
+	for (int attempt_ms = 500;; attempt_ms *= 2) {
+		if (rdma_create_id(r->ch, &r->id, NULL, RDMA_PS_TCP)) {
+			snprintf(why, whylen, "rdma_create_id: %s", strerror(errno));
+			return -errno;
+		}
+		int64_t left = deadline - stg_monotonic_ms();
+		if (left <= 0) {
+			snprintf(why, whylen, "no RDMA address resolution of %s within the timeout",
+				 host);
+			return -ETIMEDOUT;
+		}
+		int t = left < attempt_ms ? (int)left : attempt_ms;
+		if (rdma_resolve_addr(r->id, NULL, addr, t)) {
+			snprintf(why, whylen, "no RDMA device reaches %s: %s", host, strerror(errno));
+			return -errno;
+		}
+		int e = expect_event(r, RDMA_CM_EVENT_ADDR_RESOLVED, stg_monotonic_ms() + t + 200,
+				     why, whylen);
+		if (e == -ENODEV)
+			snprintf(why, whylen, "no RDMA device reaches %s", host);
+		if (e != -ETIMEDOUT)
+			return e;
+		rdma_destroy_id(r->id);
+		r->id = NULL;
 	}
 }
 
@@ -748,20 +782,11 @@ int stg_rdma_connect(const char *hostport, int timeout_ms, struct stg_conn *ret,
 		e = -errno;
 	if (e == 0)
 		e = set_nonblock(r->ch->fd);
-	if (e == 0 && rdma_create_id(r->ch, &r->id, NULL, RDMA_PS_TCP))
-		e = -errno;
 	if (e < 0) {
 		snprintf(why, whylen, "cannot open the RDMA connection manager: %s", strerror(-e));
 		goto out;
 	}
-	if (rdma_resolve_addr(r->id, NULL, ai->ai_addr, timeout_ms)) {
-		e = -errno;
-		snprintf(why, whylen, "no RDMA device reaches %s: %s", host, strerror(errno));
-		goto out;
-	}
-	e = expect_event(r, RDMA_CM_EVENT_ADDR_RESOLVED, deadline, why, whylen);
-	if (e == -ENODEV)
-		snprintf(why, whylen, "no RDMA device reaches %s", host);
+	e = resolve_addr(r, ai->ai_addr, host, deadline, why, whylen);
 	if (e == 0 && rdma_resolve_route(r->id, timeout_ms))
 		e = -errno;
 	if (e == 0)
