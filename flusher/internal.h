@@ -26,7 +26,8 @@ struct job {
 
 struct job_stats {
 	uint64_t chunks_sent, chunks_present;
-	uint64_t bytes_sent; /* every byte written to the socket */
+	uint64_t bytes_sent; /* every byte written to the stream */
+	uint64_t frames_sent, frames_received;
 };
 
 /* One staging server: its connection and worker thread. */

@@ -187,6 +187,7 @@ static int run_job(struct server *s, const struct job *job)
 	if (r < 0)
 		return r;
 	uint64_t sent_before = s->conn.bytes_sent;
+	uint64_t fout_before = s->conn.frames_sent, fin_before = s->conn.frames_received;
 	size_t n = 0, nabsent = 0;
 	uint32_t *idx = distinct_held(job, &n);
 	uint32_t *absent = malloc(sizeof(*absent) * (job->nheld + 1));
@@ -203,6 +204,8 @@ static int run_job(struct server *s, const struct job *job)
 		s->connected = false;
 		r = ensure_connected(s);
 		sent_before = s->conn.bytes_sent;
+		fout_before = s->conn.frames_sent;
+		fin_before = s->conn.frames_received;
 		if (r == 0)
 			r = ask_have(s, job, idx, n, absent, &nabsent);
 	}
@@ -224,6 +227,8 @@ out:
 	free(idx);
 	free(absent);
 	s->stats.bytes_sent += s->conn.bytes_sent - sent_before;
+	s->stats.frames_sent += s->conn.frames_sent - fout_before;
+	s->stats.frames_received += s->conn.frames_received - fin_before;
 	return r;
 }
 
@@ -294,6 +299,15 @@ void servers_stop(struct flusher *fl)
 		struct server *s = &fl->servers[i];
 		if (s->thread)
 			pthread_join(s->thread, NULL);
+		if (s->stats.frames_sent)
+			stg_log(STG_LOG_INFO,
+				"server %s: %llu chunks sent, %llu present; %llu messages out, %llu "
+				"in, %llu bytes in the stream",
+				s->name, (unsigned long long)s->stats.chunks_sent,
+				(unsigned long long)s->stats.chunks_present,
+				(unsigned long long)s->stats.frames_sent,
+				(unsigned long long)s->stats.frames_received,
+				(unsigned long long)s->stats.bytes_sent);
 		if (s->connected)
 			stg_conn_close(&s->conn);
 		if (s->ring_ready)

@@ -203,6 +203,7 @@ int stg_conn_send_msg(struct stg_conn *c, const struct stg_msg *m)
 	if (!buf)
 		return -ENOMEM;
 	int r = stg_wire_encode(m, buf, n) == n ? stg_conn_send(c, buf, n) : -EINVAL;
+	c->frames_sent += r == 0;
 	if (buf != small)
 		free(buf);
 	return r;
@@ -236,8 +237,9 @@ int stg_conn_send_error(struct stg_conn *c, uint32_t tag, int negerr, const char
 static int queue_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uint8_t *obj,
 		      uint32_t len)
 {
+	c->frames_sent++;
 	if (c->t->one_sided && type == STG_MSG_PUT_CHUNK) {
-		if (obj < c->pool || obj + len > c->pool + c->pool_size)
+		if (!c->authenticated || obj < c->pool || obj + len > c->pool + c->pool_size)
 			return -EINVAL; /* only the pool is exposed */
 		struct stg_msg m = {.type = STG_MSG_PUT_CHUNK_REF, .tag = tag};
 		m.put_chunk_ref.addr = (uint64_t)(uintptr_t)obj;
@@ -333,9 +335,10 @@ static int finish_frame(struct stg_conn *c, struct stg_msg *ret)
 	r = stg_wire_decode(&h, c->buf, &m);
 	if (r < 0)
 		return r;
+	c->frames_received++;
 	switch (m.type) {
 	case STG_MSG_PUT_CHUNK_REF: {
-		if (!c->t->one_sided)
+		if (!c->t->one_sided || !c->authenticated)
 			return -EPROTO;
 		struct stg_msg_put_chunk_ref ref = m.put_chunk_ref;
 		r = stg_conn_pool(c, ref.len);
@@ -350,7 +353,7 @@ static int finish_frame(struct stg_conn *c, struct stg_msg *ret)
 		break;
 	}
 	case STG_MSG_GET_CHUNK_REF: {
-		if (!c->t->one_sided)
+		if (!c->t->one_sided || !c->authenticated)
 			return -EPROTO;
 		struct stg_msg_get_chunk_ref ref = m.get_chunk_ref;
 		c->landing = true;
@@ -453,7 +456,7 @@ int stg_conn_call(struct stg_conn *c, struct stg_msg *req, uint8_t want, struct 
 	struct stg_msg sent = *req;
 	if (c->t->one_sided && req->type == STG_MSG_GET_CHUNK) {
 		/* The object is to be written into our pool. */
-		if (c->pool_size < STG_CHUNK_HEADER_SIZE)
+		if (!c->authenticated || c->pool_size < STG_CHUNK_HEADER_SIZE)
 			return -EINVAL;
 		sent.type = STG_MSG_GET_CHUNK_REF;
 		sent.get_chunk_ref.hash = req->get_chunk.hash;
@@ -532,6 +535,7 @@ int stg_conn_auth_client(struct stg_conn *c, const struct stg_secret *s, uint32_
 	/* The server proves it knows the key too: a client never talks to an
 	 * impostor that merely accepts everything. */
 	r = stg_auth_mac_equal(want, m.auth_ok.mac) ? 0 : -EACCES;
+	c->authenticated = r == 0;
 	if (r < 0)
 		snprintf(c->error, sizeof(c->error), "the server's proof of the secret is wrong");
 out:
@@ -573,6 +577,7 @@ int stg_conn_auth_server(struct stg_conn *c, const struct stg_secret *s, uint32_
 	r = stg_conn_send_msg(c, &ok);
 	if (r < 0)
 		return r;
+	c->authenticated = true;
 	*ret_uid = m.auth.uid;
 	return 0;
 }

@@ -51,8 +51,11 @@ struct stg_conn {
 	uint64_t landing_addr;
 	uint32_t landing_rkey, landing_cap;
 	bool landing;
+	/* No memory of either side is exposed or reached before this. */
+	bool authenticated;
 
-	uint64_t bytes_sent, bytes_received;
+	uint64_t bytes_sent, bytes_received; /* through the stream */
+	uint64_t frames_sent, frames_received;
 	char error[STG_WIRE_MAX_ERROR_TEXT + 1]; /* the text of the last ERROR */
 };
 

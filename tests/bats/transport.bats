@@ -1,0 +1,98 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# Choosing the transport: transport = rdma where RDMA is impossible is a clear
+# error at start, and auto falls back to TCP, saying so in the flusher's log
+# and in `stagehand status`, and loses nothing. (The cluster tests run over
+# RDMA itself in an emulated guest: tests/rdma/.)
+
+bats_require_minimum_version 1.5.0
+load lib/common
+load lib/cluster
+
+setup() {
+	cluster_setup
+}
+
+teardown() {
+	cluster_teardown
+}
+
+have_rdma_device() {
+	compgen -G "/sys/class/infiniband/*" >/dev/null
+}
+
+# set_transport POLICY VALUE: the [cluster] transport of a policy.
+set_transport() {
+	sed -i -e '/^transport = /d' -e "/^\[cluster\]/a transport = $2" "$1"
+}
+
+@test "transport = rdma on a node without an RDMA device: the flusher refuses to start and says why" {
+	have_rdma_device && skip "this node has an RDMA device"
+	start_servers 1
+	cluster_default_policy cluster.replicas=1
+	set_transport "$POLICY" rdma
+	run "$FLUSHER" --policy "$POLICY" --once
+	[ "$status" -ne 0 ] || fail "the flusher started: $output"
+	[[ "$output" == *"transport = rdma, but this node has no RDMA device; use tcp or auto"* ]] ||
+		fail "no clear reason: $output"
+	# the tools say the same for every server
+	run "$STAGEHAND" ls --policy "$POLICY"
+	[[ "$output" == *"server ${SRV_HOST[0]}:${SRV_PORT[0]}: "*"no RDMA device"* ]] ||
+		fail "ls: $output"
+}
+
+@test "stagehand-server --transport rdma without an RDMA device refuses to start; a bad --transport is a usage error" {
+	have_rdma_device && skip "this node has an RDMA device"
+	run "$SERVER" --listen 127.0.0.1:0 --store "$T/srv" --secret-file "$SECRET" --transport rdma
+	[ "$status" -eq 1 ] || fail "status $status: $output"
+	[[ "$output" == *"--transport rdma: this node has no RDMA device"* ]] || fail "$output"
+	run "$SERVER" --listen 127.0.0.1:0 --store "$T/srv" --secret-file "$SECRET" --transport udp
+	[ "$status" -eq 2 ] && [[ "$output" == *"bad --transport 'udp' (tcp, rdma or auto)"* ]] ||
+		fail "status $status: $output"
+}
+
+@test "transport = auto where RDMA is impossible: TCP, the log and status say why, every version restores" {
+	# Servers that accept TCP only: auto must fall back even on a node that
+	# has a device.
+	start_servers 2 --transport tcp
+	cluster_default_policy
+	set_transport "$POLICY" auto
+	mkdir -p "$CKPT"
+	random_file "$REF/f.1" 300000
+	mutate "$REF/f.1" "$REF/f.2"
+	shim cp "$REF/f.1" "$CKPT/f"
+	shim cp "$REF/f.2" "$CKPT/f"
+	run "$STAGEHAND" flush --policy "$POLICY" --wait --timeout 60
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	local i s
+	for ((i = 0; i < 2; i++)); do
+		s="${SRV_HOST[$i]}:${SRV_PORT[$i]}"
+		grep -q "server $s: rdma unavailable (.*); using tcp" "$CACHE/flusher.log" ||
+			fail "no fallback notice for $s: $(cat "$CACHE/flusher.log")"
+		grep -q "server $s: connected over tcp" "$CACHE/flusher.log" || fail "$s: not over tcp"
+	done
+	run "$STAGEHAND" status --policy "$POLICY"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c " over tcp (not rdma: .*)\$" <<<"$output")" -eq 2 ] || fail "status: $output"
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	for v in 1 2; do
+		restore_to "$POLICY" "$v" "$T/r$v" "$CKPT/f"
+		cmp "$REF/f.$v" "$T/r$v$CKPT/f" || fail "version $v differs"
+	done
+}
+
+@test "transport = tcp: no attempt at RDMA, nothing said about it" {
+	start_servers 1
+	cluster_default_policy cluster.replicas=1
+	set_transport "$POLICY" tcp
+	mkdir -p "$CKPT"
+	random_file "$REF/f" 100000
+	shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush --policy "$POLICY" --wait --timeout 60
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	grep -q "connected over tcp" "$CACHE/flusher.log"
+	! grep -q "rdma" "$CACHE/flusher.log" || fail "$(cat "$CACHE/flusher.log")"
+	run "$STAGEHAND" status --policy "$POLICY"
+	[[ "$output" == *" over tcp"* && "$output" != *"not rdma"* ]] || fail "$output"
+}
