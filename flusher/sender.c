@@ -326,20 +326,23 @@ int sender_put(struct server *srv, const struct job *job, const uint32_t *entrie
 	size_t next = 0;
 	struct __kernel_timespec ts = {.tv_sec = srv->fl->timeout_ms / 1000,
 				       .tv_nsec = (srv->fl->timeout_ms % 1000) * 1000000ll};
-	while (r == 0 && p->done < n) {
+	while (r == 0) {
+		/* Replies first: the slots they free are refilled before the
+		 * wait, which would otherwise wait for nothing at all. */
+		r = take_replies(p);
+		if (r < 0 || p->done == n)
+			break;
 		for (unsigned i = 0; i < p->nslots && next < n && r == 0; i++)
 			if (p->slots[i].state == FREE)
 				r = start_read(p, i, entries[next++]);
 		if (r == 0)
 			r = post_ready(p);
-		if (r == 0)
-			r = take_replies(p);
 		if (r == 0) {
 			r = stg_conn_flush(c);
 			if (r == -EAGAIN)
 				r = 0;
 		}
-		if (r < 0 || p->done == n)
+		if (r < 0)
 			break;
 		bool wait = watch_conn(p);
 		io_uring_submit(p->ring);

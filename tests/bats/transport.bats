@@ -96,3 +96,47 @@ set_transport() {
 	run "$STAGEHAND" status --policy "$POLICY"
 	[[ "$output" == *" over tcp"* && "$output" != *"not rdma"* ]] || fail "$output"
 }
+
+@test "a server stopped in the middle of a flush and resumed: the flusher waits, nothing is lost" {
+	start_servers 1
+	cluster_default_policy cluster.replicas=1 cluster.timeout=60
+	mkdir -p "$CKPT"
+	random_file "$REF/f" $((8 << 20))
+	shim cp "$REF/f" "$CKPT/f"
+	# once the server has received part of it, stop it for a while
+	wait_for 30 eval '[ "$(segment_bytes 0)" -gt 4096 ]'
+	kill -STOP "${SRV_PID[0]}"
+	sleep 2
+	kill -CONT "${SRV_PID[0]}"
+	run "$STAGEHAND" flush --policy "$POLICY" --wait --timeout 120
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	! grep -q "shipping failed" "$CACHE/flusher.log" || fail "$(cat "$CACHE/flusher.log")"
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	restore_to "$POLICY" 1 "$T/r" "$CKPT/f"
+	cmp "$REF/f" "$T/r$CKPT/f"
+}
+
+@test "over RDMA: a client naming memory it does not own, or referring to memory before it authenticates, is dropped; the server goes on" {
+	have_rdma_device || skip "needs an RDMA device (this test runs in the RDMA guest: tests/rdma/run.sh)"
+	[ -x "$PROGS/rdma-rogue" ] || skip "built without RDMA"
+	start_servers 1 --transport rdma
+	run "$PROGS/rdma-rogue" "${SRV_HOST[0]}:${SRV_PORT[0]}" "$SECRET"
+	[ "$status" -eq 0 ] || fail "$output"
+	[ "$(grep -c " dropped\$" <<<"$output")" -eq 3 ] || fail "$output"
+	grep -q "rdma: a read of the peer's memory failed" "$T/srv0.log" ||
+		fail "the server did not read, or did not say so: $(cat "$T/srv0.log")"
+	# still serving, over RDMA
+	cluster_default_policy cluster.replicas=1
+	set_transport "$POLICY" rdma
+	mkdir -p "$CKPT"
+	random_file "$REF/f" 200000
+	shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush --policy "$POLICY" --wait --timeout 60
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	grep -q "connected over rdma" "$CACHE/flusher.log"
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	restore_to "$POLICY" 1 "$T/r" "$CKPT/f"
+	cmp "$REF/f" "$T/r$CKPT/f"
+}
