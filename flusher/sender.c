@@ -319,7 +319,7 @@ int sender_put(struct server *srv, const struct job *job, const uint32_t *entrie
 	if (p->nslots > n)
 		p->nslots = (unsigned)n;
 	struct stg_conn *c = &srv->conn;
-	int r = stg_conn_pool(c, (size_t)p->nslots * slot_size);
+	int r = stg_conn_pool(c, (size_t)p->nslots * slot_size, STG_POOL_SEND);
 	for (unsigned i = 0; i < p->nslots && r == 0; i++)
 		p->slots[i].buf = c->pool + (size_t)i * slot_size;
 

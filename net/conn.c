@@ -92,10 +92,13 @@ void stg_conn_close(struct stg_conn *c)
 	c->cap = 0;
 }
 
-int stg_conn_pool(struct stg_conn *c, size_t size)
+int stg_conn_pool(struct stg_conn *c, size_t size, enum stg_pool_use use)
 {
-	if (size <= c->pool_size)
+	if (size <= c->pool_size && use == c->pool_use)
 		return 0;
+	c->pool_use = use;
+	if (size <= c->pool_size)
+		return c->t->one_sided ? c->t->pool_register(c) : 0;
 	size = (size + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
 	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
@@ -239,7 +242,7 @@ static int queue_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uint
 {
 	c->frames_sent++;
 	if (c->t->one_sided && type == STG_MSG_PUT_CHUNK) {
-		if (!c->authenticated || obj < c->pool || obj + len > c->pool + c->pool_size)
+		if (!c->authenticated || c->pool_use != STG_POOL_SEND || obj < c->pool || obj + len > c->pool + c->pool_size)
 			return -EINVAL; /* only the pool is exposed */
 		struct stg_msg m = {.type = STG_MSG_PUT_CHUNK_REF, .tag = tag};
 		m.put_chunk_ref.addr = (uint64_t)(uintptr_t)obj;
@@ -284,7 +287,7 @@ int stg_conn_send_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uin
 			return stg_conn_send_error(c, tag, -EBADMSG,
 						   "the chunk object (%u bytes) exceeds the %u "
 						   "bytes given for it", len, c->landing_cap);
-		int r = stg_conn_pool(c, len);
+		int r = stg_conn_pool(c, len, STG_POOL_LOCAL);
 		if (r < 0)
 			return r;
 		memcpy(c->pool, obj, len);
@@ -341,7 +344,7 @@ static int finish_frame(struct stg_conn *c, struct stg_msg *ret)
 		if (!c->t->one_sided || !c->authenticated)
 			return -EPROTO;
 		struct stg_msg_put_chunk_ref ref = m.put_chunk_ref;
-		r = stg_conn_pool(c, ref.len);
+		r = stg_conn_pool(c, ref.len, STG_POOL_LOCAL);
 		if (r < 0)
 			return r;
 		r = c->t->pull(c, ref.addr, ref.rkey, ref.len);
@@ -445,6 +448,11 @@ int stg_conn_wait(struct stg_conn *c, int timeout_ms)
 	return c->t->wait(c, false, timeout_ms);
 }
 
+int stg_conn_wait_idle(struct stg_conn *c)
+{
+	return stg_conn_wait(c, c->t->idle_limit_ms);
+}
+
 int stg_conn_pollable(struct stg_conn *c, short *events)
 {
 	return c->t->pollable(c, tx_pending(c), events);
@@ -456,7 +464,8 @@ int stg_conn_call(struct stg_conn *c, struct stg_msg *req, uint8_t want, struct 
 	struct stg_msg sent = *req;
 	if (c->t->one_sided && req->type == STG_MSG_GET_CHUNK) {
 		/* The object is to be written into our pool. */
-		if (!c->authenticated || c->pool_size < STG_CHUNK_HEADER_SIZE)
+		if (!c->authenticated || c->pool_size < STG_CHUNK_HEADER_SIZE ||
+		    c->pool_use != STG_POOL_RECEIVE)
 			return -EINVAL;
 		sent.type = STG_MSG_GET_CHUNK_REF;
 		sent.get_chunk_ref.hash = req->get_chunk.hash;

@@ -18,6 +18,15 @@
 
 struct stg_transport;
 
+/* What the pool is for: the peer reaches it only in the way its use needs
+ * (on RDMA, a client's pool is readable by the server for PUT_CHUNK and
+ * writable for GET_CHUNK, never both). */
+enum stg_pool_use {
+	STG_POOL_LOCAL,   /* the server's own buffers */
+	STG_POOL_SEND,    /* chunk objects this side sends (PUT_CHUNK) */
+	STG_POOL_RECEIVE, /* chunk objects written here (GET_CHUNK) */
+};
+
 struct stg_conn {
 	const struct stg_transport *t;
 	void *impl;      /* the transport's own state */
@@ -44,6 +53,7 @@ struct stg_conn {
 	/* Memory that chunk objects move through (registered on RDMA). */
 	uint8_t *pool;
 	size_t pool_size;
+	enum stg_pool_use pool_use;
 
 	/* RDMA: the region the peer gave for the reply to its GET_CHUNK_REF
 	 * (server), or the tag of our own outstanding one (client). */
@@ -121,16 +131,24 @@ int stg_conn_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret);
  * waits for ever. Returns 0 or -ETIMEDOUT. */
 int stg_conn_wait(struct stg_conn *c, int timeout_ms);
 
+/* Waits for the next request of an idle client for as long as the
+ * transport can tell that it is alive: for ever on TCP (keepalive notices a
+ * dead peer), 5 minutes on RDMA (nothing else would). Returns 0 or
+ * -ETIMEDOUT (the caller closes; a live client reconnects). */
+int stg_conn_wait_idle(struct stg_conn *c);
+
 /* Sends req (its tag is set) and receives the reply, which must have type
  * want and the same tag. An ERROR reply returns its code as -errno, its text
  * in c->error. A GET_CHUNK's object lands in the pool, which must hold it
  * (stg_conn_pool). Returns 0 or -errno. */
 int stg_conn_call(struct stg_conn *c, struct stg_msg *req, uint8_t want, struct stg_msg *ret);
 
-/* The connection's pool, grown to at least size bytes: registered once with
- * the device on RDMA, so chunk objects placed there move one-sided. Returns
- * 0 or -errno. */
-int stg_conn_pool(struct stg_conn *c, size_t size);
+
+/* The connection's pool, grown to at least size bytes for use: registered
+ * once with the device on RDMA (again only when it grows or its use
+ * changes), so chunk objects placed there move one-sided. Returns 0 or
+ * -errno. */
+int stg_conn_pool(struct stg_conn *c, size_t size, enum stg_pool_use use);
 
 /* The caller is done with the pool for now: TCP frees it, RDMA keeps it
  * registered for the next use. */

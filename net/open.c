@@ -50,7 +50,7 @@ int stg_conn_open(const char *hostport, enum stg_transport_kind kind, int timeou
 	int t = timeout_ms;
 	if (kind == STG_TRANSPORT_AUTO && (t <= 0 || t > AUTO_RDMA_TIMEOUT_MS))
 		t = AUTO_RDMA_TIMEOUT_MS;
-	int r = stg_rdma_connect(hostport, t, ret, why, whylen);
+	int r = stg_rdma_connect(hostport, t, timeout_ms, ret, why, whylen);
 	if (r == 0 || kind == STG_TRANSPORT_RDMA)
 		return r;
 #endif

@@ -79,8 +79,10 @@ struct rdma_conn {
 	uint32_t peer_msg_size;
 	int credits;   /* receive buffers of the peer we may fill */
 	int to_return; /* our reposted buffers not yet announced */
+	unsigned credit_sends; /* bare credit returns not completed */
 
 	unsigned ops_out; /* RDMA READs and WRITEs in flight */
+	unsigned ops_wait; /* move() sleeps until ops_out is below this */
 	int ops_err;
 	unsigned rd_atom;
 	uint32_t max_inline;
@@ -134,6 +136,7 @@ static void return_credits(struct rdma_conn *r)
 	}
 	r->credits--;
 	r->to_return = 0;
+	r->credit_sends++;
 }
 
 static void on_completion(struct rdma_conn *r, const struct ibv_wc *wc)
@@ -157,6 +160,8 @@ static void on_completion(struct rdma_conn *r, const struct ibv_wc *wc)
 		}
 		if (kind == WR_SEND)
 			r->sfree[r->nsfree++] = (uint16_t)idx;
+		if (kind == WR_CREDIT)
+			r->credit_sends--;
 		if (kind == WR_READ || kind == WR_WRITE) {
 			r->ops_out--;
 			r->ops_err = -EIO;
@@ -184,6 +189,7 @@ static void on_completion(struct rdma_conn *r, const struct ibv_wc *wc)
 		r->sfree[r->nsfree++] = (uint16_t)idx;
 		break;
 	case WR_CREDIT:
+		r->credit_sends--;
 		break;
 	case WR_READ:
 	case WR_WRITE:
@@ -303,6 +309,12 @@ static bool ready_cb(struct rdma_conn *r, bool for_write)
 	return ready(r, for_write);
 }
 
+static bool op_done_cb(struct rdma_conn *r, bool unused)
+{
+	(void)unused;
+	return r->ops_out < r->ops_wait || r->err || r->closed;
+}
+
 static ssize_t rdma_read(struct stg_conn *c, void *buf, size_t len)
 {
 	struct rdma_conn *r = impl(c);
@@ -393,7 +405,7 @@ static int rdma_pollable(struct stg_conn *c, bool for_write, short *events)
 	progress(r);
 	/* Ready already, or a completion raced the arming: no event will
 	 * come for it, so the caller must try again without waiting. */
-	*events = ready(r, for_write) || arm(r) ? 0 : POLLIN;
+	*events = ready(r, for_write) || r->rq_n > 0 || arm(r) ? 0 : POLLIN;
 	return r->epfd;
 }
 
@@ -443,7 +455,8 @@ static int move(struct stg_conn *c, enum ibv_wr_opcode op, uint32_t len, uint64_
 			fail(r, -ETIMEDOUT);
 			return -ETIMEDOUT;
 		}
-		sleep_for_event(r, ready_cb, false, (int)(left > 1000 ? 1000 : left));
+		r->ops_wait = before;
+		sleep_for_event(r, op_done_cb, false, (int)(left > 1000 ? 1000 : left));
 	}
 	if (r->ops_err)
 		return r->err ? r->err : r->ops_err;
@@ -465,11 +478,14 @@ static int rdma_pool_register(struct stg_conn *c)
 	struct rdma_conn *r = impl(c);
 	if (r->pool_mr)
 		ibv_dereg_mr(r->pool_mr);
+	r->pool_mr = NULL;
 	/* A server only reads into and writes from its own pool; a client
-	 * lets its server reach its pool, and nothing else. */
+	 * lets its server reach its pool, in the one way its use needs. */
 	int access = IBV_ACCESS_LOCAL_WRITE;
-	if (!r->server)
-		access |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+	if (!r->server && c->pool_use == STG_POOL_SEND)
+		access |= IBV_ACCESS_REMOTE_READ;
+	if (!r->server && c->pool_use == STG_POOL_RECEIVE)
+		access |= IBV_ACCESS_REMOTE_WRITE;
 	r->pool_mr = ibv_reg_mr(r->pd, c->pool, c->pool_size, access);
 	if (!r->pool_mr) {
 		int e = errno;
@@ -490,12 +506,24 @@ static uint32_t rdma_pool_rkey(struct stg_conn *c)
 	return impl(c)->pool_mr ? impl(c)->pool_mr->rkey : 0;
 }
 
+static bool sends_done_cb(struct rdma_conn *r, bool unused)
+{
+	(void)unused;
+	return (r->nsfree == SEND_DEPTH && r->credit_sends == 0) || r->err || r->closed;
+}
+
 static void destroy(struct rdma_conn *r)
 {
 	if (!r)
 		return;
-	if (r->id && r->established && !r->closed)
+	if (r->id && r->established && !r->closed) {
+		/* A disconnect flushes sends not yet on the wire: the last
+		 * message (an ERROR saying why) must go out first. */
+		int64_t until = stg_monotonic_ms() + 1000;
+		while (!sends_done_cb(r, false) && stg_monotonic_ms() < until)
+			sleep_for_event(r, sends_done_cb, false, 100);
 		rdma_disconnect(r->id);
+	}
 	if (r->id && r->id->qp)
 		rdma_destroy_qp(r->id);
 	if (r->pool_mr)
@@ -539,6 +567,9 @@ static const struct stg_transport rdma_transport = {
 	.wait = rdma_wait,
 	.pollable = rdma_pollable,
 	.close = rdma_close,
+	/* An idle queue pair exchanges nothing: a peer that died without a
+	 * disconnect (a reboot, a cut link) would hold its slot for ever. */
+	.idle_limit_ms = 300000,
 	.one_sided = true,
 	.pool_register = rdma_pool_register,
 	.pool_rkey = rdma_pool_rkey,
@@ -758,8 +789,8 @@ static int resolve_addr(struct rdma_conn *r, struct sockaddr *addr, const char *
 	}
 }
 
-int stg_rdma_connect(const char *hostport, int timeout_ms, struct stg_conn *ret, char *why,
-		     size_t whylen)
+int stg_rdma_connect(const char *hostport, int connect_ms, int timeout_ms, struct stg_conn *ret,
+		     char *why, size_t whylen)
 {
 	char host[256], port[16];
 	why[0] = '\0';
@@ -768,6 +799,8 @@ int stg_rdma_connect(const char *hostport, int timeout_ms, struct stg_conn *ret,
 		return -EINVAL;
 	if (timeout_ms <= 0)
 		timeout_ms = STG_CONN_TIMEOUT_MS;
+	if (connect_ms <= 0)
+		connect_ms = timeout_ms;
 	raise_memlock();
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
 	struct addrinfo *ai;
@@ -775,7 +808,7 @@ int stg_rdma_connect(const char *hostport, int timeout_ms, struct stg_conn *ret,
 		snprintf(why, whylen, "cannot resolve '%s'", host);
 		return -EHOSTUNREACH;
 	}
-	int64_t deadline = stg_monotonic_ms() + timeout_ms;
+	int64_t deadline = stg_monotonic_ms() + connect_ms;
 	struct rdma_conn *r = conn_new(false);
 	int e = r ? 0 : -ENOMEM;
 	if (e == 0 && !(r->ch = rdma_create_event_channel()))
@@ -787,7 +820,7 @@ int stg_rdma_connect(const char *hostport, int timeout_ms, struct stg_conn *ret,
 		goto out;
 	}
 	e = resolve_addr(r, ai->ai_addr, host, deadline, why, whylen);
-	if (e == 0 && rdma_resolve_route(r->id, timeout_ms))
+	if (e == 0 && rdma_resolve_route(r->id, connect_ms))
 		e = -errno;
 	if (e == 0)
 		e = expect_event(r, RDMA_CM_EVENT_ROUTE_RESOLVED, deadline, why, whylen);

@@ -10,11 +10,12 @@
 #include "conn.h"
 
 /* Connects to hostport (the server's TCP address: rdma_cm listens on the
- * same port number). On failure why tells what failed, for the log.
+ * same port number) within connect_ms; the connection's operations then
+ * have timeout_ms each. On failure why tells what failed, for the log.
  * Returns 0, -ENODEV (no RDMA device reaches the host), -ECONNREFUSED (the
  * server does not accept RDMA), -ETIMEDOUT or -errno. */
-int stg_rdma_connect(const char *hostport, int timeout_ms, struct stg_conn *ret, char *why,
-		     size_t whylen);
+int stg_rdma_connect(const char *hostport, int connect_ms, int timeout_ms, struct stg_conn *ret,
+		     char *why, size_t whylen);
 
 struct stg_rdma_listener;
 

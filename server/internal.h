@@ -19,6 +19,9 @@ struct server {
 	int timeout_ms;
 	unsigned max_connections;
 	atomic_uint connections;
+	/* Connections not yet authenticated: each holds a thread and, over
+	 * RDMA, locked buffers, so strangers get only a few at a time. */
+	atomic_uint handshaking;
 	int64_t started_ns;
 
 	/* Held shared while a manifest is checked and written, exclusively while
@@ -39,7 +42,10 @@ struct session_arg {
 	struct stg_conn conn; /* accepted, over either transport */
 };
 
-/* Serves one connection until it closes; frees arg. */
+#define SERVER_MAX_HANDSHAKES 32
+
+/* Serves one connection until it closes; frees arg. The connection is
+ * counted in connections and handshaking already. */
 void *server_session(void *arg);
 
 /* The collector thread. */

@@ -304,6 +304,7 @@ void *server_session(void *arg)
 	free(a);
 
 	int r = stg_conn_auth_server(&s.conn, &s.srv->secret, &s.uid);
+	atomic_fetch_sub(&s.srv->handshaking, 1);
 	if (r < 0) {
 		stg_log_errno(STG_LOG_WARN, r, "%s: dropped: authentication failed", s.conn.peer);
 		goto out;
@@ -311,10 +312,14 @@ void *server_session(void *arg)
 	stg_log(STG_LOG_DEBUG, "%s: authenticated as uid %u", s.conn.peer, s.uid);
 	for (;;) {
 		struct stg_msg m;
-		/* An idle client may sit between requests for as long as it likes
-		 * (keepalive notices a dead one); the deadline applies once a
+		/* An idle client may sit between requests for as long as the
+		 * transport can tell it is alive; the deadline applies once a
 		 * frame has begun. */
-		r = stg_conn_wait(&s.conn, -1);
+		r = stg_conn_wait_idle(&s.conn);
+		if (r == -ETIMEDOUT) {
+			stg_log(STG_LOG_INFO, "%s: closed after a long silence", s.conn.peer);
+			break;
+		}
 		if (r == 0)
 			r = stg_conn_recv(&s.conn, STG_WIRE_MAX_BODY, &m);
 		if (r == -EPIPE)

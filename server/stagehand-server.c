@@ -108,14 +108,36 @@ static int listen_on(const char *hostport, char *bound, size_t boundlen, int *re
 	return fd;
 }
 
-/* Starts the thread of an accepted connection (counted in connections
- * already); on failure closes it. */
+/* Counts a new connection in, unless there are too many already, or too
+ * many still authenticating. */
+static bool admit(struct server *srv)
+{
+	if (atomic_fetch_add(&srv->handshaking, 1) >= SERVER_MAX_HANDSHAKES) {
+		atomic_fetch_sub(&srv->handshaking, 1);
+		return false;
+	}
+	if (atomic_fetch_add(&srv->connections, 1) >= srv->max_connections) {
+		atomic_fetch_sub(&srv->connections, 1);
+		atomic_fetch_sub(&srv->handshaking, 1);
+		return false;
+	}
+	return true;
+}
+
+static void unadmit(struct server *srv)
+{
+	atomic_fetch_sub(&srv->connections, 1);
+	atomic_fetch_sub(&srv->handshaking, 1);
+}
+
+/* Starts the thread of an accepted connection (admitted already); on
+ * failure closes it. */
 static void start_session(struct server *srv, struct stg_conn *c)
 {
 	struct session_arg *a = malloc(sizeof(*a));
 	if (!a) {
 		stg_conn_close(c);
-		atomic_fetch_sub(&srv->connections, 1);
+		unadmit(srv);
 		return;
 	}
 	a->srv = srv;
@@ -134,7 +156,7 @@ static void start_session(struct server *srv, struct stg_conn *c)
 	if (r != 0) {
 		stg_conn_close(&a->conn);
 		free(a);
-		atomic_fetch_sub(&srv->connections, 1);
+		unadmit(srv);
 	}
 	pthread_attr_destroy(&attr);
 }
@@ -158,13 +180,12 @@ static void accept_loop(struct server *srv, int lfd)
 			    NI_NUMERICHOST | NI_NUMERICSERV);
 		snprintf(peer, sizeof(peer), "%s:%s", host, port);
 		struct stg_conn c;
-		if (atomic_fetch_add(&srv->connections, 1) >= srv->max_connections) {
-			atomic_fetch_sub(&srv->connections, 1);
+		if (!admit(srv)) {
 			stg_conn_init(&c, fd, host, 1000);
 			stg_conn_send_error(&c, 0, -EBUSY, "too many connections");
 			stg_conn_close(&c);
-			stg_log(STG_LOG_WARN, "%s: refused: %u connections already", peer,
-				srv->max_connections);
+			stg_log(STG_LOG_WARN, "%s: refused: %u connections already, or %u "
+				"authenticating", peer, srv->max_connections, SERVER_MAX_HANDSHAKES);
 			continue;
 		}
 		stg_conn_init(&c, fd, peer, srv->timeout_ms);
@@ -185,17 +206,18 @@ static void *rdma_accept_loop(void *arg)
 	struct rdma_acceptor *ra = arg;
 	struct server *srv = ra->srv;
 	while (!stop_signal) {
-		bool refuse = atomic_fetch_add(&srv->connections, 1) >= srv->max_connections;
+		bool admitted = admit(srv);
 		struct stg_conn c;
-		int r = stg_rdma_accept(ra->listener, 500, refuse, srv->timeout_ms, &c);
+		int r = stg_rdma_accept(ra->listener, 500, !admitted, srv->timeout_ms, &c);
 		if (r == 0) {
 			start_session(srv, &c);
 			continue;
 		}
-		atomic_fetch_sub(&srv->connections, 1);
+		if (admitted)
+			unadmit(srv);
 		if (r == -EBUSY)
-			stg_log(STG_LOG_WARN, "an RDMA connection refused: %u connections already",
-				srv->max_connections);
+			stg_log(STG_LOG_WARN, "an RDMA connection refused: %u connections already, "
+				"or %u authenticating", srv->max_connections, SERVER_MAX_HANDSHAKES);
 		else if (r != -EAGAIN && r != -EPROTO)
 			stg_log_errno(STG_LOG_WARN, r, "rdma: accept");
 	}

@@ -257,7 +257,8 @@ static int fetch_chunk(struct fetch *f, struct remote_session *s, uint64_t i, ui
 		struct stg_msg req = {.type = STG_MSG_GET_CHUNK}, rep;
 		req.get_chunk.hash = e->hash;
 		/* Where the object may land: the connection's pool. */
-		int cr = stg_conn_pool(c, STG_CHUNK_HEADER_SIZE + (size_t)e->stored_len);
+		int cr = stg_conn_pool(c, STG_CHUNK_HEADER_SIZE + (size_t)e->stored_len,
+					STG_POOL_RECEIVE);
 		if (cr == 0)
 			cr = stg_conn_call(c, &req, STG_MSG_CHUNK, &rep);
 		if (cr == 0)

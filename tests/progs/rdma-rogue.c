@@ -37,7 +37,7 @@ static int open_conn(const char *hostport, const struct stg_secret *s, bool auth
 		     struct stg_conn *c)
 {
 	char why[256];
-	int r = stg_rdma_connect(hostport, 10000, c, why, sizeof(why));
+	int r = stg_rdma_connect(hostport, 10000, 10000, c, why, sizeof(why));
 	if (r < 0) {
 		fprintf(stderr, "rdma-rogue: cannot connect to %s: %s: %s\n", hostport,
 			strerror(-r), why);
