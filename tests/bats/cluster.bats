@@ -1,10 +1,12 @@
 #!/usr/bin/env bats
 # SPDX-License-Identifier: MIT
-# The cluster: real stagehand-server processes on 127.0.0.1 (and one in a
-# network namespace), node caches shipping to them through the flusher,
-# restores from the servers alone. Servers crash, links are cut, flushers are
-# killed, replicas rot, strangers knock: every version committed is restored
-# byte for byte, and nothing hangs.
+# The cluster: real stagehand-server processes (on 127.0.0.1, and one in a
+# network namespace, unless STAGEHAND_TEST_HOSTS and STAGEHAND_TEST_CUT_HOST
+# say otherwise; over STAGEHAND_TEST_TRANSPORT: see lib/cluster.bash), node
+# caches shipping to them through the flusher, restores from the servers
+# alone. Servers crash, links are cut, flushers are killed, replicas rot,
+# strangers knock: every version committed is restored byte for byte, and
+# nothing hangs.
 
 bats_require_minimum_version 1.5.0
 load lib/common
@@ -44,6 +46,9 @@ teardown() {
 	run "$STAGEHAND" flush --policy "$T/b.conf" --wait --timeout 60
 	[ "$status" -eq 0 ] || fail "flush of node B: $output"
 	queue_empty "$T/cacheA" && queue_empty "$T/cacheB"
+	# over the transport asked for, to every server
+	assert_transport_used "$T/cacheA"
+	assert_transport_used "$T/cacheB"
 	# every version is marked replicated in its cache
 	[ "$(find "$T/cacheA/files" -name '*.rep' | wc -l)" -eq 10 ]
 	[ "$(find "$T/cacheB/files" -name '*.rep' | wc -l)" -eq 5 ]
@@ -85,20 +90,24 @@ teardown() {
 	"$STAGEHAND" flush --policy "$POLICY" --wait --timeout 60 >"$T/flush.out" 2>&1 3>&- &
 	local flush=$! victim=1
 	track $flush
-	# kill the victim as soon as its store grows past the segment header
+	# Once the victim has stored a whole chunk, stop it: the flush cannot
+	# end while it does not answer, so the kill lands in the middle of it
+	# however fast this machine ships.
 	local deadline=$((SECONDS + 30))
-	until [ "$(segment_bytes $victim)" -gt 4096 ]; do
-		[ "$SECONDS" -lt "$deadline" ] || fail "server $victim never received anything"
+	until [ "$(segment_bytes $victim)" -ge $((8192 + (1 << 20))) ]; do
+		[ "$SECONDS" -lt "$deadline" ] || fail "server $victim never stored a chunk"
 	done
+	kill -STOP "${SRV_PID[$victim]}"
 	queue_empty "$CACHE" && fail "the flush was over before the kill"
 	stop_server $victim KILL
 	local rc=0
 	wait "$flush" || rc=$?
 	[ "$rc" -eq 0 ] || fail "flush --wait exited $rc: $(cat "$T/flush.out")"
 	queue_empty "$CACHE"
-	grep -q "server 127.0.0.1:${SRV_PORT[$victim]}: shipping failed" "$CACHE/flusher.log" ||
+	grep -q "server $(srv_re $victim): shipping failed" "$CACHE/flusher.log" ||
 		fail "the flusher did not notice: $(cat "$CACHE/flusher.log")"
 	grep -q "'$CKPT/big' version 1 replicated on" "$CACHE/flusher.log"
+	assert_transport_used "$CACHE"
 	# restore from the two others, with an empty cache
 	stop_flusher "$CACHE"
 	rm -rf "$CACHE"
@@ -111,13 +120,13 @@ teardown() {
 	seg_before=$(segment_bytes $victim)
 	start_server $victim
 	local n
-	n=$(sed -n "s/.*listening on 127.0.0.1:${SRV_PORT[$victim]}; store '.*': \([0-9]*\) chunks in .*/\1/p" \
+	n=$(sed -n "s/.*listening on $(srv_re $victim); store '.*': \([0-9]*\) chunks in .*/\1/p" \
 		"$T/srv$victim.log" | tail -1)
 	[ -n "$n" ] || fail "no recovery line in: $(cat "$T/srv$victim.log")"
 	[ "$n" -gt 0 ] || fail "it recovered no chunk ($seg_before bytes of segments)"
 	run "$STAGEHAND" status
 	[ "$status" -eq 0 ]
-	[[ "$output" == *"127.0.0.1:${SRV_PORT[$victim]} "*" up "*": $n chunks"* ]] ||
+	[[ "$output" == *"$(srv_addr $victim) "*" up "*": $n chunks"* ]] ||
 		fail "status: $output"
 	[ "$(grep -c ' up ' <<<"$output")" -eq 3 ]
 	rm -rf "$BACK"
@@ -127,27 +136,42 @@ teardown() {
 }
 
 @test "a server's link cut in the middle of a flush: no hang, the others take over" {
-	[ "$(id -u)" -eq 0 ] || skip "needs root to create a network namespace"
+	[ "$(id -u)" -eq 0 ] || skip "needs root to cut a link"
 	command -v ip >/dev/null || skip "needs ip (iproute2)"
-	local suf=$(($$ % 10000))$((RANDOM % 1000))
-	NETNS="shn$suf" HOSTVETH="shh$suf"
-	local nsveth="shs$suf" net="10.77.$((RANDOM % 250 + 1))"
-	ip netns add "$NETNS" 2>/dev/null || {
-		NETNS=""
-		skip "cannot create a network namespace (ip netns add)"
-	}
-	ip link add "$HOSTVETH" type veth peer name "$nsveth" ||
-		skip "cannot create a veth pair"
-	ip link set "$nsveth" netns "$NETNS"
-	ip addr add "$net.1/24" dev "$HOSTVETH"
-	ip link set "$HOSTVETH" up
-	ip netns exec "$NETNS" ip addr add "$net.2/24" dev "$nsveth"
-	ip netns exec "$NETNS" ip link set "$nsveth" up
-	ip netns exec "$NETNS" ip link set lo up
+	local cut_host="${STAGEHAND_TEST_CUT_HOST:-}"
+	if [ -n "$cut_host" ]; then
+		# Server 2 alone on an address whose packets are then dropped.
+		command -v tc >/dev/null || skip "needs tc (iproute2) to cut $cut_host off"
+		[[ " ${HOSTS[*]} " != *" $cut_host "* ]] ||
+			fail "STAGEHAND_TEST_CUT_HOST $cut_host is also in STAGEHAND_TEST_HOSTS: the cut would reach the other servers"
+		cut_prepare "$cut_host" || fail "cannot filter the packets of $cut_host with tc"
+		start_servers 2
+		SRV_HOST[2]="$cut_host"
+		start_server 2
+	else
+		# Server 2 in a network namespace behind a veth, downed on our side.
+		[ "$TRANSPORT" = tcp ] ||
+			skip "over $TRANSPORT, a server in a network namespace would need an rxe device of its own: set STAGEHAND_TEST_CUT_HOST"
+		local suf=$(($$ % 10000))$((RANDOM % 1000))
+		NETNS="shn$suf" HOSTVETH="shh$suf"
+		local nsveth="shs$suf" net="10.77.$((RANDOM % 250 + 1))"
+		ip netns add "$NETNS" 2>/dev/null || {
+			NETNS=""
+			skip "cannot create a network namespace (ip netns add)"
+		}
+		ip link add "$HOSTVETH" type veth peer name "$nsveth" ||
+			skip "cannot create a veth pair"
+		ip link set "$nsveth" netns "$NETNS"
+		ip addr add "$net.1/24" dev "$HOSTVETH"
+		ip link set "$HOSTVETH" up
+		ip netns exec "$NETNS" ip addr add "$net.2/24" dev "$nsveth"
+		ip netns exec "$NETNS" ip link set "$nsveth" up
+		ip netns exec "$NETNS" ip link set lo up
 
-	start_servers 2
-	SRV_HOST[2]="$net.2" SRV_NETNS[2]="$NETNS"
-	start_server 2
+		start_servers 2
+		SRV_HOST[2]="$net.2" SRV_NETNS[2]="$NETNS"
+		start_server 2
+	fi
 	cluster_default_policy chunk_size=1M cluster.timeout=2
 	# all three answer before anything is cut
 	run "$STAGEHAND" status
@@ -155,23 +179,32 @@ teardown() {
 
 	random_file "$REF/big" $((48 << 20))
 	STAGEHAND_FLUSHER=/bin/true shim cp "$REF/big" "$CKPT/big"
+	[ -z "$cut_host" ] || cut_when_stored 2
 	local start=$SECONDS
 	"$STAGEHAND" flush --policy "$POLICY" --wait --timeout 60 >"$T/flush.out" 2>&1 3>&- &
 	local flush=$!
 	track $flush
-	local deadline=$((SECONDS + 30))
-	until [ "$(segment_bytes 2)" -gt 4096 ]; do
-		[ "$SECONDS" -lt "$deadline" ] || fail "the server in $NETNS never received anything"
-	done
-	queue_empty "$CACHE" && fail "the flush was over before the link was cut"
-	ip link set "$HOSTVETH" down
+	if [ -n "$cut_host" ]; then
+		wait "$CUT_PID" || fail "server 2 ($(srv_addr 2)) was not cut off in the middle of the flush"
+	else
+		local deadline=$((SECONDS + 30))
+		until [ "$(segment_bytes 2)" -gt 4096 ]; do
+			[ "$SECONDS" -lt "$deadline" ] || fail "the server in $NETNS never received anything"
+		done
+		# Stopped, it cannot finish its part before the cut; resumed
+		# behind the cut, it is silent, as a host whose link was cut.
+		kill -STOP "${SRV_PID[2]}"
+		queue_empty "$CACHE" && fail "the flush was over before the link was cut"
+		ip link set "$HOSTVETH" down
+		kill -CONT "${SRV_PID[2]}"
+	fi
 	local rc=0
 	wait "$flush" || rc=$?
 	local took=$((SECONDS - start))
 	[ "$rc" -eq 0 ] || fail "flush --wait exited $rc: $(cat "$T/flush.out")"
 	[ "$took" -lt 45 ] || fail "flush --wait took ${took}s"
 	echo "# flush with a cut link: ${took}s" >&3
-	grep -q "server $net.2:${SRV_PORT[2]}: shipping failed" "$CACHE/flusher.log" ||
+	grep -q "server $(srv_re 2): shipping failed" "$CACHE/flusher.log" ||
 		fail "the flusher did not notice: $(cat "$CACHE/flusher.log")"
 	stop_flusher "$CACHE"
 	rm -rf "$CACHE"
@@ -201,21 +234,21 @@ teardown() {
 	}
 	[ "$(queued)" -eq 40 ]
 	# Each round kills the flusher after a random delay of 0 to 300 ms, or
-	# earlier, a random 0 to 15 ms after it has shipped 1 to 3 versions:
+	# earlier, a random 0 to 7 ms after it has shipped 1 or 2 versions:
 	# however fast this machine is, the kills land while it ships, at any
 	# point of a version, and work is left for the next round.
 	local round pid before after start delay k killed=0 midway=0
 	for round in 1 2 3 4 5 6 7 8; do
 		before=$(queued)
 		delay=$((RANDOM % 300))
-		k=$((RANDOM % 3 + 1))
+		k=$((RANDOM % 2 + 1))
 		"$FLUSHER" --policy "$POLICY" 2>>"$T/flusher.log" 3>&- &
 		pid=$!
 		track $pid
 		start=$(date +%s%N)
 		while [ $(($(date +%s%N) - start)) -lt $((delay * 1000000)) ]; do
 			if [ "$(queued)" -le $((before - k)) ]; then
-				sleep "0.0$(printf %02d $((RANDOM % 16)))"
+				sleep "0.00$((RANDOM % 8))"
 				break
 			fi
 		done
@@ -305,7 +338,7 @@ EOP
 	run --separate-stderr "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
 	[ "$status" -eq 0 ] || fail "restore: $stderr"
 	cmp "$REF/f" "$BACK$CKPT/f"
-	[[ "$stderr" == *"server 127.0.0.1:${SRV_PORT[0]}: its copy of chunk "*" of '$CKPT/f' "*" is corrupt; using another replica"* ]] ||
+	[[ "$stderr" == *"server $(srv_addr 0): its copy of chunk "*" of '$CKPT/f' "*" is corrupt; using another replica"* ]] ||
 		fail "stderr: $stderr"
 	grep -q "stored copy of chunk [0-9a-f]* is corrupt" "$T/srv0.log"
 	# the good servers had nothing to complain about
@@ -324,8 +357,11 @@ EOP
 	chmod 600 "$T/wrong-secret"
 	cluster_policy "$T/wrong.conf" "$T/cache2" "$CKPT/**" cluster.secret_file="$T/wrong-secret"
 	run "$STAGEHAND" status --policy "$T/wrong.conf"
-	[ "$(grep -c "127.0.0.1:[0-9]* *down: authentication failed" <<<"$output")" -eq 2 ] ||
-		fail "status: $output"
+	local i refused=0
+	for i in 0 1; do
+		grep -q "$(srv_re $i) *down: authentication failed" <<<"$output" && refused=$((refused + 1))
+	done
+	[ "$refused" -eq 2 ] || fail "status: $output"
 	run "$STAGEHAND" ls --policy "$T/wrong.conf"
 	[[ "$output" != *"$CKPT/f"* ]]
 	run "$STAGEHAND" restore --policy "$T/wrong.conf" --to "$BACK" "$CKPT/f"
@@ -416,9 +452,10 @@ EOP
 	local seg_before chunks_before
 	seg_before=$(segment_bytes 0)
 	run "$STAGEHAND" status
-	chunks_before=$(grep -o "127.0.0.1:${SRV_PORT[0]} *up [0-9]*s: [0-9]* chunks" <<<"$output" | awk '{ print $4 }')
+	chunks_before=$(grep -o "$(srv_re 0) *up [0-9]*s: [0-9]* chunks" <<<"$output" | awk '{ print $4 }')
 	[ "$chunks_before" -gt 0 ] || fail "status: $output"
-	run "$PYTHON" - 127.0.0.1 "${SRV_PORT[0]}" "$SECRET" <<'EOP'
+	# over TCP whatever the transport: the servers always listen on TCP
+	run "$PYTHON" - "${SRV_HOST[0]}" "${SRV_PORT[0]}" "$SECRET" <<'EOP'
 import hashlib, hmac, os, socket, struct, sys, time
 
 host, port, secret_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -535,7 +572,7 @@ EOP
 	kill -0 "${SRV_PID[0]}" || fail "the server died: $(tail -20 "$T/srv0.log")"
 	run "$STAGEHAND" status
 	[ "$(grep -c ' up ' <<<"$output")" -eq 2 ] || fail "status: $output"
-	[[ "$output" == *"127.0.0.1:${SRV_PORT[0]} "*" up "*": $chunks_before chunks"* ]] ||
+	[[ "$output" == *"$(srv_addr 0) "*" up "*": $chunks_before chunks"* ]] ||
 		fail "status: $output"
 	[ "$(segment_bytes 0)" -eq "$seg_before" ]
 	grep -q "rejected a chunk that fails verification" "$T/srv0.log"
@@ -546,7 +583,7 @@ EOP
 	# and after a restart its store is as it was, nothing corrupt in it
 	stop_server 0
 	start_server 0
-	grep -q "listening on 127.0.0.1:${SRV_PORT[0]}; store '.*': $chunks_before chunks in " "$T/srv0.log" ||
+	grep -q "listening on $(srv_re 0); store '.*': $chunks_before chunks in " "$T/srv0.log" ||
 		fail "server log: $(cat "$T/srv0.log")"
 	! grep -q "corrupt" "$T/srv0.log"
 	assert_restores "$REF/f" "$CKPT/f"

@@ -1,13 +1,30 @@
 # SPDX-License-Identifier: MIT
-# Helpers of cluster.bats: real staging servers on 127.0.0.1 (port 0 and a
-# port file), node caches with a [cluster] section, flushers, and bounded
-# waits. cluster_teardown kills what a test started by pid (servers, tracked
+# Helpers of cluster.bats: real staging servers (port 0 and a port file),
+# node caches with a [cluster] section, flushers, and bounded waits.
+# cluster_teardown kills what a test started by pid (servers, tracked
 # background commands, the flusher of every cache named by a policy), then
 # fails the test if any process still names its directory.
+#
+# The transport and the addresses come from the environment; the defaults
+# are TCP on loopback:
+#   STAGEHAND_TEST_TRANSPORT  tcp (default) | rdma | auto: the [cluster]
+#                             transport of every policy, and the servers'
+#                             --transport (not passed for tcp, their default)
+#   STAGEHAND_TEST_HOSTS      listen addresses, space separated (default
+#                             127.0.0.1): server I listens on host I mod count
+#   STAGEHAND_TEST_CUT_HOST   an address for the server alone whose link a
+#                             test cuts, by dropping its packets (cut_prepare)
+#                             instead of downing a veth into a network
+#                             namespace: what works over rdma, where a
+#                             namespace would need an rxe device of its own
+# Soft-RoCE cannot use lo: over rdma, the hosts are addresses of rxe devices
+# (tests/rdma/guest.sh).
 
 SERVER="$STAGEHAND_BUILD/server/stagehand-server"
 FLUSHER="$STAGEHAND_BUILD/flusher/stagehand-flusher"
 WRITER="$PROGS/writer"
+TRANSPORT="${STAGEHAND_TEST_TRANSPORT:-tcp}"
+read -r -a HOSTS <<<"${STAGEHAND_TEST_HOSTS:-127.0.0.1}"
 
 # Prints a failure reason on stderr (bats shows it with the failing test).
 fail() {
@@ -43,6 +60,17 @@ cluster_setup() {
 		echo "stagehand-server or stagehand-flusher not built in $STAGEHAND_BUILD" >&2
 		return 1
 	}
+	case "$TRANSPORT" in
+	tcp | rdma | auto) ;;
+	*)
+		echo "STAGEHAND_TEST_TRANSPORT='$TRANSPORT': tcp, rdma or auto" >&2
+		return 1
+		;;
+	esac
+	[ ${#HOSTS[@]} -gt 0 ] || {
+		echo "STAGEHAND_TEST_HOSTS is empty" >&2
+		return 1
+	}
 	SECRET="$T/secret"
 	head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$SECRET"
 	chmod 600 "$SECRET"
@@ -53,6 +81,8 @@ cluster_setup() {
 	NSERVERS=0
 	BG_PIDS=()
 	CACHES=()
+	CUT_DEVS=()
+	CUT_PID=""
 	USERDIR="" NETNS="" HOSTVETH=""
 	unset STAGEHAND_REPLICATE_TIMEOUT STAGEHAND_FLUSHER
 }
@@ -76,7 +106,7 @@ kill_ours() {
 }
 
 cluster_teardown() {
-	local pid cache status=0
+	local pid cache dev status=0
 	# Everything the test started, by pid: servers, background commands,
 	# the flusher of each cache (its pid is in the cache's flusher.lock).
 	for pid in "${SRV_PID[@]}" "${BG_PIDS[@]}"; do
@@ -98,26 +128,34 @@ cluster_teardown() {
 	[ -n "${USERDIR:-}" ] && rm -rf "$USERDIR"
 	[ -n "${HOSTVETH:-}" ] && ip link del "$HOSTVETH" 2>/dev/null
 	[ -n "${NETNS:-}" ] && ip netns del "$NETNS" 2>/dev/null
+	for dev in "${CUT_DEVS[@]}"; do
+		tc qdisc del dev "$dev" clsact 2>/dev/null || true
+	done
 	return $status
 }
 
 # start_server I [OPTIONS...]: starts server I (0, 1, ...) with its store in
-# $T/srvI, its log in $T/srvI.log; on the port it had before if it ran
-# already, else a free one. Sets SRV_PID[I], SRV_PORT[I], SRV_HOST[I].
+# $T/srvI, its log in $T/srvI.log; on the host and port it had before if it
+# ran already, else on host I mod count of $STAGEHAND_TEST_HOSTS (or
+# SRV_HOST[I] if set) and a free port. Sets SRV_PID[I], SRV_PORT[I],
+# SRV_HOST[I].
 start_server() {
 	local i="$1" port host ns
 	shift
-	host="${SRV_HOST[$i]:-127.0.0.1}"
+	host="${SRV_HOST[$i]:-${HOSTS[$((i % ${#HOSTS[@]}))]}}"
 	port="${SRV_PORT[$i]:-0}"
 	ns="${SRV_NETNS[$i]:-}"
+	local -a transport=()
+	[ "$TRANSPORT" = tcp ] || transport=(--transport "$TRANSPORT")
 	rm -f "$T/srv$i.port"
 	if [ -n "$ns" ]; then
 		ip netns exec "$ns" "$SERVER" --listen "$host:$port" --store "$T/srv$i" \
-			--secret-file "$SECRET" --port-file "$T/srv$i.port" "$@" \
+			--secret-file "$SECRET" --port-file "$T/srv$i.port" "${transport[@]}" "$@" \
 			2>>"$T/srv$i.log" </dev/null >/dev/null 3>&- &
 	else
 		"$SERVER" --listen "$host:$port" --store "$T/srv$i" --secret-file "$SECRET" \
-			--port-file "$T/srv$i.port" "$@" 2>>"$T/srv$i.log" </dev/null >/dev/null 3>&- &
+			--port-file "$T/srv$i.port" "${transport[@]}" "$@" \
+			2>>"$T/srv$i.log" </dev/null >/dev/null 3>&- &
 	fi
 	SRV_PID[$i]=$!
 	# no "Killed" notices from bash when a test kills it
@@ -150,13 +188,24 @@ stop_server() {
 	SRV_PID[$i]=""
 }
 
-# "127.0.0.1:p0, 127.0.0.1:p1, ..." for the servers started.
+# "HOST0:PORT0, HOST1:PORT1, ..." for the servers started.
 server_list() {
 	local i out=""
 	for ((i = 0; i < NSERVERS; i++)); do
-		out+="${out:+, }${SRV_HOST[$i]}:${SRV_PORT[$i]}"
+		out+="${out:+, }$(srv_addr "$i")"
 	done
 	echo "$out"
+}
+
+# srv_addr I: "HOST:PORT" of server I, as the logs and `stagehand status`
+# name it.
+srv_addr() {
+	echo "${SRV_HOST[$1]}:${SRV_PORT[$1]}"
+}
+
+# srv_re I: the same, as a basic regular expression (grep, sed).
+srv_re() {
+	srv_addr "$1" | sed 's/[.*^$[]/\\&/g'
 }
 
 # cluster_policy FILE CACHE GLOB [KEY=VALUE...]: a policy whose [cluster] lists
@@ -183,6 +232,7 @@ ${kv%%=*} = ${kv#*=}" ;;
 dir = $cache
 [cluster]
 servers = $(server_list)
+transport = $TRANSPORT
 replicas = $replicas
 secret_file = $secret
 timeout = $timeout
@@ -194,6 +244,109 @@ EOP
 # Makes $POLICY the default one, over $CACHE and $CKPT/**.
 cluster_default_policy() {
 	cluster_policy "$POLICY" "$CACHE" "$CKPT/**" "$@"
+}
+
+# assert_transport_used CACHE: the flusher of CACHE connected to every server
+# over $STAGEHAND_TEST_TRANSPORT, as its log says ("server HOST:PORT:
+# connected over rdma"); over rdma, it never fell back ("using tcp"), so
+# that a silent fallback fails the run. With auto, either transport will do.
+# Not checked for tcp, today's default transport.
+assert_transport_used() {
+	local log="$1/flusher.log" i
+	[ "$TRANSPORT" != tcp ] || return 0
+	[ -f "$log" ] || fail "no flusher log $log"
+	for ((i = 0; i < NSERVERS; i++)); do
+		if [ "$TRANSPORT" = auto ]; then
+			grep -qF -e "server $(srv_addr "$i"): connected over rdma" \
+				-e "server $(srv_addr "$i"): connected over tcp" "$log"
+		else
+			grep -qF "server $(srv_addr "$i"): connected over $TRANSPORT" "$log"
+		fi || fail "$log never says 'server $(srv_addr "$i"): connected over $TRANSPORT': $(cat "$log")"
+	done
+	if [ "$TRANSPORT" = rdma ] && grep -qF "using tcp" "$log"; then
+		fail "the flusher fell back to TCP: $(grep -F "using tcp" "$log")"
+	fi
+}
+
+# cut_prepare ADDR: readies cut_when_stored to drop every packet to or from
+# ADDR (tc filters on clsact qdiscs of lo, of the device holding ADDR and of
+# the one routing to it): a peer there then stops answering as if its link
+# were cut, whatever crosses it, TCP or RoCE (UDP). cluster_teardown lifts it.
+cut_prepare() {
+	local addr="$1" dev dir
+	local -A devs=([lo]=1)
+	dev=$(ip -o -4 addr show | awk -v a="$addr" '{ split($4, p, "/") } p[1] == a { sub(/@.*/, "", $2); print $2 }')
+	[ -z "$dev" ] || devs[$dev]=1
+	dev=$(ip -o route get "$addr" | sed -n 's/.* dev \([^ ]*\).*/\1/p')
+	[ -z "$dev" ] || devs[$dev]=1
+	: >"$T/cut.tc"
+	for dev in "${!devs[@]}"; do
+		tc qdisc add dev "$dev" clsact || return 1
+		CUT_DEVS+=("$dev")
+		for dir in ingress egress; do
+			echo "filter add dev $dev $dir protocol ip prio 1 u32 match ip dst $addr/32 action drop"
+			echo "filter add dev $dev $dir protocol ip prio 2 u32 match ip src $addr/32 action drop"
+		done >>"$T/cut.tc"
+	done
+	# The first such filter loads kernel modules (cls_u32, act_gact), slow
+	# under emulation: now, not at the cut.
+	tc filter add dev lo ingress protocol ip prio 9 u32 match ip dst 127.255.255.254/32 action drop &&
+		tc filter del dev lo ingress protocol ip prio 9
+}
+
+# cut_when_stored I: starts a watcher in the background (CUT_PID) that
+# applies the cut cut_prepare readied as soon as server I has stored data
+# past its segment header, if the cache's queue still holds work then; it
+# fails if the flush was over first, or server I received nothing in 30 s.
+# Returns once the watcher runs. Under emulation (the RDMA guest) starting a
+# process takes up to a second while a flush runs, and the whole flush about
+# 3 s: hence one process polling every 5 ms, with tc already started and
+# waiting for its commands (and its kernel modules loaded by cut_prepare),
+# instead of a loop of commands in the shell.
+cut_when_stored() {
+	rm -f "$T/cut.ready"
+	"$PYTHON" - "$T/srv$1/segments" "$CACHE/queue" "$T/cut.tc" "$T/cut.ready" <<'EOP' 3>&- &
+import os, subprocess, sys, time
+
+segments, queue, batch, ready = sys.argv[1:5]
+commands = open(batch, 'rb').read()
+tc = subprocess.Popen(['tc', '-batch', '-'], stdin=subprocess.PIPE)
+# ready once tc waits for its commands
+start = time.monotonic()
+while time.monotonic() < start + 10:
+    try:
+        if open('/proc/%d/wchan' % tc.pid).read() == 'pipe_read':
+            break
+    except OSError:
+        break
+    time.sleep(0.01)
+open(ready, 'w').close()
+
+
+def cut(what):
+    tc.stdin.write(what)
+    tc.stdin.close()
+    return tc.wait()
+
+
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline:
+    try:
+        stored = sum(e.stat().st_size for e in os.scandir(segments) if e.name.endswith('.seg'))
+    except FileNotFoundError:
+        stored = 0
+    if stored > 4096:
+        if not os.listdir(queue):
+            cut(b'')
+            sys.exit('the flush was over before the link was cut')
+        sys.exit(cut(commands))
+    time.sleep(0.005)
+cut(b'')
+sys.exit('the server never received anything')
+EOP
+	CUT_PID=$!
+	track "$CUT_PID"
+	wait_for 30 test -e "$T/cut.ready"
 }
 
 # Is no flusher holding the flusher lock of a cache?

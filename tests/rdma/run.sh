@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Runs the cluster integration tests over RDMA on a machine without RDMA
+# hardware: scripts/rdma-vm.sh boots a QEMU guest with soft-RoCE devices and
+# runs tests/rdma/guest.sh there, every test in that one boot (a boot costs
+# 20-40 s under software emulation).
+#
+#   tests/rdma/run.sh [--timeout SECS] [GUEST OPTIONS...]
+#
+#   --timeout SECS  bound on the whole guest run (default $RDMA_VM_TIMEOUT,
+#                   else 1800)
+#   GUEST OPTIONS   passed to tests/rdma/guest.sh: --transport rdma|tcp|auto,
+#                   --filter REGEX, bats files (see its --help); the build
+#                   directory is $STAGEHAND_BUILD, else <repo>/build
+#
+# Exit status: the tests' (0 all passed); 77, meson's skip, with a line
+# "SKIP: reason" when this host cannot run the guest (no QEMU or kernel with
+# rdma_rxe and no way to install them, ...); with STAGEHAND_RDMA_REQUIRED=1
+# that is a failure (1) instead, for machines that must run these tests.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+usage() {
+	sed -n '3,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
+	exit "${1:-2}"
+}
+
+timeout="${RDMA_VM_TIMEOUT:-1800}"
+case "${1:-}" in
+-h | --help) usage 0 ;;
+--timeout)
+	[ $# -ge 2 ] || usage 2
+	timeout=$2
+	shift 2
+	;;
+esac
+build="${STAGEHAND_BUILD:-$repo/build}"
+
+# The guest runs the host's own bats; without it there is nothing to run.
+if ! command -v bats >/dev/null; then
+	reason="bats is not installed (scripts/deps.sh installs it)"
+else
+	reason=""
+fi
+
+rc=0
+if [ -z "$reason" ]; then
+	reason_file=$(mktemp)
+	trap 'rm -f "$reason_file"' EXIT
+	cd "$repo"
+	# The guest writes only to its scratch disk: the checkout stays
+	# read-only to it.
+	scripts/rdma-vm.sh --timeout "$timeout" --scratch 4G --no-cwd-rw \
+		--reason-file "$reason_file" -- tests/rdma/guest.sh --build "$build" "$@" || rc=$?
+	if [ "$rc" -eq 98 ]; then
+		reason=$(cat "$reason_file")
+		reason=${reason:-"scripts/rdma-vm.sh exited 98 without saying why"}
+	fi
+fi
+if [ -n "$reason" ]; then
+	if [ "${STAGEHAND_RDMA_REQUIRED:-0}" = 1 ]; then
+		echo "FAIL: cannot run the RDMA tests here (STAGEHAND_RDMA_REQUIRED=1): $reason"
+		exit 1
+	fi
+	echo "SKIP: cannot run the RDMA tests here: $reason"
+	exit 77
+fi
+# 77 is meson's skip: a failure must not read as one.
+[ "$rc" -ne 77 ] || rc=1
+exit "$rc"
