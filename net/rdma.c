@@ -22,6 +22,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -554,10 +556,38 @@ static void destroy(struct rdma_conn *r)
 	free(r);
 }
 
+static void *destroy_thread(void *arg)
+{
+	destroy(arg);
+	return NULL;
+}
+
+/* Destroying a connection whose peer vanished without a disconnect blocks
+ * in the kernel (the connection manager waits out its disconnect request,
+ * up to about a minute): that wait happens in a thread of its own, so that
+ * the caller moves on to the other servers at once. */
 static void rdma_close(struct stg_conn *c)
 {
-	destroy(impl(c));
+	struct rdma_conn *r = impl(c);
 	c->impl = NULL;
+	if (!r)
+		return;
+	if (r->established && !r->closed) {
+		pthread_attr_t attr;
+		pthread_t t;
+		sigset_t all, old;
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		pthread_attr_setstacksize(&attr, 64 << 10);
+		sigfillset(&all);
+		pthread_sigmask(SIG_BLOCK, &all, &old);
+		int e = pthread_create(&t, &attr, destroy_thread, r);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		pthread_attr_destroy(&attr);
+		if (e == 0)
+			return;
+	}
+	destroy(r);
 }
 
 static const struct stg_transport rdma_transport = {

@@ -269,9 +269,12 @@ assert_transport_used() {
 }
 
 # cut_prepare ADDR: readies cut_when_stored to drop every packet to or from
-# ADDR (tc filters on clsact qdiscs of lo, of the device holding ADDR and of
-# the one routing to it): a peer there then stops answering as if its link
-# were cut, whatever crosses it, TCP or RoCE (UDP). cluster_teardown lifts it.
+# ADDR as it arrives (tc filters on the ingress of lo, of the device holding
+# ADDR and of the one routing to it): a peer there then stops answering as
+# if its link were cut, whatever crosses it, TCP or RoCE (UDP). Only on
+# arrival: a packet dropped as it leaves is a send error to soft-RoCE, which
+# then fails its management queue pair for every connection of the device,
+# where a cut link fails none. cluster_teardown lifts it.
 cut_prepare() {
 	local addr="$1" dev dir
 	local -A devs=([lo]=1)
@@ -283,7 +286,7 @@ cut_prepare() {
 	for dev in "${!devs[@]}"; do
 		tc qdisc add dev "$dev" clsact || return 1
 		CUT_DEVS+=("$dev")
-		for dir in ingress egress; do
+		for dir in ingress; do
 			echo "filter add dev $dev $dir protocol ip prio 1 u32 match ip dst $addr/32 action drop"
 			echo "filter add dev $dev $dir protocol ip prio 2 u32 match ip src $addr/32 action drop"
 		done >>"$T/cut.tc"
@@ -292,6 +295,20 @@ cut_prepare() {
 	# under emulation: now, not at the cut.
 	tc filter add dev lo ingress protocol ip prio 9 u32 match ip dst 127.255.255.254/32 action drop &&
 		tc filter del dev lo ingress protocol ip prio 9
+}
+
+# cut_lift: lets the packets of the address cut_prepare names through again.
+cut_lift() {
+	local dev
+	for dev in "${CUT_DEVS[@]}"; do
+		tc filter del dev "$dev" ingress 2>/dev/null
+	done
+	return 0
+}
+
+# cut_again: drops them again, after cut_lift.
+cut_again() {
+	tc -batch "$T/cut.tc"
 }
 
 # cut_when_stored I: starts a watcher in the background (CUT_PID) that
