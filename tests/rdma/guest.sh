@@ -64,7 +64,7 @@ for d in "${RXE_DEV0:-rxe0}" "${RXE_DEV1:-rxe1}"; do
 done
 
 # The test directories hold a few hundred MiB at once: on the scratch disk
-# (ext4, like a node's SSD; rdma-vm.sh --scratch mounts it on /tmp), not in
+# (ext4, like a node's SSD; rdma-vm.sh --scratch mounts it on /run/s, TMPDIR), not in
 # the guest's memory.
 [ -n "${RDMA_VM_SCRATCH:-}" ] ||
 	echo "guest.sh: no scratch disk (rdma-vm.sh --scratch): test directories in memory" >&2
