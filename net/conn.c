@@ -160,19 +160,25 @@ int stg_conn_flush(struct stg_conn *c)
 	return 0;
 }
 
-/* Sends everything queued, then len bytes of buf, before the deadline. */
-static int send_until(struct stg_conn *c, const void *buf, size_t len, int64_t deadline)
+/* Sends everything queued before the deadline. */
+static int flush_until(struct stg_conn *c, int64_t deadline)
 {
 	for (;;) {
 		int r = stg_conn_flush(c);
-		if (r == 0)
-			break;
 		if (r != -EAGAIN)
 			return r;
 		r = wait_until(c, true, deadline);
 		if (r < 0)
 			return r;
 	}
+}
+
+/* Sends everything queued, then len bytes of buf, before the deadline. */
+static int send_until(struct stg_conn *c, const void *buf, size_t len, int64_t deadline)
+{
+	int r = flush_until(c, deadline);
+	if (r < 0)
+		return r;
 	const uint8_t *p = buf;
 	while (len > 0) {
 		ssize_t n = c->t->write(c, p, len);
@@ -184,7 +190,7 @@ static int send_until(struct stg_conn *c, const void *buf, size_t len, int64_t d
 		}
 		if (n != -EAGAIN)
 			return (int)n;
-		int r = wait_until(c, true, deadline);
+		r = wait_until(c, true, deadline);
 		if (r < 0)
 			return r;
 	}
@@ -277,11 +283,10 @@ int stg_conn_send_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uin
 		       uint32_t len)
 {
 	int64_t deadline = stg_monotonic_ms() + c->timeout_ms;
-	if (c->t->one_sided && type == STG_MSG_CHUNK) {
+	if (c->t->one_sided && type == STG_MSG_CHUNK && c->landing && c->landing_tag == tag) {
 		/* The reply to a GET_CHUNK_REF: written into the region the
-		 * client named for this request, and nowhere else. */
-		if (!c->landing || c->landing_tag != tag)
-			return -EPROTO;
+		 * client named for this request, and nowhere else. (A plain
+		 * GET_CHUNK gets its object in the stream, as over TCP.) */
 		c->landing = false;
 		if (len > c->landing_cap)
 			return stg_conn_send_error(c, tag, -EBADMSG,
@@ -298,23 +303,11 @@ int stg_conn_send_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uin
 		m.chunk_ref.len = len;
 		return stg_conn_send_msg(c, &m);
 	}
-	for (;;) {
-		int r = stg_conn_flush(c);
-		if (r == 0)
-			break;
-		if (r != -EAGAIN)
-			return r;
-		r = wait_until(c, true, deadline);
-		if (r < 0)
-			return r;
-	}
-	int r = queue_bulk(c, type, tag, obj, len);
-	while (r == 0) {
-		r = stg_conn_flush(c);
-		if (r != -EAGAIN)
-			break;
-		r = wait_until(c, true, deadline);
-	}
+	int r = flush_until(c, deadline);
+	if (r == 0)
+		r = queue_bulk(c, type, tag, obj, len);
+	if (r == 0)
+		r = flush_until(c, deadline);
 	if (r < 0) {
 		/* Nothing of the caller's may stay queued. */
 		c->tx_len = c->tx_off = 0;
