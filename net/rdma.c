@@ -79,6 +79,7 @@ struct rdma_conn {
 	unsigned nsfree;
 
 	uint32_t peer_msg_size;
+	int peer_depth; /* receive buffers the peer announced */
 	int credits;   /* receive buffers of the peer we may fill */
 	int to_return; /* our reposted buffers not yet announced */
 	unsigned credit_sends; /* bare credit returns not completed */
@@ -172,8 +173,18 @@ static void on_completion(struct rdma_conn *r, const struct ibv_wc *wc)
 	}
 	switch (kind) {
 	case WR_RECV:
-		if (wc->wc_flags & IBV_WC_WITH_IMM)
-			r->credits += (int)be32toh(wc->imm_data);
+		if (wc->wc_flags & IBV_WC_WITH_IMM) {
+			/* A peer never has more buffers to give back than it
+			 * announced: more is a peer not speaking our protocol. */
+			uint32_t back = be32toh(wc->imm_data);
+			if (back > (uint32_t)(r->peer_depth - r->credits)) {
+				stg_log(STG_LOG_WARN, "rdma: the peer returned %u receive buffers, "
+					"more than it has", back);
+				fail(r, -EPROTO);
+			} else {
+				r->credits += (int)back;
+			}
+		}
 		if (wc->byte_len == 0) {
 			/* A bare credit return: the buffer is free again at once. */
 			r->to_return++;
@@ -725,6 +736,7 @@ static int priv_decode(struct rdma_conn *r, const void *data, size_t len)
 	if (depth < 2 || depth > 1024 || msg < 4096 || msg > (1u << 20))
 		return -EPROTO;
 	r->credits = depth;
+	r->peer_depth = depth;
 	r->peer_msg_size = msg;
 	return 0;
 }
