@@ -62,7 +62,7 @@ set_transport() {
 	mutate "$REF/f.1" "$REF/f.2"
 	shim cp "$REF/f.1" "$CKPT/f"
 	shim cp "$REF/f.2" "$CKPT/f"
-	run "$STAGEHAND" flush --policy "$POLICY" --wait --timeout 60
+	run "$STAGEHAND" flush --policy "$POLICY" --wait --timeout "$WAIT"
 	[ "$status" -eq 0 ] || fail "flush: $output"
 	local i s
 	for ((i = 0; i < 2; i++)); do
@@ -89,7 +89,7 @@ set_transport() {
 	mkdir -p "$CKPT"
 	random_file "$REF/f" 100000
 	shim cp "$REF/f" "$CKPT/f"
-	run "$STAGEHAND" flush --policy "$POLICY" --wait --timeout 60
+	run "$STAGEHAND" flush --policy "$POLICY" --wait --timeout "$WAIT"
 	[ "$status" -eq 0 ] || fail "flush: $output"
 	grep -q "connected over tcp" "$CACHE/flusher.log"
 	! grep -q "rdma" "$CACHE/flusher.log" || fail "$(cat "$CACHE/flusher.log")"
@@ -104,11 +104,11 @@ set_transport() {
 	random_file "$REF/f" $((8 << 20))
 	shim cp "$REF/f" "$CKPT/f"
 	# once the server has received part of it, stop it for a while
-	wait_for 30 eval '[ "$(segment_bytes 0)" -gt 4096 ]'
+	wait_for "$WAIT" eval '[ "$(segment_bytes 0)" -gt 4096 ]'
 	kill -STOP "${SRV_PID[0]}"
 	sleep 2
 	kill -CONT "${SRV_PID[0]}"
-	run "$STAGEHAND" flush --policy "$POLICY" --wait --timeout 120
+	run "$STAGEHAND" flush --policy "$POLICY" --wait --timeout "$WAIT"
 	[ "$status" -eq 0 ] || fail "flush: $output"
 	! grep -q "shipping failed" "$CACHE/flusher.log" || fail "$(cat "$CACHE/flusher.log")"
 	stop_flusher "$CACHE"
@@ -132,7 +132,7 @@ set_transport() {
 	mkdir -p "$CKPT"
 	random_file "$REF/f" 200000
 	shim cp "$REF/f" "$CKPT/f"
-	run "$STAGEHAND" flush --policy "$POLICY" --wait --timeout 60
+	run "$STAGEHAND" flush --policy "$POLICY" --wait --timeout "$WAIT"
 	[ "$status" -eq 0 ] || fail "flush: $output"
 	grep -q "connected over rdma" "$CACHE/flusher.log"
 	stop_flusher "$CACHE"

@@ -12,6 +12,7 @@
 #                             --transport (not passed for tcp, their default)
 #   STAGEHAND_TEST_HOSTS      listen addresses, space separated (default
 #                             127.0.0.1): server I listens on host I mod count
+#   STAGEHAND_TEST_WAIT       the deadline of waits that only need time ($WAIT)
 #   STAGEHAND_TEST_CUT_HOST   an address for the server alone whose link a
 #                             test cuts, by dropping its packets (cut_prepare)
 #                             instead of downing a veth into a network
@@ -24,6 +25,11 @@ SERVER="$STAGEHAND_BUILD/server/stagehand-server"
 FLUSHER="$STAGEHAND_BUILD/flusher/stagehand-flusher"
 WRITER="$PROGS/writer"
 TRANSPORT="${STAGEHAND_TEST_TRANSPORT:-tcp}"
+# The deadline, in seconds, of every wait for something that only needs time
+# (a flush, a drain, a collection): generous, so that a slow or busy machine
+# (the RDMA guest runs under software emulation) fails nothing. A test that
+# checks that something does *not* hang bounds it on its own terms.
+WAIT="${STAGEHAND_TEST_WAIT:-600}"
 read -r -a HOSTS <<<"${STAGEHAND_TEST_HOSTS:-127.0.0.1}"
 
 # Prints a failure reason on stderr (bats shows it with the failing test).
