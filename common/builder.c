@@ -16,6 +16,7 @@
 #include "log.h"
 #include "pack.h"
 #include "util.h"
+#include "version.h"
 
 struct stg_builder {
 	struct stg_cache *cache;
@@ -409,7 +410,7 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 	size_t n;
 	r = stg_catalog_versions(f.dirfd, &v, &n);
 	if (r == 0) {
-		m.version = n ? v[n - 1] + 1 : 1;
+		m.version = stg_version_mint(n ? v[n - 1] : 0, stg_now_ns());
 		free(v);
 		r = stg_catalog_publish(&f, b->path, &m, sync);
 	}

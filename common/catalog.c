@@ -16,6 +16,7 @@
 
 #include "queue.h"
 #include "util.h"
+#include "version.h"
 
 #define PATH_FILE "path"
 #define DELETED_FILE "deleted"
@@ -390,7 +391,8 @@ int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *new
 			for (size_t i = 0; i < na && r == 0; i++)
 				r = copy_version(&a, va[i], &b, newpath, va[i], sync);
 		} else {
-			r = copy_version(&a, va[na - 1], &b, newpath, vb[nb - 1] + 1, sync);
+			r = copy_version(&a, va[na - 1], &b, newpath,
+					 stg_version_mint(vb[nb - 1], stg_now_ns()), sync);
 		}
 	}
 	/* The new name is complete before the old one goes: a crash in between

@@ -17,6 +17,7 @@
 #include "log.h"
 #include "materialize.h"
 #include "util.h"
+#include "version.h"
 
 int drain_version(struct flusher *fl, const char *path, const struct stg_path_rule *rule,
 		  const struct stg_manifest *m)
@@ -51,7 +52,7 @@ int drain_version(struct flusher *fl, const char *path, const struct stg_path_ru
 	r = stg_materialize(fl->cache, m, fd, NULL, NULL, &me);
 	if (r < 0) {
 		stg_log_errno(STG_LOG_ERROR, r, "drain of '%s' version %llu to '%s'", path,
-			      (unsigned long long)m->version, dest);
+			      (unsigned long long)stg_version_seq(m->version), dest);
 		goto out_unlink;
 	}
 	struct timespec times[2] = {
@@ -67,7 +68,7 @@ int drain_version(struct flusher *fl, const char *path, const struct stg_path_ru
 	close(fd);
 	close(dirfd);
 	stg_log(STG_LOG_INFO, "'%s' version %llu drained to '%s'", path,
-		(unsigned long long)m->version, dest);
+		(unsigned long long)stg_version_seq(m->version), dest);
 	return 0;
 out_unlink:
 	close(fd);

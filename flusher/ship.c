@@ -20,6 +20,7 @@
 #include "placement.h"
 #include "queue.h"
 #include "util.h"
+#include "version.h"
 
 struct placement {
 	struct job jobs[STG_CLUSTER_MAX_SERVERS];
@@ -134,7 +135,7 @@ static int mark_if_unchanged(struct flusher *fl, const char *path, uint64_t vers
 		r = stg_queue_mark(f.dirfd, version, where);
 	if (r < 0 && r != -EAGAIN)
 		stg_log_errno(STG_LOG_ERROR, r, "cannot mark '%s' version %llu replicated", path,
-			      (unsigned long long)version);
+			      (unsigned long long)stg_version_seq(version));
 	stg_catalog_unlock(&f);
 	return r;
 }
@@ -149,13 +150,13 @@ int ship_version(struct flusher *fl, const char *id, uint64_t version)
 		/* Renamed, pruned or rewritten since it was queued: its successor
 		 * has an entry of its own. */
 		stg_debug("version %llu of %s is gone; dropped from the queue",
-			  (unsigned long long)version, id);
+			  (unsigned long long)stg_version_seq(version), id);
 		stg_queue_remove(fl->cache, id, version);
 		return 0;
 	}
 	if (r < 0)
 		return stg_log_errno(STG_LOG_ERROR, r, "cannot read queued version %llu of %s",
-				     (unsigned long long)version, id);
+				     (unsigned long long)stg_version_seq(version), id);
 	/* Keep the cache's collector from moving the records we read. */
 	int pin = stg_gc_pin(fl->cache);
 	if (pin < 0) {
@@ -237,7 +238,7 @@ int ship_version(struct flusher *fl, const char *id, uint64_t version)
 			if (r < 0)
 				break;
 			stg_log(STG_LOG_INFO, "'%s' version %llu replicated on %s", path,
-				(unsigned long long)version, where);
+				(unsigned long long)stg_version_seq(version), where);
 			/* Drained before it leaves the queue: flush --wait then
 			 * means drained too, and a flusher killed while draining
 			 * leaves the entry for the next one. */

@@ -21,6 +21,7 @@
 #include "log.h"
 #include "real.h"
 #include "util.h"
+#include "version.h"
 
 /* Everything here is guarded by the session's fast_lock, which outlives it:
  * a thread waiting to write must find out the fast path ended meanwhile. */
@@ -228,7 +229,7 @@ static int commit_locked(struct session *s, struct fast *f, bool last)
 	s->meta_dirty = false;
 	s->mtime_set = false;
 	shim_log(STG_LOG_DEBUG, "staged '%s' version %lld (%llu bytes, as written)", s->path,
-		 (long long)v, (unsigned long long)f->staged);
+		 (long long)stg_version_seq((uint64_t)v), (unsigned long long)f->staged);
 	r = replicate_after_commit(s->path, s->rule, v);
 	if (last)
 		return r;

@@ -17,6 +17,7 @@
 #include "log.h"
 #include "real.h"
 #include "util.h"
+#include "version.h"
 
 #define DEFAULT_TIMEOUT_S 300
 
@@ -74,7 +75,7 @@ int replicate_after_commit(const char *path, const struct stg_path_rule *rule, i
 					 "'%s' version %lld is staged on this node but its servers "
 					 "did not acknowledge it within %ds (durability = "
 					 "replicated); see stagehand status",
-					 path, (long long)version, timeout_s());
+					 path, (long long)stg_version_seq((uint64_t)version), timeout_s());
 				r = -EIO;
 				break;
 			}

@@ -19,6 +19,7 @@
 #include "materialize.h"
 #include "real.h"
 #include "util.h"
+#include "version.h"
 
 #define XATTR_PATH "user.stagehand.path"
 /* A shadow's mtime is parked here after each commit: any later write moves it. */
@@ -110,7 +111,7 @@ static int materialize_latest(const char *path, int fd)
 		}
 		if (r < 0)
 			shim_log(STG_LOG_ERROR, "cannot read version %llu of '%s': %s",
-				 (unsigned long long)latest, path,
+				 (unsigned long long)stg_version_seq(latest), path,
 				 r == -EBADMSG ? "its data in the cache is corrupt" : strerror(-r));
 	}
 	free(v);
@@ -464,7 +465,8 @@ static int commit_through(struct session *s, int fd, bool last)
 	s->base_mtime_ns = mtime;
 	s->meta_dirty = false;
 	s->mtime_set = false;
-	shim_log(STG_LOG_DEBUG, "staged '%s' version %lld (%lld bytes)", s->path, (long long)v,
+	shim_log(STG_LOG_DEBUG, "staged '%s' version %lld (%lld bytes)", s->path,
+		 (long long)stg_version_seq((uint64_t)v),
 		 (long long)st.st_size);
 	return replicate_after_commit(s->path, s->rule, v);
 }

@@ -141,6 +141,31 @@ static int read_version(int filedirfd, uint64_t version, uint8_t **ret_mf, size_
 	return r;
 }
 
+/* May mf be filed as version, which the entry may hold already? A version is
+ * put again after a lost reply, or with its mode or mtime amended after
+ * close, but never replaced by other content: ids are minted unique by their
+ * writers (docs/FORMAT.md, "Version ids"), so other content under a held id
+ * is a collision, or a client overwriting history. 0, or -EEXIST. */
+static int may_put(int filedirfd, uint64_t version, const uint8_t *mf, size_t len)
+{
+	struct stg_manifest held, in;
+	if (stg_catalog_read(filedirfd, version, &held) < 0)
+		return 0; /* absent, or unreadable: the put repairs it */
+	int r = stg_manifest_decode(mf, len, &in);
+	if (r < 0) {
+		stg_manifest_done(&held);
+		return r;
+	}
+	bool same = held.size == in.size && held.chunk_size == in.chunk_size &&
+		    held.nchunks == in.nchunks;
+	for (uint32_t i = 0; same && i < in.nchunks; i++)
+		same = stg_hash_eq(&held.entries[i].hash, &in.entries[i].hash) &&
+		       held.entries[i].raw_len == in.entries[i].raw_len;
+	stg_manifest_done(&held);
+	stg_manifest_done(&in);
+	return same ? 0 : -EEXIST;
+}
+
 int stg_files_put(struct stg_files *f, uint32_t uid, const char *path, const uint8_t *mf,
 		  size_t len, uint64_t version, uint32_t keep)
 {
@@ -155,9 +180,14 @@ int stg_files_put(struct stg_files *f, uint32_t uid, const char *path, const uin
 	int fd = open_file(f, uid, path, true, LOCK_EX);
 	if (fd < 0)
 		return fd;
+	int r = may_put(fd, version, mf, len);
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
 	char name[40];
 	stg_catalog_manifest_name(version, name);
-	int r = stg_write_file_atomic(fd, name, mf, len, true);
+	r = stg_write_file_atomic(fd, name, mf, len, true);
 	if (r == 0 && fsync(fd) < 0)
 		r = -errno;
 	uint64_t *v = NULL;

@@ -16,9 +16,10 @@ int stg_files_open(int storedirfd, struct stg_files **ret);
 void stg_files_free(struct stg_files *f);
 
 /* Stores an encoded manifest (already validated) of path for uid as version
- * m->version, atomically and durably (replacing one of the same number), then
- * removes the versions older than the newest keep (0 keeps all). Returns how
- * many versions were removed, or -errno. */
+ * m->version, atomically and durably (replacing one of the same id only if
+ * its chunks are the same: -EEXIST otherwise), then removes the versions
+ * older than the newest keep (0 keeps all). Returns how many versions were
+ * removed, or -errno. */
 int stg_files_put(struct stg_files *f, uint32_t uid, const char *path, const uint8_t *mf,
 		  size_t len, uint64_t version, uint32_t keep);
 

@@ -14,6 +14,7 @@
 #include "manifest.h"
 #include "util.h"
 #include "wire.h"
+#include "version.h"
 
 struct session {
 	struct server *srv;
@@ -142,12 +143,13 @@ static int on_put_manifest(struct session *s, const struct stg_msg *req)
 		r = reply(s, &m, req->tag);
 	} else if (removed < 0) {
 		stg_log_errno(STG_LOG_ERROR, removed, "storing version %llu of '%s' (uid %u)",
-			      (unsigned long long)mf.version, path, s->uid);
+			      (unsigned long long)stg_version_seq(mf.version), path, s->uid);
 		r = stg_conn_send_error(&s->conn, req->tag, removed, "cannot store the manifest: %s",
-					strerror(-removed));
+					removed == -EEXIST ? "another version is held under its id"
+							   : strerror(-removed));
 	} else {
 		stg_log(STG_LOG_INFO, "%s: version %llu of '%s' (uid %u)%s", s->conn.peer,
-			(unsigned long long)mf.version, path, s->uid,
+			(unsigned long long)stg_version_seq(mf.version), path, s->uid,
 			removed > 0 ? ", older versions retired" : "");
 		if (removed > 0)
 			server_collector_wake(s->srv);
@@ -234,7 +236,7 @@ static int on_get_manifest(struct session *s, const struct stg_msg *req)
 	int r = stg_files_get(s->srv->files, s->uid, path, req->get_manifest.version, &mf, &len);
 	if (r < 0)
 		return stg_conn_send_error(&s->conn, req->tag, r, "no version %llu of '%s': %s",
-					   (unsigned long long)req->get_manifest.version, path,
+					   (unsigned long long)stg_version_seq(req->get_manifest.version), path,
 					   strerror(-r));
 	struct stg_msg m = {.type = STG_MSG_MANIFEST};
 	m.manifest.manifest = mf;

@@ -16,6 +16,7 @@
 #include "queue.h"
 #include "tool.h"
 #include "util.h"
+#include "version.h"
 
 static void usage(FILE *f)
 {
@@ -55,7 +56,7 @@ static void report_left(struct stg_cache *c)
 	for (size_t i = 0; i < n; i++) {
 		char path[4096];
 		stg_queue_item_path(c, &items[i], path, sizeof(path));
-		fprintf(stderr, "  %s version %" PRIu64 "\n", path, items[i].version);
+		fprintf(stderr, "  %s version %" PRIu64 "\n", path, stg_version_seq(items[i].version));
 	}
 	free(items);
 	uint8_t *state;

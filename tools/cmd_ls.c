@@ -13,6 +13,7 @@
 #include "queue.h"
 #include "remote.h"
 #include "tool.h"
+#include "version.h"
 
 static void usage(FILE *f)
 {
@@ -25,7 +26,9 @@ static void usage(FILE *f)
 
 struct row {
 	char *path;
-	uint64_t version, size, stored;
+	uint64_t version;     /* the id */
+	uint64_t number;      /* what users see: docs/FORMAT.md, "Version ids" */
+	uint64_t size, stored;
 	uint32_t new_chunks, chunks;
 	int64_t mtime_ns;
 	bool deleted, corrupt;
@@ -112,6 +115,24 @@ static int cmp_rows(const void *a, const void *b)
 	return x->version < y->version ? -1 : x->version > y->version;
 }
 
+/* Numbers each path's versions (rows sorted by path, then id). */
+static int number_rows(struct listing *l)
+{
+	uint64_t *ids = malloc((l->n ? l->n : 1) * 2 * sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	uint64_t *numbers = ids + (l->n ? l->n : 1);
+	for (size_t i = 0, end; i < l->n; i = end) {
+		for (end = i; end < l->n && strcmp(l->rows[end].path, l->rows[i].path) == 0; end++)
+			ids[end - i] = l->rows[end].version;
+		stg_version_numbers(ids, end - i, numbers);
+		for (size_t k = i; k < end; k++)
+			l->rows[k].number = numbers[k - i];
+	}
+	free(ids);
+	return 0;
+}
+
 /* Adds the servers' versions: counts for those in the cache, rows for the
  * others (staged on another node, or evicted here). */
 static int merge_remote(const struct stg_policy *p, struct listing *l)
@@ -196,13 +217,17 @@ int cmd_ls(int argc, char **argv)
 	if (p->has_cluster && merge_remote(p, &l) < 0)
 		bad = 1;
 	qsort(l.rows, l.n, sizeof(*l.rows), cmp_rows);
+	if (number_rows(&l) < 0) {
+		tool_error("ls: out of memory");
+		return 1;
+	}
 	if (l.n)
 		printf("%-40s %7s %12s %12s %11s  %-19s  %s\n", "PATH", "VERSION", "SIZE", "STORED",
 		       "NEW/TOTAL", "MODIFIED", "WHERE");
 	for (size_t i = 0; i < l.n; i++) {
 		struct row *rw = &l.rows[i];
 		if (rw->corrupt) {
-			printf("%-40s %7" PRIu64 "  manifest corrupt\n", rw->path, rw->version);
+			printf("%-40s %7" PRIu64 "  manifest corrupt\n", rw->path, rw->number);
 			bad = 1;
 			continue;
 		}
@@ -223,7 +248,7 @@ int cmd_ls(int argc, char **argv)
 		else if (rw->local && p->has_cluster)
 			snprintf(where + strlen(where), sizeof(where) - strlen(where), " (queued)");
 		printf("%-40s %7" PRIu64 " %12" PRIu64 " %12" PRIu64 " %11s  %-19s  %s%s\n",
-		       rw->path, rw->version, rw->size, rw->stored, chunks, mt, where,
+		       rw->path, rw->number, rw->size, rw->stored, chunks, mt, where,
 		       rw->deleted ? " (deleted)" : "");
 		free(rw->path);
 	}

@@ -19,6 +19,7 @@
 #include "pipeline.h"
 #include "remote.h"
 #include "tool.h"
+#include "version.h"
 #include "util.h"
 
 #define PROGRESS_MIN_BYTES (64ull << 20)
@@ -150,9 +151,10 @@ struct source {
 static int write_version(const struct source *src, const char *path, uint64_t version,
 			 struct stg_manifest *m, const char *to);
 
-/* Reads the manifest of a version from the cache. 0, or 1 after saying why. */
-static int local_manifest(struct stg_cache *cache, const char *path, uint64_t want_version,
-			  uint64_t *ret_version, struct stg_manifest *m)
+/* Reads the manifest of version id (shown as number) from the cache. 0, or 1
+ * after saying why. */
+static int local_manifest(struct stg_cache *cache, const char *path, uint64_t id,
+			  uint64_t number, struct stg_manifest *m)
 {
 	struct stg_catalog_file f;
 	int r = stg_catalog_lock(cache, path, false, &f);
@@ -160,69 +162,45 @@ static int local_manifest(struct stg_cache *cache, const char *path, uint64_t wa
 		tool_error("restore: '%s' is not staged", path);
 		return 1;
 	}
-	uint64_t *v = NULL;
-	size_t n = 0;
-	r = stg_catalog_versions(f.dirfd, &v, &n);
-	uint64_t version = 0;
-	if (r == 0 && n)
-		version = want_version ? want_version : v[n - 1];
-	bool found = false;
-	for (size_t i = 0; i < n; i++)
-		found |= v[i] == version;
-	if (r < 0 || !found) {
-		if (r < 0)
-			tool_error("restore: cannot read the versions of '%s': %s", path, strerror(-r));
-		else if (n == 0)
-			tool_error("restore: '%s' has no staged version", path);
-		else
-			tool_error("restore: '%s' has no version %" PRIu64 " (it has %" PRIu64
-				   " to %" PRIu64 ")",
-				   path, want_version, v[0], v[n - 1]);
-		free(v);
-		stg_catalog_unlock(&f);
-		return 1;
-	}
-	free(v);
-	r = stg_catalog_read(f.dirfd, version, m);
-	char id[STG_HASH_HEX_LEN + 1];
-	memcpy(id, f.id, sizeof(id));
+	r = stg_catalog_read(f.dirfd, id, m);
+	char fid[STG_HASH_HEX_LEN + 1];
+	memcpy(fid, f.id, sizeof(fid));
 	stg_catalog_unlock(&f);
 	if (r < 0) {
-		tool_error("restore: '%s' version %" PRIu64 ": %s (files/%s)", path, version,
-			   r == -EBADMSG ? "the manifest is corrupt" : strerror(-r), id);
+		tool_error("restore: '%s' version %" PRIu64 ": %s (files/%s)", path, number,
+			   r == -EBADMSG ? "the manifest is corrupt"
+			   : r == -ENOENT ? "it left the cache meanwhile" : strerror(-r), fid);
 		return 1;
 	}
-	*ret_version = version;
 	return 0;
 }
 
-static int restore_local(struct stg_cache *cache, const char *path, uint64_t want_version,
-			 const char *to)
+static int restore_local(struct stg_cache *cache, const char *path, uint64_t id,
+			 uint64_t number, const char *to)
 {
 	/* Keeps the collector from moving or deleting packs under the restore. */
 	int pin = stg_gc_pin(cache);
 	struct stg_manifest m;
-	uint64_t version;
 	struct source src = {.cache = cache};
-	int r = local_manifest(cache, path, want_version, &version, &m);
+	int r = local_manifest(cache, path, id, number, &m);
 	if (r == 0)
-		r = write_version(&src, path, version, &m, to);
+		r = write_version(&src, path, number, &m, to);
 	stg_gc_unpin(pin);
 	return r;
 }
 
-static int restore_remote(struct remote *rm, const char *path, uint64_t version,
+static int restore_remote(struct remote *rm, const char *path, uint64_t id, uint64_t number,
 			  uint64_t servers, const char *to)
 {
 	struct stg_manifest m;
-	int r = remote_get_manifest(rm, path, version, servers, &m);
+	int r = remote_get_manifest(rm, path, id, servers, &m);
 	if (r < 0) {
 		tool_error("restore: cannot fetch version %" PRIu64 " of '%s' from the servers: %s",
-			   version, path, strerror(-r));
+			   number, path, strerror(-r));
 		return 1;
 	}
 	struct source src = {.remote = rm, .servers = servers};
-	return write_version(&src, path, m.version, &m, to);
+	return write_version(&src, path, number, &m, to);
 }
 
 /* Writes m's content to path (below to), atomically; consumes m. */
@@ -320,59 +298,106 @@ out_unlink:
 	return 1;
 }
 
-/* The newest version of path in the cache (0: none). */
-static uint64_t local_newest(struct stg_cache *cache, const char *path, bool *ret_has_wanted,
-			     uint64_t wanted)
+static int cmp_u64(const void *a, const void *b)
 {
-	struct stg_catalog_file f;
-	*ret_has_wanted = false;
-	if (!cache || stg_catalog_lock(cache, path, false, &f) < 0)
-		return 0;
-	uint64_t *v = NULL, newest = 0;
-	size_t n = 0;
-	if (stg_catalog_versions(f.dirfd, &v, &n) == 0 && n) {
-		newest = v[n - 1];
-		for (size_t i = 0; i < n; i++)
-			*ret_has_wanted |= v[i] == wanted;
-	}
-	free(v);
-	stg_catalog_unlock(&f);
-	return newest;
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
 }
 
-/* Restores from the cache when it has the version asked for (the newest:
- * when nothing newer is on the servers), else from the servers. */
+/* The ids of path's versions in the cache (*ret_nlocal of them first) and on
+ * the servers, sorted, without duplicates. Returns the count or -errno. */
+static ssize_t version_ids(struct stg_cache *cache, const struct remote_version *rv, size_t nrv,
+			   const char *path, uint64_t **ret)
+{
+	uint64_t *local = NULL;
+	size_t nlocal = 0;
+	struct stg_catalog_file f;
+	if (cache && stg_catalog_lock(cache, path, false, &f) == 0) {
+		int r = stg_catalog_versions(f.dirfd, &local, &nlocal);
+		stg_catalog_unlock(&f);
+		if (r < 0)
+			return r;
+	}
+	uint64_t *ids = realloc(local, (nlocal + nrv + 1) * sizeof(*ids));
+	if (!ids) {
+		free(local);
+		return -ENOMEM;
+	}
+	size_t n = nlocal;
+	for (size_t i = 0; i < nrv; i++)
+		if (strcmp(rv[i].path, path) == 0)
+			ids[n++] = rv[i].e.version;
+	qsort(ids, n, sizeof(*ids), cmp_u64);
+	size_t u = 0;
+	for (size_t i = 0; i < n; i++)
+		if (u == 0 || ids[i] != ids[u - 1])
+			ids[u++] = ids[i];
+	*ret = ids;
+	return (ssize_t)u;
+}
+
+/* Is version id of path in the cache? */
+static bool in_cache(struct stg_cache *cache, const char *path, uint64_t id)
+{
+	struct stg_catalog_file f;
+	if (!cache || stg_catalog_lock(cache, path, false, &f) < 0)
+		return false;
+	char name[40];
+	stg_catalog_manifest_name(id, name);
+	bool found = faccessat(f.dirfd, name, F_OK, 0) == 0;
+	stg_catalog_unlock(&f);
+	return found;
+}
+
+/* Restores version number (0: the newest) of path: from the cache when it
+ * has that version, else from the servers that listed it. */
 static int restore_path(struct stg_cache *cache, struct remote *rm,
 			const struct remote_version *rv, size_t nrv, const char *path,
-			uint64_t version, const char *to)
+			uint64_t number, const char *to)
 {
-	bool has_wanted;
-	uint64_t local = local_newest(cache, path, &has_wanted, version);
-	uint64_t remote = 0, servers = 0;
-	for (size_t i = 0; i < nrv; i++) {
-		if (strcmp(rv[i].path, path) != 0)
-			continue;
-		if (version == 0 && rv[i].e.version > remote) {
-			remote = rv[i].e.version;
-			servers = rv[i].servers;
-		} else if (version && rv[i].e.version == version) {
-			remote = version;
-			servers = rv[i].servers;
-		}
+	uint64_t *ids;
+	ssize_t n = version_ids(cache, rv, nrv, path, &ids);
+	if (n < 0) {
+		tool_error("restore: cannot read the versions of '%s': %s", path, strerror((int)-n));
+		return 1;
 	}
-	bool use_local = version ? has_wanted || !remote : local >= remote;
-	if (use_local && local)
-		return restore_local(cache, path, version, to);
-	if (rm && remote)
-		return restore_remote(rm, path, remote, servers, to);
-	if (local)
-		return restore_local(cache, path, version, to);
-	if (version)
-		tool_error("restore: '%s' has no version %" PRIu64 " here or on the servers", path,
-			   version);
-	else
-		tool_error("restore: '%s' is not staged", path);
-	return 1;
+	uint64_t id = 0, first = 0, last = 0;
+	if (n > 0) {
+		uint64_t *numbers = malloc((size_t)n * sizeof(*numbers));
+		if (!numbers) {
+			free(ids);
+			tool_error("restore: out of memory");
+			return 1;
+		}
+		stg_version_numbers(ids, (size_t)n, numbers);
+		first = numbers[0];
+		last = numbers[n - 1];
+		id = number ? stg_version_by_number(ids, (size_t)n, number) : ids[n - 1];
+		free(numbers);
+		if (!number)
+			number = last;
+	}
+	free(ids);
+	if (!id) {
+		if (n == 0)
+			tool_error("restore: '%s' is not staged", path);
+		else
+			tool_error("restore: '%s' has no version %" PRIu64 " (it has %" PRIu64
+				   " to %" PRIu64 "%s)",
+				   path, number, first, last, rm ? ", here or on the servers" : "");
+		return 1;
+	}
+	if (in_cache(cache, path, id))
+		return restore_local(cache, path, id, number, to);
+	if (!rm) {
+		tool_error("restore: '%s' version %" PRIu64 " left the cache meanwhile", path, number);
+		return 1;
+	}
+	uint64_t servers = 0;
+	for (size_t i = 0; i < nrv; i++)
+		if (rv[i].e.version == id && strcmp(rv[i].path, path) == 0)
+			servers = rv[i].servers;
+	return restore_remote(rm, path, id, number, servers, to);
 }
 
 int cmd_restore(int argc, char **argv)

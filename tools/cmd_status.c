@@ -16,6 +16,7 @@
 #include "remote.h"
 #include "util.h"
 #include "tool.h"
+#include "version.h"
 
 static void usage(FILE *f)
 {
@@ -64,7 +65,7 @@ static void show_flusher(struct stg_cache *cache)
 	for (size_t i = 0; i < n && i < 10; i++) {
 		char path[4096];
 		stg_queue_item_path(cache, &items[i], path, sizeof(path));
-		printf("          %s version %" PRIu64 "\n", path, items[i].version);
+		printf("          %s version %" PRIu64 "\n", path, stg_version_seq(items[i].version));
 	}
 	if (n > 10)
 		printf("          ... and %zu more\n", n - 10);

@@ -679,7 +679,7 @@ EOP
 	# no waiting: it is marked the moment close() has returned
 	local id
 	id=$(ls "$CACHE/files")
-	[ -e "$CACHE/files/$id/v00000000000000000001.rep" ]
+	[ "$(find "$CACHE/files/$id" -name 'v*.rep' | wc -l)" -eq 1 ]
 	run "$STAGEHAND" ls "$CKPT/f"
 	[[ "$output" == *" cache+2 servers" ]] || fail "ls: $output"
 	# the servers have it

@@ -101,7 +101,8 @@ sys.exit(0)"
 	shim cp "$REF/a" "$CKPT/f"
 	random_file "$REF/b" 100000
 	shim cp "$REF/b" "$CKPT/f"
-	mf=$(find "$CACHE/files" -name 'v*2.mf')
+	# the newest of the two (names sort in version order)
+	mf=$(find "$CACHE/files" -name 'v*.mf' | sort | tail -n 1)
 	flip_byte "$mf" 20
 	run "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
 	[ "$status" -eq 1 ]

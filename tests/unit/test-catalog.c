@@ -7,6 +7,7 @@
 #include "catalog.h"
 #include "harness.h"
 #include "materialize.h"
+#include "version.h"
 
 static struct stg_path_rule rule = {
 	.chunk_size = 65536, .dedup = true, .compress = true,
@@ -61,32 +62,35 @@ int main(void)
 	for (size_t i = 0; i < n; i++)
 		data[i] = (uint8_t)((i * 2654435761u) >> 13);
 	struct stg_builder_stats st;
-	CHECK_EQ(stage(c, "/ckpt/a", data, n, &st), 1);
+	int64_t a1 = stage(c, "/ckpt/a", data, n, &st);
+	CHECK_EQ(stg_version_seq((uint64_t)a1), 1);
 	CHECK_EQ(st.new_chunks, 6);
 	/* One changed chunk: only it is stored again. */
 	data[2 * 65536 + 5] ^= 0xff;
-	CHECK_EQ(stage(c, "/ckpt/a", data, n, &st), 2);
+	int64_t a2 = stage(c, "/ckpt/a", data, n, &st);
+	CHECK_EQ(stg_version_seq((uint64_t)a2), 2);
+	CHECK(a2 > a1);
 	CHECK_EQ(st.new_chunks, 1);
 	CHECK_EQ(st.dedup_prev, 5);
 	/* Another file with the same bytes: everything comes from the cache. */
-	CHECK_EQ(stage(c, "/ckpt/b", data, n, &st), 1);
+	CHECK_EQ(stg_version_seq((uint64_t)stage(c, "/ckpt/b", data, n, &st)), 1);
 	CHECK_EQ(st.new_chunks, 0);
 	CHECK_EQ(st.dedup_cache, 6);
 
 	size_t got;
-	uint8_t *back = read_version(c, "/ckpt/a", 2, &got);
+	uint8_t *back = read_version(c, "/ckpt/a", (uint64_t)a2, &got);
 	CHECK_EQ(got, n);
 	CHECK(back && memcmp(back, data, n) == 0);
 	free(back);
 	data[2 * 65536 + 5] ^= 0xff;
-	back = read_version(c, "/ckpt/a", 1, &got);
+	back = read_version(c, "/ckpt/a", (uint64_t)a1, &got);
 	CHECK(back && memcmp(back, data, n) == 0);
 	free(back);
 
 	struct stg_file_state s;
 	CHECK_EQ(stg_catalog_state(c, "/ckpt/a", &s), 0);
 	CHECK(s.exists && !s.deleted);
-	CHECK_EQ(s.latest, 2);
+	CHECK_EQ(s.latest, (uint64_t)a2);
 	CHECK_EQ(s.size, n);
 	CHECK_EQ(s.ino, stg_catalog_ino("/ckpt/a"));
 	CHECK_EQ(stg_catalog_state(c, "/ckpt/none", &s), 0);
@@ -97,11 +101,12 @@ int main(void)
 	CHECK_EQ(stg_catalog_state(c, "/ckpt/a", &s), 0);
 	CHECK(!s.exists);
 	CHECK_EQ(stg_catalog_state(c, "/ckpt/c", &s), 0);
-	CHECK_EQ(s.latest, 2);
+	CHECK_EQ(s.latest, (uint64_t)a2);
 	/* ...onto an existing one, the newest becomes its next version. */
 	CHECK_EQ(stg_catalog_rename(c, "/ckpt/b", "/ckpt/c", false), 0);
 	CHECK_EQ(stg_catalog_state(c, "/ckpt/c", &s), 0);
-	CHECK_EQ(s.latest, 3);
+	CHECK(s.latest > (uint64_t)a2);
+	CHECK_EQ(stg_version_seq(s.latest), 3);
 	CHECK(stg_catalog_rename(c, "/ckpt/b", "/ckpt/c", false) == -ENOENT);
 
 	/* Deleting hides; publishing again shows. */
@@ -111,7 +116,8 @@ int main(void)
 	stg_catalog_unlock(&f);
 	CHECK_EQ(stg_catalog_state(c, "/ckpt/c", &s), 0);
 	CHECK(s.exists && s.deleted);
-	CHECK_EQ(stage(c, "/ckpt/c", data, n, NULL), 4);
+	int64_t c4 = stage(c, "/ckpt/c", data, n, NULL);
+	CHECK_EQ(stg_version_seq((uint64_t)c4), 4);
 	CHECK_EQ(stg_catalog_state(c, "/ckpt/c", &s), 0);
 	CHECK(!s.deleted);
 
@@ -121,10 +127,13 @@ int main(void)
 	size_t nv;
 	CHECK_EQ(stg_catalog_versions(f.dirfd, &v, &nv), 0);
 	CHECK_EQ(nv, 3);
-	CHECK_EQ(v[0], 2);
+	CHECK_EQ(v[0], (uint64_t)a2);
+	CHECK_EQ(v[2], (uint64_t)c4);
 	free(v);
 	/* A corrupt manifest is reported, not trusted. */
-	int mfd = openat(f.dirfd, "v00000000000000000004.mf", O_RDWR);
+	char c4name[40];
+	stg_catalog_manifest_name((uint64_t)c4, c4name);
+	int mfd = openat(f.dirfd, c4name, O_RDWR);
 	CHECK(mfd >= 0);
 	uint8_t byte;
 	CHECK_EQ(pread(mfd, &byte, 1, 80), 1);
@@ -132,7 +141,7 @@ int main(void)
 	CHECK_EQ(pwrite(mfd, &byte, 1, 80), 1);
 	close(mfd);
 	struct stg_manifest m;
-	CHECK(stg_catalog_read(f.dirfd, 4, &m) == -EBADMSG);
+	CHECK(stg_catalog_read(f.dirfd, (uint64_t)c4, &m) == -EBADMSG);
 	stg_catalog_unlock(&f);
 	CHECK(stg_catalog_state(c, "/ckpt/c", &s) == -EBADMSG);
 

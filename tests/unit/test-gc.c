@@ -69,8 +69,13 @@ int main(void)
 	/* Deleting every version lets everything go, the index included. */
 	struct stg_catalog_file f;
 	CHECK_EQ(stg_catalog_lock(c, "/ckpt/x", false, &f), 0);
-	CHECK_EQ(stg_catalog_remove_version(f.dirfd, 6), 0);
-	CHECK_EQ(stg_catalog_remove_version(f.dirfd, 7), 0);
+	uint64_t *v;
+	size_t nv;
+	CHECK_EQ(stg_catalog_versions(f.dirfd, &v, &nv), 0);
+	CHECK_EQ(nv, 2);
+	for (size_t i = 0; i < nv; i++)
+		CHECK_EQ(stg_catalog_remove_version(f.dirfd, v[i]), 0);
+	free(v);
 	stg_catalog_unlock(&f);
 	CHECK_EQ(stg_gc_collect(c, 1, &res), 0);
 	CHECK_EQ(res.packs_removed, 3);
@@ -102,14 +107,15 @@ int main(void)
 	CHECK_EQ(stg_builder_new(c, "/ckpt/z", &one, &b), 0);
 	for (int k = 0; k < 32; k++)
 		CHECK_EQ(stg_builder_add(b, (uint64_t)k, file + k * 65536, 65536), 0);
-	CHECK(stg_builder_commit(b, 32 * 65536, 0644, 0) == 1);
+	CHECK(stg_builder_commit(b, 32 * 65536, 0644, 0) > 0);
 	stg_builder_free(b);
 	for (int k = 0; k < 20; k++)
 		file[k * 65536 + 5] ^= 0xff; /* version 2 changes 20 of 32 chunks */
 	CHECK_EQ(stg_builder_new(c, "/ckpt/z", &one, &b), 0);
 	for (int k = 0; k < 32; k++)
 		CHECK_EQ(stg_builder_add(b, (uint64_t)k, file + k * 65536, 65536), 0);
-	CHECK(stg_builder_commit(b, 32 * 65536, 0644, 0) == 2);
+	int64_t z2 = stg_builder_commit(b, 32 * 65536, 0644, 0);
+	CHECK(z2 > 0);
 	stg_builder_free(b);
 	/* The commit pruned version 1 and collected: its pack (12 of 32 records
 	 * alive) was compacted. What remains is exactly the live records. */
@@ -120,7 +126,7 @@ int main(void)
 	struct stg_catalog_file zf;
 	CHECK_EQ(stg_catalog_lock(c, "/ckpt/z", false, &zf), 0);
 	struct stg_manifest zm;
-	CHECK_EQ(stg_catalog_read(zf.dirfd, 2, &zm), 0);
+	CHECK_EQ(stg_catalog_read(zf.dirfd, (uint64_t)z2, &zm), 0);
 	stg_catalog_unlock(&zf);
 	uint8_t out[65536], scratch[70000];
 	int bad = 0;

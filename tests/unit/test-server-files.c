@@ -98,8 +98,25 @@ int main(void)
 	CHECK_EQ(stg_files_get(f, 1000, "/ckpt/a.bin", 1, &mf, &len), 0);
 	CHECK(len == want_len && memcmp(mf, want, len) == 0);
 	free(mf);
-	/* Replacing a version with the same number. */
+	/* The same version again (a retry), and with its mode amended: taken. */
 	CHECK_EQ(stg_files_put(f, 1000, "/ckpt/a.bin", want, want_len, 1, 0), 0);
+	struct stg_manifest amended;
+	CHECK_EQ(stg_manifest_decode(want, want_len, &amended), 0);
+	amended.mode = 0600;
+	stg_manifest_encode(&amended, want);
+	CHECK_EQ(stg_files_put(f, 1000, "/ckpt/a.bin", want, want_len, 1, 0), 0);
+	/* Other content under a held id never replaces it. */
+	amended.entries[1].hash.b[9] ^= 1;
+	stg_manifest_encode(&amended, want);
+	CHECK_EQ(stg_files_put(f, 1000, "/ckpt/a.bin", want, want_len, 1, 0), -EEXIST);
+	amended.entries[1].hash.b[9] ^= 1;
+	CHECK_EQ(stg_files_get(f, 1000, "/ckpt/a.bin", 1, &mf, &len), 0);
+	struct stg_manifest held;
+	CHECK_EQ(stg_manifest_decode(mf, len, &held), 0);
+	CHECK(held.mode == 0600 && stg_hash_eq(&held.entries[1].hash, &amended.entries[1].hash));
+	stg_manifest_done(&held);
+	stg_manifest_done(&amended);
+	free(mf);
 	CHECK_EQ(stg_files_get(f, 1000, "/ckpt/a.bin", 7, &mf, &len), -ENOENT);
 	CHECK_EQ(stg_files_get(f, 1000, "/ckpt/none", 0, &mf, &len), -ENOENT);
 	/* The manifest must be the version it is filed as; paths are absolute. */
