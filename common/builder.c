@@ -38,6 +38,8 @@ struct stg_builder {
 	struct stg_hash zero_hash; /* of chunk_size zero bytes */
 	int pinfd;
 	bool defer_collect;
+	bool open;         /* publish as an open version (fsync) */
+	uint64_t replaces; /* the writer's open version this one supersedes */
 	struct stg_builder_stats stats;
 };
 
@@ -121,6 +123,12 @@ int stg_builder_set_path(struct stg_builder *b, const char *path)
 		return -ENAMETOOLONG;
 	strcpy(b->path, path);
 	return 0;
+}
+
+void stg_builder_set_open(struct stg_builder *b, bool open, uint64_t replaces)
+{
+	b->open = open;
+	b->replaces = replaces;
 }
 
 void stg_builder_defer_collect(struct stg_builder *b)
@@ -369,6 +377,27 @@ int stg_builder_copy_entries(struct stg_builder *b, const struct stg_builder *fr
 	return 0;
 }
 
+/* The chunks the superseded open version stored are this one's: it goes,
+ * and what it stored is what this version adds (stagehand ls). */
+static void inherit_new(int filedirfd, uint64_t replaces, struct stg_manifest *m)
+{
+	struct stg_manifest old;
+	if (stg_catalog_read(filedirfd, replaces, &old) < 0)
+		return;
+	if (!(old.flags & STG_MANIFEST_OPEN)) {
+		stg_manifest_done(&old);
+		return;
+	}
+	for (uint32_t i = 0; i < m->nchunks && i < old.nchunks; i++) {
+		struct stg_manifest_entry *e = &m->entries[i];
+		const struct stg_manifest_entry *o = &old.entries[i];
+		if ((o->flags & STG_ENTRY_NEW) && o->pack == e->pack && o->offset == e->offset &&
+		    stg_hash_eq(&o->hash, &e->hash))
+			e->flags |= STG_ENTRY_NEW;
+	}
+	stg_manifest_done(&old);
+}
+
 int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, int64_t mtime_ns)
 {
 	struct stg_manifest m;
@@ -410,15 +439,29 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 	size_t n;
 	r = stg_catalog_versions(f.dirfd, &v, &n);
 	if (r == 0) {
-		m.version = stg_version_mint(n ? v[n - 1] : 0, stg_now_ns());
+		m.version = stg_version_mint(n ? v[n - 1] : 0, b->replaces, stg_now_ns());
+		m.flags = b->open ? STG_MANIFEST_OPEN : 0;
+		if (b->replaces)
+			inherit_new(f.dirfd, b->replaces, &m);
 		free(v);
 		r = stg_catalog_publish(&f, b->path, &m, sync);
 	}
 	int pruned = 0;
+	/* The writer's own open version goes once this one is published: a
+	 * crash in between leaves both, the newer one first. Only an open one:
+	 * a rename may have put a closed version under its id meanwhile. */
+	if (r == 0 && b->replaces && b->replaces != m.version) {
+		int fl = stg_catalog_flags(f.dirfd, b->replaces);
+		if (fl > 0 && (fl & STG_MANIFEST_OPEN) &&
+		    stg_catalog_remove_version(f.dirfd, b->replaces) == 0)
+			pruned++;
+	}
 	if (r == 0) {
-		pruned = stg_gc_prune(f.dirfd, b->rule.keep);
-		if (pruned < 0)
-			stg_log_errno(STG_LOG_DEBUG, pruned, "pruning '%s'", b->path);
+		int pr = stg_catalog_prune(f.dirfd, b->rule.keep);
+		if (pr < 0)
+			stg_log_errno(STG_LOG_DEBUG, pr, "pruning '%s'", b->path);
+		else
+			pruned += pr;
 	}
 	stg_catalog_unlock(&f);
 	/* A caller that goes on from these locations keeps the pin until it
@@ -441,12 +484,14 @@ out_done:
 }
 
 int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_path_rule *rule,
-		      int fd, uint64_t size, uint32_t mode, int64_t mtime_ns)
+		      int fd, uint64_t size, uint32_t mode, int64_t mtime_ns, bool open,
+		      uint64_t replaces)
 {
 	struct stg_builder *b;
 	int r = stg_builder_new(c, path, rule, &b);
 	if (r < 0)
 		return r;
+	stg_builder_set_open(b, open, replaces);
 	uint32_t cs = rule->chunk_size;
 	for (uint64_t off = 0, i = 0; off < size && r == 0; off += cs, i++) {
 		/* The staging buffer changes after each stored chunk (the previous
@@ -474,4 +519,34 @@ int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_pa
 			stg_log_errno(STG_LOG_DEBUG, gr, "collecting after a failed commit");
 	}
 	return v;
+}
+
+int64_t stg_commit_close(struct stg_cache *c, const char *path, const struct stg_path_rule *rule,
+			 uint64_t open_version)
+{
+	struct stg_catalog_file f;
+	int r = stg_catalog_lock(c, path, false, &f);
+	if (r < 0)
+		return r;
+	struct stg_manifest m;
+	r = stg_catalog_read(f.dirfd, open_version, &m);
+	bool have = r == 0;
+	int pruned = 0;
+	if (have && (m.flags & STG_MANIFEST_OPEN)) {
+		/* The same content, closed: republished in place (and queued to
+		 * ship again, so that the servers see it closed too). */
+		m.flags &= ~(uint32_t)STG_MANIFEST_OPEN;
+		r = stg_catalog_publish(&f, path, &m, rule->durability != STG_DURABILITY_ASYNC);
+		if (r == 0)
+			pruned = stg_catalog_prune(f.dirfd, rule->keep);
+	}
+	if (have)
+		stg_manifest_done(&m);
+	stg_catalog_unlock(&f);
+	if (pruned > 0) {
+		int gr = stg_gc_collect(c, 0, NULL);
+		if (gr < 0 && gr != -EAGAIN)
+			stg_log_errno(STG_LOG_DEBUG, gr, "collecting chunks");
+	}
+	return r < 0 ? r : (int64_t)open_version;
 }

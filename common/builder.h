@@ -31,6 +31,11 @@ void stg_builder_free(struct stg_builder *b);
 /* The path the version will be published under (a rename while open). */
 int stg_builder_set_path(struct stg_builder *b, const char *path);
 
+/* Publishes the version as an open one (fsync while the writer goes on:
+ * docs/FORMAT.md, "Open versions"), and/or removes the writer's previous
+ * open version replaces (0: none) once it is published. */
+void stg_builder_set_open(struct stg_builder *b, bool open, uint64_t replaces);
+
 /* Commit without collecting what pruning freed (a later commit will): for a
  * caller that goes on using the chunk locations it recorded. */
 void stg_builder_defer_collect(struct stg_builder *b);
@@ -71,6 +76,14 @@ const struct stg_manifest_entry *stg_builder_entry(const struct stg_builder *b, 
 const struct stg_builder_stats *stg_builder_stats(const struct stg_builder *b);
 
 /* Stages the whole content of fd (size bytes) as a new version of path; holes
- * are found with SEEK_DATA and not read. Returns the version or -errno. */
+ * are found with SEEK_DATA and not read. open and replaces as for
+ * stg_builder_set_open. Returns the version or -errno. */
 int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_path_rule *rule,
-		      int fd, uint64_t size, uint32_t mode, int64_t mtime_ns);
+		      int fd, uint64_t size, uint32_t mode, int64_t mtime_ns, bool open,
+		      uint64_t replaces);
+
+/* The writer closed the file with nothing changed since the fsync that
+ * published open_version: that version becomes closed, in place. Returns
+ * open_version, or -ENOENT when it is gone (commit the content instead). */
+int64_t stg_commit_close(struct stg_cache *c, const char *path, const struct stg_path_rule *rule,
+			 uint64_t open_version);

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "queue.h"
 #include "util.h"
 #include "version.h"
@@ -223,6 +224,61 @@ int stg_catalog_remove_version(int filedirfd, uint64_t version)
 	return 0;
 }
 
+int stg_catalog_flags(int filedirfd, uint64_t version)
+{
+	char name[40];
+	stg_catalog_manifest_name(version, name);
+	int fd = openat(filedirfd, name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	uint8_t h[STG_MANIFEST_HEADER_SIZE];
+	ssize_t n = pread(fd, h, sizeof(h), 0);
+	close(fd);
+	if (n < 0)
+		return -errno;
+	return stg_manifest_peek_flags(h, (size_t)n);
+}
+
+int stg_catalog_prune(int filedirfd, uint32_t keep)
+{
+	if (keep == 0)
+		return 0;
+	uint64_t *v;
+	size_t n;
+	int r = stg_catalog_versions(filedirfd, &v, &n);
+	if (r < 0)
+		return r;
+	/* Open or not, newest first; an unreadable header counts as closed:
+	 * retention never decides on what it cannot read. */
+	bool *open = calloc(n + 1, sizeof(*open));
+	if (!open) {
+		free(v);
+		return -ENOMEM;
+	}
+	size_t newest_closed = n;
+	for (size_t i = n; i-- > 0;) {
+		int flags = stg_catalog_flags(filedirfd, v[i]);
+		open[i] = flags > 0 && (flags & STG_MANIFEST_OPEN);
+		if (!open[i] && newest_closed == n)
+			newest_closed = i;
+	}
+	int removed = 0;
+	uint32_t closed = 0;
+	for (size_t i = n; r == 0 && i-- > 0;) {
+		bool go = open[i] ? newest_closed < n && i < newest_closed : ++closed > keep;
+		if (!go)
+			continue;
+		r = stg_catalog_remove_version(filedirfd, v[i]);
+		if (r == -ENOENT)
+			r = 0;
+		else if (r == 0)
+			removed++;
+	}
+	free(open);
+	free(v);
+	return r < 0 ? r : removed;
+}
+
 bool stg_catalog_is_deleted(int filedirfd)
 {
 	return faccessat(filedirfd, DELETED_FILE, F_OK, 0) == 0;
@@ -347,17 +403,15 @@ static int copy_version(struct stg_catalog_file *from, uint64_t version,
 	int r = stg_catalog_read(from->dirfd, version, &m);
 	if (r < 0)
 		return r;
+	/* The version moves, and what it stored with it: the old name's go. */
 	m.version = newversion;
-	/* The chunks already exist: in the new path's history none is new. */
-	if (newversion != version)
-		for (uint32_t i = 0; i < m.nchunks; i++)
-			m.entries[i].flags &= ~(uint32_t)STG_ENTRY_NEW;
 	r = stg_catalog_publish(to, topath, &m, sync);
 	stg_manifest_done(&m);
 	return r;
 }
 
-int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync)
+int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync,
+		       uint32_t keep)
 {
 	if (strcmp(oldpath, newpath) == 0)
 		return 0;
@@ -392,13 +446,20 @@ int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *new
 				r = copy_version(&a, va[i], &b, newpath, va[i], sync);
 		} else {
 			r = copy_version(&a, va[na - 1], &b, newpath,
-					 stg_version_mint(vb[nb - 1], stg_now_ns()), sync);
+					 stg_version_mint(vb[nb - 1], 0, stg_now_ns()), sync);
 		}
 	}
 	/* The new name is complete before the old one goes: a crash in between
 	 * leaves both, never neither. */
 	for (size_t i = 0; r == 0 && i < na; i++)
 		r = stg_catalog_remove_version(a.dirfd, va[i]);
+	/* The new name keeps what its rule keeps, as after any commit (what
+	 * this frees goes at the next collection). */
+	if (r == 0) {
+		int pr = stg_catalog_prune(b.dirfd, keep);
+		if (pr < 0)
+			stg_debug("pruning '%s': %s", newpath, strerror(-pr));
+	}
 	if (r == 0) {
 		stg_catalog_set_deleted(a.dirfd, false);
 		unlinkat(a.dirfd, PATH_FILE, 0);

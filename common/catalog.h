@@ -57,6 +57,16 @@ int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
 int stg_catalog_amend(struct stg_cache *c, const char *path, const uint32_t *mode,
 		      const int64_t *mtime_ns, bool sync);
 
+/* The header flags (enum stg_manifest_flags) of a version. Returns them,
+ * -ENOENT or -EBADMSG. */
+int stg_catalog_flags(int filedirfd, uint64_t version);
+
+/* Retention, on a locked entry (the node cache's or a server's): removes the
+ * open versions older than the newest closed one (they were superseded, or
+ * their writer died), then the closed versions beyond the newest keep (0:
+ * keeps all). Returns how many were removed, or -errno. */
+int stg_catalog_prune(int filedirfd, uint32_t keep);
+
 /* Removes one version's manifest (and its replication mark). Returns 0 or -errno. */
 int stg_catalog_remove_version(int filedirfd, uint64_t version);
 
@@ -90,6 +100,7 @@ int stg_catalog_foreach(struct stg_cache *c,
 			int (*fn)(void *arg, const char *path, int filedirfd), void *arg);
 
 /* Moves old's versions to new (all of them when new has none, else old's
- * newest becomes new's next version) and removes old. Returns 0, -ENOENT, or
- * -errno. */
-int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync);
+ * newest becomes new's next version), removes old, and prunes new to keep
+ * (stg_catalog_prune). Returns 0, -ENOENT, or -errno. */
+int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync,
+		       uint32_t keep);

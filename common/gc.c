@@ -53,24 +53,6 @@ void stg_gc_unpin(int pinfd)
 		close(pinfd);
 }
 
-int stg_gc_prune(int filedirfd, uint32_t keep)
-{
-	uint64_t *v;
-	size_t n;
-	int r = stg_catalog_versions(filedirfd, &v, &n);
-	if (r < 0)
-		return r;
-	int removed = 0;
-	for (size_t i = 0; i + keep < n; i++) {
-		r = stg_catalog_remove_version(filedirfd, v[i]);
-		if (r < 0)
-			break;
-		removed++;
-	}
-	free(v);
-	return r < 0 ? r : removed;
-}
-
 /* Live chunk records: an open-addressing set keyed by (pack, offset). */
 struct live {
 	struct stg_manifest_entry *slots;

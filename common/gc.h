@@ -12,10 +12,6 @@
 int stg_gc_pin(struct stg_cache *c);
 void stg_gc_unpin(int pinfd);
 
-/* Removes the versions of a locked catalog entry beyond the newest keep.
- * Returns how many were removed, or -errno. */
-int stg_gc_prune(int filedirfd, uint32_t keep);
-
 struct stg_gc_result {
 	uint64_t packs_removed, bytes_removed;
 	uint64_t packs_compacted;  /* of the removed: emptied by moving their live records */

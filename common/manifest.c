@@ -25,7 +25,8 @@ size_t stg_manifest_encode(const struct stg_manifest *m, uint8_t *out)
 {
 	memset(out, 0, STG_MANIFEST_HEADER_SIZE);
 	memcpy(out, STG_MANIFEST_MAGIC, 4);
-	stg_put_le16(out + 4, STG_MANIFEST_FORMAT);
+	stg_put_le16(out + 4, m->flags ? 2 : 1);
+	stg_put_le16(out + 6, (uint16_t)m->flags);
 	stg_put_le64(out + 8, m->version);
 	stg_put_le64(out + 16, m->size);
 	stg_put_le32(out + 24, m->chunk_size);
@@ -56,17 +57,32 @@ static bool all_zero(const uint8_t *p, size_t n)
 	return true;
 }
 
+int stg_manifest_peek_flags(const uint8_t *buf, size_t len)
+{
+	if (len < STG_MANIFEST_HEADER_SIZE || memcmp(buf, STG_MANIFEST_MAGIC, 4) != 0)
+		return -EBADMSG;
+	uint16_t format = stg_get_le16(buf + 4), flags = stg_get_le16(buf + 6);
+	/* Format 1 has no flags; format 2 only the known ones, and at least one
+	 * (a manifest without flags is written as format 1). */
+	if (format == 1 && flags == 0)
+		return 0;
+	if (format == 2 && flags && !(flags & ~STG_MANIFEST_KNOWN_FLAGS))
+		return flags;
+	return -EBADMSG;
+}
+
 int stg_manifest_decode(const uint8_t *buf, size_t len, struct stg_manifest *ret)
 {
 	if (len < STG_MANIFEST_HEADER_SIZE + STG_MANIFEST_TRAILER_SIZE)
 		return -EBADMSG;
-	if (memcmp(buf, STG_MANIFEST_MAGIC, 4) != 0 ||
-	    stg_get_le16(buf + 4) != STG_MANIFEST_FORMAT || stg_get_le16(buf + 6) != 0)
-		return -EBADMSG;
+	int flags = stg_manifest_peek_flags(buf, len);
+	if (flags < 0)
+		return flags;
 	if (stg_get_le32(buf + 52) != 0 || !all_zero(buf + 56, 8))
 		return -EBADMSG;
 	struct stg_manifest m = {
 		.version = stg_get_le64(buf + 8),
+		.flags = (uint32_t)flags,
 		.size = stg_get_le64(buf + 16),
 		.chunk_size = stg_get_le32(buf + 24),
 		.mode = stg_get_le32(buf + 28),

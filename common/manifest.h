@@ -8,7 +8,9 @@
 #include "hash.h"
 
 #define STG_MANIFEST_MAGIC "SHMF"
-#define STG_MANIFEST_FORMAT 1
+/* Format 2 is format 1 plus header flags; a manifest without flags is
+ * written as format 1, so that older readers still read it. */
+#define STG_MANIFEST_FORMAT 2
 #define STG_MANIFEST_HEADER_SIZE 64
 #define STG_MANIFEST_ENTRY_SIZE 48
 #define STG_MANIFEST_TRAILER_SIZE 8
@@ -20,6 +22,13 @@ enum stg_entry_flags {
 };
 #define STG_ENTRY_KNOWN_FLAGS (STG_ENTRY_ZERO | STG_ENTRY_NEW | STG_ENTRY_LZ4)
 
+enum stg_manifest_flags {
+	/* Committed by fsync while its writer still had the file open: the
+	 * writer's next commit supersedes it (docs/FORMAT.md, "Open versions"). */
+	STG_MANIFEST_OPEN = 1u << 0,
+};
+#define STG_MANIFEST_KNOWN_FLAGS STG_MANIFEST_OPEN
+
 struct stg_manifest_entry {
 	struct stg_hash hash;
 	uint32_t raw_len;
@@ -30,7 +39,8 @@ struct stg_manifest_entry {
 };
 
 struct stg_manifest {
-	uint64_t version; /* 1, 2, ... per path */
+	uint64_t version; /* the version's id (version.h) */
+	uint32_t flags;   /* enum stg_manifest_flags */
 	uint64_t size;
 	uint32_t chunk_size;
 	uint32_t mode;    /* permission bits */
@@ -54,6 +64,10 @@ size_t stg_manifest_encode(const struct stg_manifest *m, uint8_t *out);
 /* Decodes and validates every field. On success *ret owns a malloc'ed entry
  * array (release with stg_manifest_done). Returns 0, -EBADMSG or -ENOMEM. */
 int stg_manifest_decode(const uint8_t *buf, size_t len, struct stg_manifest *ret);
+
+/* The header flags of an encoded manifest, checking only its magic and
+ * format (a quick look, not a validation). Returns the flags or -EBADMSG. */
+int stg_manifest_peek_flags(const uint8_t *buf, size_t len);
 
 /* Allocates entries for nchunks; returns 0 or -ENOMEM. */
 int stg_manifest_init(struct stg_manifest *m, uint64_t size, uint32_t chunk_size);

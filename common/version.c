@@ -2,7 +2,7 @@
 /* Version ids: a hybrid logical clock and a sequence number in 64 bits. */
 #include "version.h"
 
-uint64_t stg_version_mint(uint64_t newest, int64_t now_ns)
+uint64_t stg_version_mint(uint64_t newest, uint64_t replaces, int64_t now_ns)
 {
 	uint64_t now = now_ns > 0 ? (uint64_t)now_ns >> STG_VERSION_SEQ_BITS : 0;
 	uint64_t clock = newest >> STG_VERSION_SEQ_BITS;
@@ -11,8 +11,10 @@ uint64_t stg_version_mint(uint64_t newest, int64_t now_ns)
 	if (now <= clock)
 		now = clock + 1;
 	uint64_t seq = newest & STG_VERSION_SEQ_MASK;
-	if (seq < STG_VERSION_SEQ_MASK)
-		seq++;
+	if (replaces != newest || replaces == 0) {
+		if (seq < STG_VERSION_SEQ_MASK)
+			seq++;
+	}
 	return now << STG_VERSION_SEQ_BITS | seq;
 }
 

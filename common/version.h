@@ -14,8 +14,10 @@
 
 /* The id of a new version of a path whose newest known version is newest (0:
  * none), committed at now_ns: newer than newest, and than every id minted
- * before now_ns on any node whose clock agrees with this one. */
-uint64_t stg_version_mint(uint64_t newest, int64_t now_ns);
+ * before now_ns on any node whose clock agrees with this one. When it takes
+ * the place of version replaces (an open version it supersedes; 0: none)
+ * and that is the newest, it keeps its sequence number. */
+uint64_t stg_version_mint(uint64_t newest, uint64_t replaces, int64_t now_ns);
 
 /* The sequence number an id carries (ids of caches and stores from before
  * version ids: the id itself). */

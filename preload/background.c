@@ -209,7 +209,8 @@ static void reap(void)
 	}
 }
 
-int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns)
+int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns,
+		      uint64_t replaces)
 {
 	const char *exe = helper();
 	if (!exe)
@@ -232,10 +233,12 @@ int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns
 	int err = lf && *lf ? real_open(lf, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644) : -1;
 	if (err < 0 && in >= 0)
 		err = real_fcntl(in, F_DUPFD_CLOEXEC, 0);
-	char smode[16], smtime[32];
+	char smode[16], smtime[32], sreplaces[32];
 	snprintf(smode, sizeof(smode), "%o", mode & 07777);
 	snprintf(smtime, sizeof(smtime), "%lld", (long long)mtime_ns);
-	char *argv[] = {"stagehand", "__commit", s->path, smode, smtime, NULL};
+	snprintf(sreplaces, sizeof(sreplaces), "%llu", (unsigned long long)replaces);
+	char *argv[] = {"stagehand", "__commit", s->path, smode, smtime, replaces ? sreplaces : NULL,
+			NULL};
 	struct spawn sp = {.exe = exe, .argv = argv, .shadow = rfd, .done_w = p[1], .in = in,
 			   .err = err};
 	int r = in < 0 || err < 0 ? -EIO : spawn_detached(&sp);

@@ -209,7 +209,8 @@ int64_t fast_lseek(struct session *s, int64_t off, int whence)
 	return r;
 }
 
-static int commit_locked(struct session *s, struct fast *f, bool last)
+static int commit_locked(struct session *s, struct fast *f, bool last, uint64_t replaces,
+			 int64_t *ret_version)
 {
 	int r = 0;
 	uint64_t tail = f->staged - f->sealed;
@@ -221,10 +222,12 @@ static int commit_locked(struct session *s, struct fast *f, bool last)
 	 * nothing may move them now. */
 	if (!last)
 		stg_builder_defer_collect(f->b);
+	stg_builder_set_open(f->b, !last, replaces);
 	int64_t v = stg_builder_commit(f->b, f->staged, s->mode,
 				       s->mtime_set ? s->mtime_ns : stg_now_ns());
 	if (v < 0)
 		return (int)v;
+	*ret_version = v;
 	f->dirty = false;
 	s->meta_dirty = false;
 	s->mtime_set = false;
@@ -249,11 +252,15 @@ static int commit_locked(struct session *s, struct fast *f, bool last)
 	return 0;
 }
 
-int fast_commit(struct session *s, bool last)
+int fast_commit(struct session *s, bool last, uint64_t replaces, int64_t *ret_version)
 {
+	*ret_version = 0;
 	pthread_mutex_lock(&s->fast_lock);
 	struct fast *f = s->fast;
-	int r = !f ? 0 : f->failed ? f->failed : f->dirty ? commit_locked(s, f, last) : 0;
+	int r = !f		 ? 0
+		: f->failed ? f->failed
+		: f->dirty  ? commit_locked(s, f, last, replaces, ret_version)
+			    : 0;
 	pthread_mutex_unlock(&s->fast_lock);
 	if (r < 0)
 		shim_log(STG_LOG_ERROR, "could not stage '%s': %s", s->path, strerror(-r));

@@ -113,6 +113,7 @@ struct session {
 	struct fast *fast;    /* the sequential fast path, while it lasts */
 	pthread_mutex_t fast_lock; /* guards fast, and it ending */
 	bool broken;          /* content lost track of: the next commit fails */
+	uint64_t open_version; /* where the shadow cannot hold XATTR_OPEN */
 };
 
 /* Opens path (captured under rule) as the application asked; returns the new
@@ -183,7 +184,9 @@ void fast_renamed(struct session *s);
 /* Returns bytes written, -errno, or FAST_OFF (off < 0: at the offset). */
 ssize_t fast_write(struct session *s, const struct iovec *iov, int cnt, int64_t off);
 int64_t fast_lseek(struct session *s, int64_t off, int whence);
-int fast_commit(struct session *s, bool last);
+/* Commits what was staged if anything changed: *ret_version is the version
+ * published (0: none). replaces: the writing's open version. */
+int fast_commit(struct session *s, bool last, uint64_t replaces, int64_t *ret_version);
 /* Moves the staged content into the shadow and ends the fast path. */
 int fast_materialize(struct session *s, int fd);
 /* For fork and exec: every fast session of the process (takes shim.lock). */
@@ -201,9 +204,11 @@ void mapping_exit(void);
 
 /* ---- background.c: durability = async ---- */
 
-/* Hands the shadow (fd) to a detached committer. Returns 0, or -errno when
- * the caller must commit itself. */
-int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns);
+/* Hands the shadow (fd) to a detached committer, which supersedes the open
+ * version replaces (0: none). Returns 0, or -errno when the caller must
+ * commit itself. */
+int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns,
+		      uint64_t replaces);
 /* Waits for this process's background commits of path (or below it). */
 void background_wait(const char *path);
 

@@ -110,7 +110,8 @@ static int import_real(const char *realpath, const char *abs, const struct stg_p
 	if (real_fstat(fd, &st) == 0)
 		v = stg_commit_fd(shim.cache, abs, rule, fd, (uint64_t)st.st_size,
 				  st.st_mode & 07777,
-				  (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec);
+				  (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+				  false, 0);
 	real_close(fd);
 	if (v < 0)
 		return (int)v;
@@ -170,7 +171,7 @@ static int move_subtree(const char *from, const char *to)
 		const struct stg_path_rule *rule = shim_match(np);
 		if (!rule)
 			continue; /* moved out of the captured area: it stays restorable */
-		r = stg_catalog_rename(shim.cache, c.paths[i], np, sync_for(rule));
+		r = stg_catalog_rename(shim.cache, c.paths[i], np, sync_for(rule), rule->keep);
 		if (r == -ENOENT)
 			r = 0; /* deleted ones stay behind */
 	}
@@ -207,7 +208,7 @@ static int rename_common(int od, const char *op, int nd, const char *np, unsigne
 			struct stg_file_state s;
 			r = 0;
 			if (stg_catalog_state(shim.cache, oabs, &s) == 0 && s.exists && !s.deleted)
-				r = stg_catalog_rename(shim.cache, oabs, nabs, sync_for(rn));
+				r = stg_catalog_rename(shim.cache, oabs, nabs, sync_for(rn), rn->keep);
 			if (r == 0) {
 				/* Whatever this process had open under the new name is now
 				 * an unlinked file: its close must not publish over this. */

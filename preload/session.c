@@ -22,6 +22,9 @@
 #include "version.h"
 
 #define XATTR_PATH "user.stagehand.path"
+/* The open version an fsync of this writing published (docs/FORMAT.md, "Open
+ * versions"): on the shadow, so that every process holding it knows. */
+#define XATTR_OPEN "user.stagehand.open"
 /* A shadow's mtime is parked here after each commit: any later write moves it. */
 #define SENTINEL_SEC 1
 
@@ -403,6 +406,31 @@ int session_open(const char *path, const struct stg_path_rule *rule, int flags, 
 	return r;
 }
 
+/* The open version of this writing (0: none). */
+static uint64_t open_version(struct session *s, int fd)
+{
+	char buf[32];
+	ssize_t n = fgetxattr(fd, XATTR_OPEN, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return n < 0 && errno != ENODATA ? s->open_version : 0;
+	buf[n] = '\0';
+	return strtoull(buf, NULL, 10);
+}
+
+static void set_open_version(struct session *s, int fd, uint64_t v)
+{
+	s->open_version = v;
+	if (v == 0) {
+		fremovexattr(fd, XATTR_OPEN);
+		return;
+	}
+	char buf[32];
+	int n = snprintf(buf, sizeof(buf), "%llu", (unsigned long long)v);
+	if (fsetxattr(fd, XATTR_OPEN, buf, (size_t)n, 0) < 0)
+		stg_debug("no xattr on the shadow of '%s': its open version is this process's",
+			  s->path);
+}
+
 /* chmod or utime since the last commit, nothing written: the newest version
  * takes them. -ENOENT when there is no version yet. */
 static int amend_meta(struct session *s)
@@ -418,7 +446,11 @@ static int amend_meta(struct session *s)
 	return r;
 }
 
-static int commit_through(struct session *s, int fd, bool last)
+/* Commits the shadow's content if it changed; *ret_committed tells whether
+ * it did (or handed it to a background commit), *ret_version what it
+ * published. replaces: the writing's open version. */
+static int commit_through(struct session *s, int fd, bool last, uint64_t replaces,
+			  bool *ret_committed, int64_t *ret_version)
 {
 	struct stat st;
 	if (fstat(fd, &st) < 0)
@@ -443,16 +475,17 @@ static int commit_through(struct session *s, int fd, bool last)
 		return -errno;
 	/* async: a detached process commits, close() returns now. */
 	if (last && s->rule->durability == STG_DURABILITY_ASYNC &&
-	    background_commit(s, fd, s->mode, mtime) == 0) {
+	    background_commit(s, fd, s->mode, mtime, replaces) == 0) {
 		s->meta_dirty = false;
 		s->mtime_set = false;
+		*ret_committed = true;
 		return 0;
 	}
 	char link[64];
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 	int rfd = real_open(link, O_RDONLY | O_CLOEXEC);
 	int64_t v = stg_commit_fd(shim.cache, s->path, s->rule, rfd >= 0 ? rfd : fd,
-				  (uint64_t)st.st_size, s->mode, mtime);
+				  (uint64_t)st.st_size, s->mode, mtime, !last, replaces);
 	if (rfd >= 0)
 		real_close(rfd);
 	if (v < 0) {
@@ -465,10 +498,43 @@ static int commit_through(struct session *s, int fd, bool last)
 	s->base_mtime_ns = mtime;
 	s->meta_dirty = false;
 	s->mtime_set = false;
+	*ret_committed = true;
+	*ret_version = v;
 	shim_log(STG_LOG_DEBUG, "staged '%s' version %lld (%lld bytes)", s->path,
 		 (long long)stg_version_seq((uint64_t)v),
 		 (long long)st.st_size);
 	return replicate_after_commit(s->path, s->rule, v);
+}
+
+/* The content of the writing, through the fast path or the shadow. */
+static int commit_content(struct session *s, int fd, bool last, uint64_t replaces,
+			  bool *ret_committed, int64_t *ret_version)
+{
+	if (!s->fast)
+		return commit_through(s, fd, last, replaces, ret_committed, ret_version);
+	/* In the fast path the shadow stays empty. If it is not, something
+	 * wrote around the hooks (POSIX AIO's threads, io_uring, raw system
+	 * calls): with nothing staged, the shadow simply is the content; with
+	 * both, they cannot be merged, and nothing wrong is published. */
+	/* The size tells: any write grows an empty file (st_blocks would not,
+	 * an xattr block counts there). */
+	struct stat st;
+	if (real_fstat(fd, &st) == 0 && st.st_size > 0) {
+		uint64_t size = 0;
+		if (!fast_size(s, &size) || size == 0) {
+			fast_discard(s);
+			return commit_through(s, fd, last, replaces, ret_committed, ret_version);
+		}
+		s->broken = true;
+		shim_log(STG_LOG_ERROR, "'%s' was written both through write() and around it "
+			 "(asynchronous or raw I/O): it is not staged", s->path);
+		return -EIO;
+	}
+	int r = fast_commit(s, last, replaces, ret_version);
+	*ret_committed = *ret_version > 0;
+	if (r == 0 && s->meta_dirty)
+		r = amend_meta(s);
+	return r;
 }
 
 int session_commit(struct session *s, int fd, bool last)
@@ -482,31 +548,32 @@ int session_commit(struct session *s, int fd, bool last)
 		shim_log(STG_LOG_ERROR, "'%s' is not staged: its content was lost track of", s->path);
 		return -EIO;
 	}
-	if (s->fast) {
-		/* In the fast path the shadow stays empty. If it is not, something
-		 * wrote around the hooks (POSIX AIO's threads, io_uring, raw system
-		 * calls): with nothing staged, the shadow simply is the content;
-		 * with both, they cannot be merged, and nothing wrong is published. */
-		/* The size tells: any write grows an empty file (st_blocks would
-		 * not, an xattr block counts there). */
-		struct stat st;
-		if (real_fstat(fd, &st) == 0 && st.st_size > 0) {
-			uint64_t size = 0;
-			if (!fast_size(s, &size) || size == 0) {
-				fast_discard(s);
-				return commit_through(s, fd, last);
-			}
-			s->broken = true;
-			shim_log(STG_LOG_ERROR, "'%s' was written both through write() and around it "
-				 "(asynchronous or raw I/O): it is not staged", s->path);
-			return -EIO;
-		}
-		int r = fast_commit(s, last);
-		if (r == 0 && s->meta_dirty)
-			r = amend_meta(s);
+	/* fsync publishes an open version; the writing's next commit replaces
+	 * it, and a close with nothing new closes it: one version per
+	 * checkpoint, however often it was synced. */
+	uint64_t open = open_version(s, fd);
+	bool committed = false;
+	int64_t v = 0;
+	int r = commit_content(s, fd, last, open, &committed, &v);
+	if (r < 0)
 		return r;
+	if (committed) {
+		if (v > 0 || last)
+			set_open_version(s, fd, last ? 0 : (uint64_t)v);
+		return 0;
 	}
-	return commit_through(s, fd, last);
+	if (!last || !open)
+		return 0;
+	int64_t c = stg_commit_close(shim.cache, s->path, s->rule, open);
+	set_open_version(s, fd, 0);
+	if (c == -ENOENT)
+		return 0; /* gone meanwhile (renamed over): nothing left to close */
+	if (c < 0) {
+		shim_log(STG_LOG_ERROR, "could not close version %llu of '%s': %s",
+			 (unsigned long long)stg_version_seq(open), s->path, strerror((int)-c));
+		return c == -ENOSPC || c == -EDQUOT ? (int)c : -EIO;
+	}
+	return replicate_after_commit(s->path, s->rule, c);
 }
 
 void session_discard_fd(int fd)

@@ -190,20 +190,11 @@ int stg_files_put(struct stg_files *f, uint32_t uid, const char *path, const uin
 	r = stg_write_file_atomic(fd, name, mf, len, true);
 	if (r == 0 && fsync(fd) < 0)
 		r = -errno;
-	uint64_t *v = NULL;
-	size_t n = 0;
-	if (r == 0)
-		r = stg_catalog_versions(fd, &v, &n);
-	int removed = 0;
-	/* keep 0 keeps everything. */
-	for (size_t i = 0; r == 0 && keep && i + keep < n; i++) {
-		stg_catalog_manifest_name(v[i], name);
-		r = unlinkat(fd, name, 0) < 0 ? -errno : 0;
-		removed += r == 0;
-	}
-	if (removed && fsync(fd) < 0 && r == 0)
+	int removed = r == 0 ? stg_catalog_prune(fd, keep) : 0;
+	if (removed < 0)
+		r = removed;
+	if (removed > 0 && fsync(fd) < 0 && r == 0)
 		r = -errno;
-	free(v);
 	close(fd);
 	return r < 0 ? r : removed;
 }

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* stagehand __commit: the shim's background committer for durability = async
  * (not for people). It gets the shadow file on descriptor 3 and a pipe on 4
- * whose closing tells the application's process that the version is there. */
+ * whose closing tells the application's process that the version is there;
+ * OPEN_VERSION is the version an fsync of the same writing published, which
+ * the new one supersedes. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,8 +16,9 @@
 
 int cmd_commit(int argc, char **argv)
 {
-	if (argc != 4) {
-		tool_error("__commit: PATH MODE MTIME_NS expected (this command is the shim's)");
+	if (argc != 4 && argc != 5) {
+		tool_error("__commit: PATH MODE MTIME_NS [OPEN_VERSION] expected (this command "
+			   "is the shim's)");
 		return EXIT_USAGE;
 	}
 	const char *path = argv[1];
@@ -29,6 +32,15 @@ int cmd_commit(int argc, char **argv)
 	if (*end) {
 		tool_error("__commit: bad time '%s'", argv[3]);
 		return EXIT_USAGE;
+	}
+	/* The open version an fsync of this writing published: superseded. */
+	unsigned long long replaces = 0;
+	if (argc == 5) {
+		replaces = strtoull(argv[4], &end, 10);
+		if (*end || argv[4][0] == '-') {
+			tool_error("__commit: bad version id '%s'", argv[4]);
+			return EXIT_USAGE;
+		}
 	}
 	struct stat st;
 	if (fstat(3, &st) < 0 || !S_ISREG(st.st_mode)) {
@@ -45,7 +57,7 @@ int cmd_commit(int argc, char **argv)
 		tool_error("__commit: '%s' is not captured by %s", path, p->file);
 	} else {
 		int64_t v = stg_commit_fd(cache, path, rule, 3, (uint64_t)st.st_size, (uint32_t)mode,
-					  mtime);
+					  mtime, false, replaces);
 		if (v < 0)
 			tool_error("could not stage '%s' (durability = async): %s", path,
 				   strerror((int)-v));

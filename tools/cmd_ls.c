@@ -32,6 +32,7 @@ struct row {
 	uint32_t new_chunks, chunks;
 	int64_t mtime_ns;
 	bool deleted, corrupt;
+	bool open;            /* fsync'ed, its writer never closed it (yet) */
 	bool local;           /* in the node cache */
 	int marked_servers;   /* servers the flusher shipped it to (0: not yet) */
 	int listed_servers;   /* servers that listed it just now */
@@ -96,6 +97,7 @@ static int collect(void *arg, const char *path, int filedirfd)
 			row.new_chunks = stg_manifest_new_chunks(&m);
 			row.chunks = m.nchunks;
 			row.mtime_ns = m.mtime_ns;
+			row.open = m.flags & STG_MANIFEST_OPEN;
 			stg_manifest_done(&m);
 		} else {
 			row.corrupt = true;
@@ -247,9 +249,9 @@ int cmd_ls(int argc, char **argv)
 				 servers, servers == 1 ? "" : "s");
 		else if (rw->local && p->has_cluster)
 			snprintf(where + strlen(where), sizeof(where) - strlen(where), " (queued)");
-		printf("%-40s %7" PRIu64 " %12" PRIu64 " %12" PRIu64 " %11s  %-19s  %s%s\n",
+		printf("%-40s %7" PRIu64 " %12" PRIu64 " %12" PRIu64 " %11s  %-19s  %s%s%s\n",
 		       rw->path, rw->number, rw->size, rw->stored, chunks, mt, where,
-		       rw->deleted ? " (deleted)" : "");
+		       rw->open ? " (fsync'ed, not closed)" : "", rw->deleted ? " (deleted)" : "");
 		free(rw->path);
 	}
 	if (l.n == 0 && optind < argc) {

@@ -986,8 +986,7 @@ static void do_noclose_exit(void)
 	exit(0);
 }
 
-/* fsync() is a commit point: two fsyncs give two versions, the close after
- * them changes nothing. */
+/* Two syncs in the middle of writing, then the close: one checkpoint. */
 static void do_fsync(void)
 {
 	int fd = xopen(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);

@@ -2,6 +2,7 @@
 /* The manifest format: golden bytes, round trip, and every byte validated. */
 #include "harness.h"
 #include "manifest.h"
+#include "util.h"
 
 /* A fixed manifest: three chunks of 64 KiB + 100 bytes, one of each kind. */
 static void sample(struct stg_manifest *m)
@@ -61,6 +62,36 @@ int main(void)
 	CHECK_EQ(accepted, 0);
 	for (size_t n = 0; n < len; n++)
 		CHECK(stg_manifest_decode(buf, n, &d) == -EBADMSG);
+
+	/* Format 2: an open version (fsync'ed, its writer going on) carries a
+	 * flag, pinned by its own golden file; format 1 stays as it was. */
+	m.flags = STG_MANIFEST_OPEN;
+	CHECK_EQ(stg_manifest_encode(&m, buf), len);
+	CHECK(harness_golden("manifest-v2-open.bin", buf, len));
+	CHECK_EQ(stg_manifest_peek_flags(buf, len), STG_MANIFEST_OPEN);
+	CHECK_EQ(stg_manifest_decode(buf, len, &d), 0);
+	CHECK_EQ(d.flags, STG_MANIFEST_OPEN);
+	stg_manifest_done(&d);
+	accepted = 0;
+	for (size_t i = 0; i < 64; i++) {
+		buf[i] ^= 0x10;
+		if (stg_manifest_decode(buf, len, &d) == 0) {
+			accepted++;
+			stg_manifest_done(&d);
+		}
+		buf[i] ^= 0x10;
+	}
+	CHECK_EQ(accepted, 0);
+	/* Format 1 with a flag, format 2 without one or with an unknown one. */
+	for (int k = 0; k < 3; k++) {
+		static const uint16_t cases[3][2] = {{1, 1}, {2, 0}, {2, 2}};
+		stg_put_le16(buf + 4, cases[k][0]);
+		stg_put_le16(buf + 6, cases[k][1]);
+		stg_put_le64(buf + len - 8, stg_hash64(buf, len - 8));
+		CHECK(stg_manifest_decode(buf, len, &d) == -EBADMSG);
+	}
+	m.flags = 0;
+	stg_manifest_encode(&m, buf);
 
 	/* Fields that are checksummed correctly but inconsistent are refused too. */
 	struct stg_manifest bad;
