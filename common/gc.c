@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -295,6 +296,49 @@ static int compact(struct stg_cache *c, struct stg_manifest_entry *live, size_t 
 	return r < 0 ? r : (int)nemptied;
 }
 
+/* Is the shadow open in a process (its hold file locked)? */
+static bool shadow_held(struct stg_cache *c, const char *name)
+{
+	struct stat st;
+	if (fstatat(c->tmp_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return true; /* gone meanwhile: leave it be */
+	char hold[64];
+	snprintf(hold, sizeof(hold), "%llx-%llx.hold", (unsigned long long)st.st_dev,
+		 (unsigned long long)st.st_ino);
+	int h = openat(c->tmp_fd, hold, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (h < 0)
+		return false;
+	bool held = flock(h, LOCK_EX | LOCK_NB) < 0;
+	close(h);
+	return held;
+}
+
+/* tmp/<file id>.shadow: the shadow several processes share (see the shim).
+ * One nobody holds was left by writers that died: what they wrote was never
+ * committed. Decided under its tmp/<file id>.open lock, as the shim does;
+ * skipped when that is busy. */
+static void sweep_shadows(struct stg_cache *c)
+{
+	DIR *d = stg_opendir_at(c->tmp_fd, ".");
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t n = strlen(de->d_name);
+		if (n != STG_HASH_HEX_LEN + 7 || strcmp(de->d_name + STG_HASH_HEX_LEN, ".shadow") != 0)
+			continue;
+		char lockname[64];
+		snprintf(lockname, sizeof(lockname), "%.*s.open", STG_HASH_HEX_LEN, de->d_name);
+		int lk = openat(c->tmp_fd, lockname, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+		if (lk < 0)
+			continue;
+		if (flock(lk, LOCK_EX | LOCK_NB) == 0 && !shadow_held(c, de->d_name))
+			unlinkat(c->tmp_fd, de->d_name, 0);
+		close(lk);
+	}
+	closedir(d);
+}
+
 /* tmp/<dev>-<ino>.hold: the lock files of open shadows (see the shim). One
  * nobody holds is left over from a process that died: remove it. */
 static void sweep_holds(struct stg_cache *c)
@@ -436,6 +480,7 @@ int stg_gc_collect(struct stg_cache *c, int wait, struct stg_gc_result *ret)
 	for (size_t i = 0; i < ne; i++)
 		res.live_bytes += stg_pack_record_size(entries[i].stored_len);
 	r = stg_index_rewrite(c, entries, ne);
+	sweep_shadows(c);
 	sweep_holds(c);
 	/* Nobody stores while we hold the lock: this count is exact. */
 	uint64_t npacks, bytes;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "builder.h"
@@ -44,6 +45,9 @@ bool fast_enabled(void)
 
 int fast_start(struct session *s)
 {
+	/* Another process opening the file must be able to take it over. */
+	if (!s->share)
+		return -EOPNOTSUPP;
 	struct fast *f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
@@ -55,6 +59,7 @@ int fast_start(struct session *s)
 	f->cs = stg_builder_chunk_size(f->b);
 	f->dirty = true;
 	s->fast = f;
+	share_fast_start(s->share);
 	return 0;
 }
 
@@ -69,8 +74,10 @@ static void fast_free(struct fast *f)
 void fast_discard(struct session *s)
 {
 	pthread_mutex_lock(&s->fast_lock);
-	if (s->fast)
+	if (s->fast) {
 		fast_free(s->fast);
+		share_fast_end(s->share);
+	}
 	s->fast = NULL;
 	pthread_mutex_unlock(&s->fast_lock);
 }
@@ -159,6 +166,10 @@ ssize_t fast_write(struct session *s, const struct iovec *iov, int cnt, int64_t 
 		pthread_mutex_unlock(&s->fast_lock);
 		return FAST_OFF; /* not sequential: the shadow takes over */
 	}
+	if (!share_fast_enter(s->share)) {
+		pthread_mutex_unlock(&s->fast_lock);
+		return FAST_OFF; /* another process joined: the shadow takes over */
+	}
 	ssize_t total = 0;
 	for (int i = 0; i < cnt; i++) {
 		ssize_t r = append(f, iov[i].iov_base, iov[i].iov_len);
@@ -179,6 +190,7 @@ ssize_t fast_write(struct session *s, const struct iovec *iov, int cnt, int64_t 
 		if (off < 0)
 			f->pos += (uint64_t)total;
 	}
+	share_fast_leave(s->share, f->staged);
 	pthread_mutex_unlock(&s->fast_lock);
 	return total;
 }
@@ -188,6 +200,10 @@ int64_t fast_lseek(struct session *s, int64_t off, int whence)
 	pthread_mutex_lock(&s->fast_lock);
 	struct fast *f = s->fast;
 	if (!f) {
+		pthread_mutex_unlock(&s->fast_lock);
+		return FAST_OFF;
+	}
+	if (share_handover_requested(s->share)) {
 		pthread_mutex_unlock(&s->fast_lock);
 		return FAST_OFF;
 	}
@@ -287,7 +303,11 @@ static int write_out(struct fast *f, int wfd)
 	}
 	if (r == 0 && f->staged > f->sealed)
 		r = stg_pwrite_all(wfd, f->pending, (size_t)(f->staged - f->sealed), (off_t)f->sealed);
-	if (r == 0 && real_ftruncate(wfd, (off_t)f->staged) < 0)
+	/* Only ever grows it: a process that joined while nothing was staged
+	 * may have written there already. */
+	struct stat st;
+	if (r == 0 && real_fstat(wfd, &st) == 0 && (uint64_t)st.st_size < f->staged &&
+	    real_ftruncate(wfd, (off_t)f->staged) < 0)
 		r = -errno;
 	free(raw);
 	free(scratch);
@@ -318,6 +338,7 @@ int fast_materialize(struct session *s, int fd)
 		real_close(wfd);
 	s->fast = NULL;
 	fast_free(f);
+	share_fast_end(s->share);
 	pthread_mutex_unlock(&s->fast_lock);
 	if (r < 0) {
 		/* The shadow cannot take over: nothing must be committed from it. */

@@ -99,6 +99,7 @@ struct session {
 	int nmaps;            /* writable shared mappings still mapped */
 	int keep_fd;          /* our own descriptor while mappings outlive the fds */
 	int holder_fd;        /* our flock'ed descriptor: see take_holder() */
+	int fork_hold;        /* the hold taken for a child while forking */
 	bool forked;          /* scratch flag of session_after_fork() */
 	pid_t owner;          /* only the owner commits */
 	bool readonly;        /* opened for reading: never commits */
@@ -114,6 +115,7 @@ struct session {
 	pthread_mutex_t fast_lock; /* guards fast, and it ending */
 	bool broken;          /* content lost track of: the next commit fails */
 	uint64_t open_version; /* where the shadow cannot hold XATTR_OPEN */
+	struct share_page *share; /* the hold file's page (share.c), or NULL */
 };
 
 /* Opens path (captured under rule) as the application asked; returns the new
@@ -154,7 +156,10 @@ void session_free(struct session *s);
 
 /* In a fork child: re-initializes the sessions' locks. */
 void session_locks_after_fork(void);
-/* In a fork child: takes the child's own hold on every open captured file. */
+/* Around fork (shim.lock held): holds taken for the child before, dropped
+ * by the parent after; the child makes them its own. */
+void session_before_fork(void);
+void session_after_fork_parent(void);
 void session_after_fork(void);
 
 /* Scans inherited descriptors for shadows (exec keeps them, not our tables). */
@@ -169,6 +174,37 @@ void session_unlinked(const char *path);
 
 /* A session of this process for path, or NULL (caller holds shim.lock). */
 struct session *session_find_path(const char *path);
+
+/* ---- share.c: one captured file, several processes of the node ---- */
+
+struct share_page;
+
+/* Takes the path's open lock (tmp/<file id>.open): opening, and deciding
+ * who commits at close, are one at a time. Returns the lock's fd or -errno. */
+int share_lock(const char *path);
+void share_unlock(int lockfd);
+/* Opens the shadow other processes are writing path through (held by one
+ * at least), with the access mode of flags; -ENOENT if there is none (a
+ * stale one is removed). */
+int share_open_live(const char *path, int flags);
+/* Publishes the shadow under path's name, for processes opening it next. */
+int share_name(int shadowfd, const char *path);
+/* Removes path's name if it is this shadow (its last holder lets go). */
+void share_unname(int shadowfd, const char *path);
+/* The page at the start of a hold file, mapped shared (NULL on failure). */
+struct share_page *share_map(int holdfd);
+void share_unmap(struct share_page *p);
+/* The fast path's owner: begins; enters a write (false: hand over instead)
+ * and leaves it with the size staged; asks whether to hand over; ends. */
+void share_fast_start(struct share_page *p);
+bool share_fast_enter(struct share_page *p);
+void share_fast_leave(struct share_page *p, uint64_t staged);
+bool share_handover_requested(struct share_page *p);
+void share_fast_end(struct share_page *p);
+/* A process joining: has the fast path's owner, if any, put what it staged
+ * into the shadow. Returns 0, or -EBUSY when it did not within
+ * $STAGEHAND_SHARE_TIMEOUT seconds (default 30; said in the log). */
+int share_take_over(struct share_page *p, const char *path);
 
 /* ---- fast.c: staging sequential writes as they arrive ---- */
 

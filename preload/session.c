@@ -190,22 +190,33 @@ static void holder_name(const struct session *s, char out[64])
 		 (unsigned long long)s->ino);
 }
 
-static void take_holder(struct session *s, int fd)
+/* Opens the hold file (not locked yet) and maps its page (share.c). */
+static void open_holder(struct session *s)
 {
-	(void)fd;
-	if (s->readonly)
-		return;
 	char name[64];
 	holder_name(s, name);
 	int h = real_openat(shim.cache->tmp_fd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (h < 0)
 		return; /* then every holder commits: more versions, nothing lost */
-	if (flock(h, LOCK_SH) < 0) {
-		real_close(h);
-		return;
-	}
 	s->holder_fd = h;
 	shim_move_high(&s->holder_fd);
+	/* A fork child keeps the parent's mapping. */
+	if (!s->share)
+		s->share = share_map(s->holder_fd);
+}
+
+static void take_holder(struct session *s, int fd)
+{
+	(void)fd;
+	if (s->readonly)
+		return;
+	if (s->holder_fd < 0)
+		open_holder(s);
+	if (s->holder_fd >= 0 && flock(s->holder_fd, LOCK_SH) < 0) {
+		shim_release_fd(s->holder_fd);
+		real_close(s->holder_fd);
+		s->holder_fd = -1;
+	}
 }
 
 /* Are we the last process holding it? Drops our own hold either way; the
@@ -225,6 +236,7 @@ static bool last_holder(struct session *s)
 void session_free(struct session *s)
 {
 	fast_discard(s);
+	share_unmap(s->share);
 	if (s->holder_fd >= 0) {
 		shim_release_fd(s->holder_fd);
 		real_close(s->holder_fd);
@@ -241,18 +253,64 @@ void session_locks_after_fork(void)
 		pthread_mutex_init(&s->fast_lock, NULL);
 }
 
+/* Before fork: each open captured file gets a hold of its own for the child,
+ * taken now, so that no moment exists when the parent could let go thinking
+ * itself the last holder while the child holds the file (flock locks belong
+ * to the open file description the child would share until it takes its
+ * own). The parent then drops its copy; the child's keeps the lock. */
+void session_before_fork(void)
+{
+	int fd;
+	struct session *s;
+	FDTABLE_EACH(fd, s) {
+		if (s->holder_fd < 0 || s->fork_hold >= 0)
+			continue;
+		char name[64];
+		holder_name(s, name);
+		int h = real_openat(shim.cache->tmp_fd, name, O_RDWR | O_CLOEXEC);
+		if (h >= 0 && flock(h, LOCK_SH) < 0) {
+			real_close(h);
+			h = -1;
+		}
+		s->fork_hold = h;
+		if (h >= 0)
+			shim_move_high(&s->fork_hold);
+	}
+}
+
+void session_after_fork_parent(void)
+{
+	int fd;
+	struct session *s;
+	FDTABLE_EACH(fd, s) {
+		if (s->fork_hold < 0)
+			continue;
+		shim_release_fd(s->fork_hold);
+		real_close(s->fork_hold);
+		s->fork_hold = -1;
+	}
+}
+
 void session_after_fork(void)
 {
-	/* The child shares the parent's holder descriptors: it needs its own. */
+	/* The child shares the parent's holder descriptors: it takes the one
+	 * made for it before the fork (or a new one). */
 	int fd;
 	struct session *s;
 	FDTABLE_EACH(fd, s) {
 		if (s->holder_fd < 0 || s->forked)
 			continue;
 		int old = s->holder_fd;
-		s->holder_fd = -1;
 		shim_release_fd(old);
-		take_holder(s, fd);
+		if (s->fork_hold >= 0) {
+			shim_release_fd(s->fork_hold);
+			s->holder_fd = s->fork_hold;
+			s->fork_hold = -1;
+			shim_reserve_fd(s->holder_fd, &s->holder_fd);
+		} else {
+			s->holder_fd = -1;
+			take_holder(s, fd);
+		}
 		real_close(old);
 		s->forked = true;
 	}
@@ -293,20 +351,95 @@ static int share_open(struct session *s, int flags)
 	return fd;
 }
 
-static int open_locked(const char *path, const struct stg_path_rule *rule, int flags, mode_t mode,
-		       bool allow_fast)
+static struct session *new_session(const char *path, const struct stg_path_rule *rule)
 {
-	background_wait(path);
+	struct session *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	snprintf(s->path, sizeof(s->path), "%s", path);
+	s->rule = rule;
+	s->owner = getpid();
+	s->keep_fd = -1;
+	s->holder_fd = -1;
+	s->fork_hold = -1;
+	s->refs = 1;
+	pthread_mutex_init(&s->fast_lock, NULL);
+	return s;
+}
+
+/* Joins live, the shadow another process of the node is writing path
+ * through (found under the open lock, which the caller has released).
+ * Returns the application's descriptor, -EAGAIN when that writing ended
+ * meanwhile (open again), or -errno. */
+static int join_live(const char *path, const struct stg_path_rule *rule, int flags, mode_t mode,
+		     const struct stg_file_state *state, int live)
+{
 	int acc = flags & O_ACCMODE;
 	bool writing = acc != O_RDONLY || (flags & O_TRUNC);
-	struct session *s = session_find_path(path);
-	if (s)
-		return share_open(s, flags);
-	struct stg_file_state state;
-	int r = stg_catalog_state(shim.cache, path, &state);
-	if (r < 0)
-		return r == -EBADMSG ? -EIO : r;
-	bool visible = state.exists && !state.deleted;
+	int r = (flags & O_CREAT) && (flags & O_EXCL) ? -EEXIST
+	      : flags & O_DIRECTORY		      ? -ENOTDIR
+						      : 0;
+	struct session *s = r == 0 ? new_session(path, rule) : NULL;
+	if (!s) {
+		real_close(live);
+		return r < 0 ? r : -ENOMEM;
+	}
+	s->readonly = !writing;
+	s->mode = state->exists ? state->mode : mode & ~shim.umask & 07777;
+	s->base_mtime_ns = stg_now_ns();
+	struct stat st;
+	r = real_fstat(live, &st) < 0 ? -errno : 0;
+	s->dev = st.st_dev;
+	s->ino = st.st_ino;
+	if (r == 0)
+		open_holder(s);
+	/* What a fast path elsewhere staged goes into the shadow first: the
+	 * shadow is then the whole content, for reading and writing alike. */
+	if (r == 0 && s->share)
+		r = share_take_over(s->share, path);
+	int lk = r == 0 ? share_lock(path) : -1;
+	if (r == 0 && lk < 0)
+		r = lk;
+	if (r == 0) {
+		/* Still the live one? Its last writer may have committed it. */
+		int again = share_open_live(path, O_RDONLY);
+		struct stat now;
+		if (again < 0 || real_fstat(again, &now) < 0 || now.st_ino != st.st_ino ||
+		    now.st_dev != st.st_dev)
+			r = -EAGAIN;
+		if (again >= 0)
+			real_close(again);
+	}
+	if (r == 0 && writing)
+		take_holder(s, live);
+	if (r == 0 && (flags & O_TRUNC) && acc != O_RDONLY && real_ftruncate(live, 0) < 0)
+		r = -errno;
+	share_unlock(lk);
+	if (r == 0 && s->readonly && s->holder_fd >= 0) {
+		/* A reader holds nothing: its mapped page was all it needed. */
+		shim_release_fd(s->holder_fd);
+		real_close(s->holder_fd);
+		s->holder_fd = -1;
+	}
+	if (r == 0)
+		r = reopen_for_app(live, flags);
+	if (r >= 0 && (r = fdtable_set(live, s)) == 0)
+		return live;
+	real_close(live);
+	session_free(s);
+	return r;
+}
+
+/* Opens path with no live shadow anywhere on the node (the caller holds the
+ * open lock lk, and the catalog said state): a shadow of its own, named for
+ * the processes that open it next when writing. */
+static int open_new(const char *path, const struct stg_path_rule *rule, int flags, mode_t mode,
+		    bool allow_fast, const struct stg_file_state *state)
+{
+	int acc = flags & O_ACCMODE;
+	bool writing = acc != O_RDONLY || (flags & O_TRUNC);
+	int r;
+	bool visible = state->exists && !state->deleted;
 	struct stat real_st;
 	bool real_exists = false;
 	if (!visible && real_stat(path, &real_st) == 0) {
@@ -330,17 +463,10 @@ static int open_locked(const char *path, const struct stg_path_rule *rule, int f
 	if (!visible && real_exists && !writing)
 		return SESSION_PASS; /* a plain file the shim never captured */
 
-	s = calloc(1, sizeof(*s));
+	struct session *s = new_session(path, rule);
 	if (!s)
 		return -ENOMEM;
-	snprintf(s->path, sizeof(s->path), "%s", path);
-	s->rule = rule;
-	s->owner = getpid();
 	s->readonly = !writing;
-	s->keep_fd = -1;
-	s->holder_fd = -1;
-	s->refs = 1;
-	pthread_mutex_init(&s->fast_lock, NULL);
 	int fd = create_shadow(path);
 	if (fd < 0) {
 		r = fd;
@@ -351,7 +477,7 @@ static int open_locked(const char *path, const struct stg_path_rule *rule, int f
 	bool truncate = (flags & O_TRUNC) && acc != O_RDONLY;
 	bool changed = truncate || (!visible && !real_exists);
 	if (changed) {
-		s->mode = visible ? state.mode : real_exists ? (real_st.st_mode & 07777)
+		s->mode = visible ? state->mode : real_exists ? (real_st.st_mode & 07777)
 							     : (mode & ~shim.umask & 07777);
 		s->base_mtime_ns = stg_now_ns();
 	} else if (visible) {
@@ -360,8 +486,8 @@ static int open_locked(const char *path, const struct stg_path_rule *rule, int f
 			r = r == -ENOSPC ? r : -EIO;
 			goto out_close;
 		}
-		s->mode = state.mode;
-		s->base_mtime_ns = state.mtime_ns;
+		s->mode = state->mode;
+		s->base_mtime_ns = state->mtime_ns;
 	} else {
 		r = copy_real_file(path, fd);
 		if (r < 0)
@@ -380,6 +506,10 @@ static int open_locked(const char *path, const struct stg_path_rule *rule, int f
 	if (r < 0)
 		goto out_close;
 	take_holder(s, fd);
+	/* Other processes opening it from now on join this shadow. */
+	if (writing && share_name(fd, path) < 0)
+		stg_debug("'%s' cannot be shared with other processes: %s", path,
+			  strerror(errno));
 	/* A new or truncated file written by write() calls (not stdio: its
 	 * writes bypass the hooks) can take the fast path. */
 	if (changed && allow_fast && acc != O_RDONLY && fast_enabled() && fast_start(s) < 0)
@@ -393,6 +523,38 @@ out_close:
 out_free:
 	session_free(s);
 	return r;
+}
+
+static int open_locked(const char *path, const struct stg_path_rule *rule, int flags, mode_t mode,
+		       bool allow_fast)
+{
+	background_wait(path);
+	struct session *s = session_find_path(path);
+	if (s)
+		return share_open(s, flags);
+	bool reading = (flags & O_ACCMODE) == O_RDONLY && !(flags & O_TRUNC);
+	/* A writing that ends while we join it: open again, from its version. */
+	for (int tries = 0; tries < 16; tries++) {
+		int lk = share_lock(path);
+		if (lk < 0)
+			return lk;
+		/* Under the lock: a last writer letting go commits under it too,
+		 * so a new shadow starts from what it committed. */
+		struct stg_file_state state;
+		int r = stg_catalog_state(shim.cache, path, &state);
+		int live = r < 0 ? r : share_open_live(path, reading ? O_RDONLY : O_RDWR);
+		if (r < 0 || live < 0) {
+			if (r == 0)
+				r = open_new(path, rule, flags, mode, allow_fast, &state);
+			share_unlock(lk);
+			return r == -EBADMSG ? -EIO : r;
+		}
+		share_unlock(lk);
+		r = join_live(path, rule, flags, mode, &state, live);
+		if (r != -EAGAIN)
+			return r;
+	}
+	return -EBUSY;
 }
 
 int session_open(const char *path, const struct stg_path_rule *rule, int flags, mode_t mode,
@@ -510,6 +672,9 @@ static int commit_through(struct session *s, int fd, bool last, uint64_t replace
 static int commit_content(struct session *s, int fd, bool last, uint64_t replaces,
 			  bool *ret_committed, int64_t *ret_version)
 {
+	/* Another process joined: it has the shadow, and so do we. */
+	if (s->fast && share_handover_requested(s->share))
+		fast_materialize(s, fd);
 	if (!s->fast)
 		return commit_through(s, fd, last, replaces, ret_committed, ret_version);
 	/* In the fast path the shadow stays empty. If it is not, something
@@ -537,13 +702,34 @@ static int commit_content(struct session *s, int fd, bool last, uint64_t replace
 	return r;
 }
 
+static int commit_locked(struct session *s, int fd, bool last);
+
 int session_commit(struct session *s, int fd, bool last)
 {
 	if (s->readonly || s->unlinked)
 		return 0;
-	/* Letting go while another process still holds it: that one commits. */
-	if (last && !last_holder(s))
-		return 0;
+	if (!last)
+		return commit_locked(s, fd, false);
+	/* Who lets go last commits, decided under the open lock: a process
+	 * joining meanwhile either is a holder already, or opens after the
+	 * commit and the shadow's name are gone. */
+	int lk = share_lock(s->path);
+	int r = 0;
+	if (!last_holder(s)) {
+		/* Another process goes on with the file: what our fast path
+		 * staged must be in the shadow first. */
+		if (s->fast)
+			r = fast_materialize(s, fd);
+	} else {
+		r = commit_locked(s, fd, true);
+		share_unname(fd, s->path);
+	}
+	share_unlock(lk);
+	return r;
+}
+
+static int commit_locked(struct session *s, int fd, bool last)
+{
 	if (s->broken) {
 		shim_log(STG_LOG_ERROR, "'%s' is not staged: its content was lost track of", s->path);
 		return -EIO;
@@ -710,17 +896,10 @@ static void adopt_fd(int fd)
 			same->refs++;
 		return;
 	}
-	struct session *s = calloc(1, sizeof(*s));
+	struct session *s = new_session(path, rule);
 	if (!s)
 		return;
-	snprintf(s->path, sizeof(s->path), "%s", path);
-	s->rule = rule;
-	s->owner = getpid();
 	s->adopted = true;
-	s->keep_fd = -1;
-	s->holder_fd = -1;
-	pthread_mutex_init(&s->fast_lock, NULL);
-	s->refs = 1;
 	s->dev = st.st_dev;
 	s->ino = st.st_ino;
 	struct stg_file_state state;

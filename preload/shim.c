@@ -115,6 +115,7 @@ static void before_fork(void)
 	if (!shim_busy) {
 		shim_busy++;
 		fast_materialize_all();
+		session_before_fork();
 		shim_busy--;
 	}
 	errno = saved;
@@ -122,7 +123,12 @@ static void before_fork(void)
 
 static void after_fork_parent(void)
 {
+	int saved = errno;
+	shim_busy++;
+	session_after_fork_parent();
+	shim_busy--;
 	pthread_mutex_unlock(&shim.lock);
+	errno = saved;
 }
 
 static void after_fork_child(void)

@@ -1,0 +1,235 @@
+/* SPDX-License-Identifier: MIT */
+/* One captured file written by several processes of the node at once: they
+ * share one shadow, found under a name in the cache, and a page of state
+ * through which a process joining takes the file over from another's fast
+ * path (docs/CAPTURE.md, "Several processes, one file"). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "catalog.h"
+#include "internal.h"
+#include "log.h"
+#include "real.h"
+
+/* The page, at the start of the shadow's hold file. */
+enum { SHARE_NONE, SHARE_FAST, SHARE_HANDOVER };
+struct share_page {
+	uint32_t state;  /* SHARE_*: futex word */
+	uint32_t busy;   /* the fast path's owner is inside a write */
+	int32_t owner;   /* its pid */
+	uint32_t pad;
+	uint64_t staged; /* bytes its fast path holds */
+};
+#define PAGE_BYTES 4096
+
+static void name_of(const char *path, const char *suffix, char out[64])
+{
+	char id[STG_HASH_HEX_LEN + 1];
+	stg_catalog_file_id(path, id);
+	snprintf(out, 64, "%s.%s", id, suffix);
+}
+
+int share_lock(const char *path)
+{
+	char name[64];
+	name_of(path, "open", name);
+	int fd = real_openat(shim.cache->tmp_fd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	/* Out of the way: the shadow opened next gets the number open() would. */
+	int high = real_fcntl(fd, F_DUPFD_CLOEXEC, SHIM_HIGH_FD);
+	if (high >= 0) {
+		real_close(fd);
+		fd = high;
+	}
+	while (flock(fd, LOCK_EX) < 0) {
+		if (errno != EINTR) {
+			int r = -errno;
+			real_close(fd);
+			return r;
+		}
+	}
+	return fd;
+}
+
+void share_unlock(int lockfd)
+{
+	if (lockfd >= 0)
+		real_close(lockfd);
+}
+
+/* Does any process hold the shadow open for writing (its hold file locked)? */
+static bool held(int shadowfd)
+{
+	struct stat st;
+	if (real_fstat(shadowfd, &st) < 0)
+		return false;
+	char name[64];
+	snprintf(name, sizeof(name), "%llx-%llx.hold", (unsigned long long)st.st_dev,
+		 (unsigned long long)st.st_ino);
+	int h = real_openat(shim.cache->tmp_fd, name, O_RDWR | O_CLOEXEC);
+	if (h < 0)
+		return false;
+	bool busy = flock(h, LOCK_EX | LOCK_NB) < 0;
+	real_close(h);
+	return busy;
+}
+
+int share_open_live(const char *path, int flags)
+{
+	char name[64];
+	name_of(path, "shadow", name);
+	int fd = real_openat(shim.cache->tmp_fd, name, (flags & O_ACCMODE) | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (held(fd))
+		return fd;
+	/* Its writers died without closing it: what they wrote was never
+	 * committed, so it is not the file's content. */
+	real_close(fd);
+	unlinkat(shim.cache->tmp_fd, name, 0);
+	return -ENOENT;
+}
+
+int share_name(int shadowfd, const char *path)
+{
+	char name[64], link[64];
+	name_of(path, "shadow", name);
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", shadowfd);
+	if (linkat(AT_FDCWD, link, shim.cache->tmp_fd, name, AT_SYMLINK_FOLLOW) == 0)
+		return 0;
+	return -errno;
+}
+
+void share_unname(int shadowfd, const char *path)
+{
+	char name[64];
+	name_of(path, "shadow", name);
+	struct stat mine, named;
+	if (real_fstat(shadowfd, &mine) == 0 &&
+	    fstatat(shim.cache->tmp_fd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    mine.st_dev == named.st_dev && mine.st_ino == named.st_ino)
+		unlinkat(shim.cache->tmp_fd, name, 0);
+}
+
+struct share_page *share_map(int holdfd)
+{
+	struct stat st;
+	if (real_fstat(holdfd, &st) < 0)
+		return NULL;
+	/* Grown once, by whoever maps first: a larger size never shrinks. */
+	if (st.st_size < PAGE_BYTES && real_ftruncate(holdfd, PAGE_BYTES) < 0)
+		return NULL;
+	void *p = real_mmap(NULL, PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, holdfd, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+void share_unmap(struct share_page *p)
+{
+	if (p)
+		real_munmap(p, PAGE_BYTES);
+}
+
+static void wake(struct share_page *p)
+{
+	syscall(SYS_futex, &p->state, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+void share_fast_start(struct share_page *p)
+{
+	__atomic_store_n(&p->owner, (int32_t)getpid(), __ATOMIC_RELAXED);
+	__atomic_store_n(&p->staged, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&p->state, SHARE_FAST, __ATOMIC_SEQ_CST);
+}
+
+bool share_fast_enter(struct share_page *p)
+{
+	/* Dekker with share_take_over: either it sees us busy, or we see its
+	 * request (both sides use sequentially consistent operations). */
+	__atomic_store_n(&p->busy, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&p->state, __ATOMIC_SEQ_CST) == SHARE_FAST)
+		return true;
+	__atomic_store_n(&p->busy, 0, __ATOMIC_SEQ_CST);
+	return false;
+}
+
+void share_fast_leave(struct share_page *p, uint64_t staged)
+{
+	__atomic_store_n(&p->staged, staged, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&p->busy, 0, __ATOMIC_SEQ_CST);
+}
+
+bool share_handover_requested(struct share_page *p)
+{
+	return __atomic_load_n(&p->state, __ATOMIC_SEQ_CST) == SHARE_HANDOVER;
+}
+
+void share_fast_end(struct share_page *p)
+{
+	__atomic_store_n(&p->state, SHARE_NONE, __ATOMIC_SEQ_CST);
+	wake(p);
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int timeout_s(void)
+{
+	const char *e = getenv("STAGEHAND_SHARE_TIMEOUT");
+	int t = e ? atoi(e) : 0;
+	return t > 0 ? t : 30;
+}
+
+int share_take_over(struct share_page *p, const char *path)
+{
+	uint32_t st = SHARE_FAST;
+	if (!__atomic_compare_exchange_n(&p->state, &st, SHARE_HANDOVER, false, __ATOMIC_SEQ_CST,
+					 __ATOMIC_SEQ_CST) &&
+	    st == SHARE_NONE)
+		return 0; /* no fast path: the shadow is the content */
+	int64_t deadline = now_ms() + timeout_s() * 1000;
+	/* A write in progress finishes first (it saw no request). */
+	while (__atomic_load_n(&p->busy, __ATOMIC_SEQ_CST) && now_ms() < deadline)
+		sched_yield();
+	/* Nothing staged: nothing to wait for. The owner leaves its fast path
+	 * at its next call, without touching the shadow's content. */
+	if (!__atomic_load_n(&p->busy, __ATOMIC_SEQ_CST) &&
+	    __atomic_load_n(&p->staged, __ATOMIC_SEQ_CST) == 0)
+		return 0;
+	pid_t owner = __atomic_load_n(&p->owner, __ATOMIC_RELAXED);
+	while (__atomic_load_n(&p->state, __ATOMIC_SEQ_CST) == SHARE_HANDOVER) {
+		if (owner > 0 && kill(owner, 0) < 0 && errno == ESRCH) {
+			/* It died: what it staged was never committed. */
+			share_fast_end(p);
+			break;
+		}
+		int64_t left = deadline - now_ms();
+		if (left <= 0) {
+			shim_log(STG_LOG_ERROR,
+				 "'%s' is being written by process %d, which did not hand it over "
+				 "within %ds (it writes through the fast path and makes no call on "
+				 "it meanwhile); run such programs with STAGEHAND_FAST=0",
+				 path, (int)owner, timeout_s());
+			return -EBUSY;
+		}
+		struct timespec ts = {.tv_nsec = (left < 100 ? left : 100) * 1000000};
+		syscall(SYS_futex, &p->state, FUTEX_WAIT, SHARE_HANDOVER, &ts, NULL, 0);
+	}
+	return 0;
+}

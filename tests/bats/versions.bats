@@ -1,0 +1,509 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# What a version is: one per checkpoint (fsync adds none), N-1 shared files on one node, the same numbers on every node.
+
+bats_require_minimum_version 1.5.0
+load lib/common
+load lib/capture
+load lib/cluster
+
+# capture.bash's tshim: only a hang detector, far above what a slow machine
+# takes.
+CAPTURE_TIMEOUT=120
+
+# Every test gets cluster_setup: without servers it is common_setup plus an
+# empty list of what to kill, and cluster_teardown then checks that nothing
+# the test started (a writer it killed) is left running.
+setup() {
+	cluster_setup
+	[ -x "$PYTHON" ] || skip "no $PYTHON"
+}
+
+teardown() {
+	cluster_teardown
+}
+
+# py NAME: the test's Python script $T/NAME.py, from standard input.
+py() {
+	cat >"$T/$1.py"
+}
+
+# assert_versions PATH N: `stagehand ls` lists exactly N versions of PATH.
+assert_versions() {
+	local got
+	got=$(version_count "$1")
+	[ "$got" -eq "$2" ] && return 0
+	"$STAGEHAND" ls "$1" >&2 || true
+	fail "'$1' has $got versions, want $2"
+}
+
+# version_size PATH VERSION: the size `stagehand ls` gives that version.
+version_size() {
+	"$STAGEHAND" ls "$1" | awk -v p="$1" -v v="$2" '$1 == p && $2 == v { print $3 }'
+}
+
+# versions_are PATH REF...: PATH has exactly one version per REF, version N
+# restoring to the Nth REF byte for byte.
+versions_are() {
+	local path="$1" v=0 ref
+	shift
+	assert_versions "$path" $# || return 1
+	for ref in "$@"; do
+		v=$((v + 1))
+		check_version "$ref" "$path" "$v" || return 1
+	done
+}
+
+# spawn PATH CMD ARGS... &: CMD in the background, under the shim when PATH
+# is below $CKPT; exec'd, so that $! is CMD's pid. Only with &.
+spawn() {
+	local path="$1"
+	shift
+	[[ "$path" != "$CKPT"/* ]] || export LD_PRELOAD="$SHIM"
+	exec "$@"
+}
+
+# keep_policy N: the default policy with keep = N.
+keep_policy() {
+	sed -i "s/^keep = .*/keep = $1/" "$POLICY"
+}
+
+# Group A: a version is a checkpoint. fsync makes what was written durable,
+# it does not publish a version of its own.
+
+# A checkpoint written to a temporary name with fsyncs along the way, closed,
+# renamed over the final name (os.replace, ofstream + rename, ...).
+write_tmp_fsyncs_rename() {
+	py ckpt <<'EOF'
+import os, random, sys
+path, seed = sys.argv[1], int(sys.argv[2])
+r = random.Random(seed)
+tmp = path + ".tmp"
+fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, r.randbytes(300000))
+os.fsync(fd)
+os.write(fd, r.randbytes(100000))
+os.fsync(fd)
+os.close(fd)
+os.rename(tmp, path)
+EOF
+}
+
+@test "A1: write, fsync, write, fsync, close a temporary, rename: one version per checkpoint" {
+	write_tmp_fsyncs_rename
+	twice "$PYTHON" "$T/ckpt.py" @D@/c 1
+	cp "$REF/c" "$T/c1"
+	assert_versions "$CKPT/c" 1
+	[ "$(version_size "$CKPT/c" 1)" = 400000 ] ||
+		fail "version 1 of '$CKPT/c' has $(version_size "$CKPT/c" 1) bytes, want 400000"
+	check_version "$T/c1" "$CKPT/c" 1
+	assert_versions "$CKPT/c.tmp" 0
+
+	twice "$PYTHON" "$T/ckpt.py" @D@/c 2
+	cp "$REF/c" "$T/c2"
+	versions_are "$CKPT/c" "$T/c1" "$T/c2"
+	check_file c 2
+}
+
+@test "A2: write, fsync, close on the path itself, twice: two versions" {
+	py ckpt <<'EOF'
+import os, random, sys
+path, seed = sys.argv[1], int(sys.argv[2])
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, random.Random(seed).randbytes(250000 + seed))
+os.fsync(fd)
+os.close(fd)
+EOF
+	twice "$PYTHON" "$T/ckpt.py" @D@/c 1
+	cp "$REF/c" "$T/c1"
+	twice "$PYTHON" "$T/ckpt.py" @D@/c 2
+	cp "$REF/c" "$T/c2"
+	versions_are "$CKPT/c" "$T/c1" "$T/c2"
+	check_file c 2
+}
+
+@test "A3: molecular dynamics: fsync'd temporary, copy ckpt to ckpt_prev, rename over ckpt; 3 rounds" {
+	py md <<'EOF'
+import os, random, shutil, sys
+d, step = sys.argv[1], int(sys.argv[2])
+ckpt, prev = d + "/ckpt", d + "/ckpt_prev"
+data = random.Random(step).randbytes(200000 + 1000 * step)
+fd = os.open(ckpt + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, data[:4096])
+os.write(fd, data[4096:])
+os.fsync(fd)
+os.close(fd)
+if os.path.exists(ckpt):
+    shutil.copyfile(ckpt, prev)
+os.rename(ckpt + ".tmp", ckpt)
+EOF
+	local step
+	for step in 1 2 3; do
+		twice "$PYTHON" "$T/md.py" @D@ "$step"
+		cp "$REF/ckpt" "$T/c$step"
+	done
+	versions_are "$CKPT/ckpt" "$T/c1" "$T/c2" "$T/c3"
+	versions_are "$CKPT/ckpt_prev" "$T/c1" "$T/c2"
+	check_file ckpt 3
+	check_file ckpt_prev 2
+}
+
+@test "A4: PyTorch DCP commit: pickle to .metadata.tmp, fsync, rename to .metadata: one version per round" {
+	# torch.distributed.checkpoint's FileSystemWriter.finish(), which
+	# calls os.fsync on the file object's descriptor before the
+	# with-block's close flushes Python's buffer.
+	py dcp <<'EOF'
+import os, pickle, sys
+d, step = sys.argv[1], int(sys.argv[2])
+meta = {"step": step, "state_dict_metadata": {
+    "model.layers.%d.weight" % i: {"size": (4096, 4096), "dtype": "bf16",
+                                    "chunks": [((j * 256, 0), (256, 4096), "__%d_0.distcp" % (j % 4)) for j in range(16)]}
+    for i in range(8 * step)}}
+tmp = os.path.join(d, ".metadata.tmp")
+with open(tmp, "wb") as f:
+    pickle.dump(meta, f)
+    os.fsync(f.fileno())
+os.rename(tmp, os.path.join(d, ".metadata"))
+EOF
+	local step
+	for step in 1 2 3; do
+		twice "$PYTHON" "$T/dcp.py" @D@ "$step"
+		cp "$REF/.metadata" "$T/m$step"
+		assert_versions "$CKPT/.metadata" "$step"
+	done
+	versions_are "$CKPT/.metadata" "$T/m1" "$T/m2" "$T/m3"
+	assert_versions "$CKPT/.metadata.tmp" 0
+}
+
+@test "A5: np.save to a temporary name, os.replace over the path, 2 rounds: two versions" {
+	"$PYTHON" -c 'import numpy' 2>/dev/null || skip "python3 module numpy is missing"
+	py save <<'EOF'
+import os, sys
+import numpy as np
+path, step = sys.argv[1], int(sys.argv[2])
+a = np.random.default_rng(step).standard_normal((300, 400))
+np.save(path + ".tmp.npy", a)
+os.replace(path + ".tmp.npy", path)
+EOF
+	twice "$PYTHON" "$T/save.py" @D@/a.npy 1
+	cp "$REF/a.npy" "$T/a1"
+	twice "$PYTHON" "$T/save.py" @D@/a.npy 2
+	cp "$REF/a.npy" "$T/a2"
+	versions_are "$CKPT/a.npy" "$T/a1" "$T/a2"
+	check_file a.npy 2
+}
+
+# crash_writer PATH SEED: runs $T/ckpt.py in its crash mode on PATH (under
+# the shim below $CKPT): it writes in pieces with 4 fsyncs, writes more, says
+# "PID OFFSET" in $T/crash.SEED (OFFSET: the bytes written at the last fsync)
+# and sleeps; once it said so, it is killed (-9). Sets CRASH_OFFSET.
+crash_writer() {
+	local path="$1" seed="$2" said="$T/crash.$2" pid
+	rm -f "$said"
+	spawn "$path" "$PYTHON" "$T/ckpt.py" "$path" "$seed" 4 "$said" >/dev/null 3>&- &
+	track $!
+	wait_for "$WAIT" test -s "$said"
+	read -r pid CRASH_OFFSET <"$said"
+	[ "$pid" -eq $! ]
+	kill -9 "$pid"
+	wait "$pid" 2>/dev/null || true
+}
+
+@test "A6: keep = 3, 3 checkpoints, then a writer killed after 4 fsyncs: the 3 stay, the last fsync restores" {
+	keep_policy 3
+	py ckpt <<'EOF'
+import os, random, sys, time
+path, seed, fsyncs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+said = sys.argv[4] if len(sys.argv) > 4 else None
+r = random.Random(seed)
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, r.randbytes(150000))
+for i in range(fsyncs):
+    if i:
+        os.write(fd, r.randbytes(100000))
+    os.fsync(fd)
+if said is None:
+    os.close(fd)
+    sys.exit(0)
+durable = os.lseek(fd, 0, os.SEEK_CUR)
+os.write(fd, r.randbytes(100000))  # after the last fsync: the crash may lose it
+with open(said + ".tmp", "w") as f:
+    f.write("%d %d\n" % (os.getpid(), durable))
+os.rename(said + ".tmp", said)
+time.sleep(3600)
+EOF
+	local v offset ref_offset
+	for v in 1 2 3; do
+		twice "$PYTHON" "$T/ckpt.py" @D@/c "$v" 1
+		cp "$REF/c" "$T/c$v"
+	done
+	crash_writer "$REF/c" 4
+	ref_offset=$CRASH_OFFSET
+	crash_writer "$CKPT/c" 4
+	offset=$CRASH_OFFSET
+	[ "$ref_offset" -eq 450000 ]
+	[ "$offset" -eq 450000 ]
+	# what a file system holds for sure after the crash: up to the last fsync
+	head -c "$offset" "$REF/c" >"$T/durable"
+	[ "$(stat -c %s "$T/durable")" -eq 450000 ]
+
+	for v in 1 2 3; do
+		check_version "$T/c$v" "$CKPT/c" "$v" ||
+			fail "complete checkpoint $v was lost to the partial writes of a writer that never closed"
+	done
+	local n
+	n=$(version_count "$CKPT/c")
+	[ "$n" -le 4 ] || {
+		"$STAGEHAND" ls "$CKPT/c" >&2
+		fail "'$CKPT/c' has $n versions, want at most 4"
+	}
+	assert_restores "$T/durable" "$CKPT/c" ||
+		fail "the newest version of '$CKPT/c' is not what was written at the last fsync ($offset bytes)"
+}
+
+@test "A7: fork after open, parent and child write a region each and close: one version, 20 rounds" {
+	py fork <<'EOF'
+import os, random, sys
+path, seed = sys.argv[1], int(sys.argv[2])
+r = random.Random(seed)
+head, mine, child = r.randbytes(100000), r.randbytes(100000), r.randbytes(100000)
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, head)
+pid = os.fork()
+if pid == 0:
+    os.pwrite(fd, child, 200000)
+    os.close(fd)
+    os._exit(0)
+os.pwrite(fd, mine, 100000)
+os.close(fd)
+_, status = os.waitpid(pid, 0)
+sys.exit(1 if status else 0)
+EOF
+	local round
+	for ((round = 1; round <= 20; round++)); do
+		twice "$PYTHON" "$T/fork.py" @D@/c "$round"
+		assert_versions "$CKPT/c" "$round" || fail "after round $round"
+		assert_restores "$REF/c" "$CKPT/c" >&2 ||
+			fail "round $round: the newest version of '$CKPT/c' is not the whole file"
+	done
+}
+
+# Group B: one file shared by several processes of a node (N-1, PLFS).
+
+# stripes N STRIPE K: N processes (multiprocessing) each open the file DIR/f
+# (no O_TRUNC) and, once all hold it open (as after a collective
+# MPI_File_open), pwrite K stripes of STRIPE bytes of their letter at (k * N +
+# rank) * STRIPE; then every stripe is checked through the shim and restored.
+stripes() {
+	local n="$1" stripe="$2" k="$3"
+	py n1 <<'EOF'
+import multiprocessing as mp, os, sys
+path, n, stripe, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+
+def rank_main(rank, barrier):
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+    barrier.wait()
+    for j in range(k):
+        os.pwrite(fd, bytes([65 + rank]) * stripe, (j * n + rank) * stripe)
+    os.close(fd)
+
+if __name__ == "__main__":
+    barrier = mp.Barrier(n)
+    ranks = [mp.Process(target=rank_main, args=(r, barrier)) for r in range(n)]
+    for p in ranks:
+        p.start()
+    for p in ranks:
+        p.join()
+    sys.exit(any(p.exitcode != 0 for p in ranks))
+EOF
+	py bad <<'EOF'
+import sys
+path, n, stripe, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+data = open(path, "rb").read()
+bad = sum(data[i * stripe:(i + 1) * stripe] != bytes([65 + i % n]) * stripe for i in range(n * k))
+print("%d bad stripes of %d, %d bytes (want %d)" % (bad, n * k, len(data), n * k * stripe))
+EOF
+	twice "$PYTHON" "$T/n1.py" @D@/f "$n" "$stripe" "$k"
+	local want="0 bad stripes of $((n * k)), $((n * k * stripe)) bytes (want $((n * k * stripe)))"
+	[ "$("$PYTHON" "$T/bad.py" "$REF/f" "$n" "$stripe" "$k")" = "$want" ]
+	# every check, so that a failure says all that is wrong
+	local seen bad=0
+	seen=$(shim "$PYTHON" "$T/bad.py" "$CKPT/f" "$n" "$stripe" "$k")
+	[ "$seen" = "$want" ] || { complain "read through the shim: $seen"; bad=1; }
+	rm -rf "$BACK"
+	if "$STAGEHAND" restore --to "$BACK" "$CKPT/f" >/dev/null; then
+		seen=$("$PYTHON" "$T/bad.py" "$BACK$CKPT/f" "$n" "$stripe" "$k")
+		[ "$seen" = "$want" ] || { complain "restored: $seen"; bad=1; }
+	else
+		bad=1
+	fi
+	check_file f 1 || bad=1
+	return "$bad"
+}
+
+@test "B1: N-1: 4 processes pwrite 16 stripes of 64 KiB each into one file: every stripe, one version" {
+	stripes 4 65536 16
+}
+
+@test "B2: N-1: 16 processes pwrite 4 stripes of 1 MiB each into one file: every stripe, one version" {
+	stripes 16 1048576 4
+}
+
+# Writers of one file DIR/f, each a process of its own (under the shim for
+# $CKPT), synchronized through files in $T/sync.ref or $T/sync.ckpt:
+#   RANK opens DIR/f with O_TRUNC, says opened.RANK, waits until all did,
+#   pwrites 300000 bytes of its own at RANK * 300000, says written.RANK,
+#   waits for "go" when "hold" exists, closes.
+rank_script() {
+	py rank <<'EOF'
+import os, sys, time
+path, sync, rank, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+SIZE = 300000
+
+def say(what):
+    open(os.path.join(sync, "%s.%d" % (what, rank)), "w").close()
+
+def wait(*names):
+    deadline = time.monotonic() + 600
+    while not all(os.path.exists(os.path.join(sync, x)) for x in names):
+        if time.monotonic() > deadline:
+            sys.exit("rank %d: timed out waiting for %s" % (rank, names))
+        time.sleep(0.01)
+
+try:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+except OSError as e:
+    sys.exit("rank %d: open: %s" % (rank, e))
+say("opened")
+wait(*["opened.%d" % r for r in range(n)])
+os.pwrite(fd, bytes((rank * 7 + i) % 251 for i in range(SIZE)), rank * SIZE)
+say("written")
+if os.path.exists(os.path.join(sync, "hold")):
+    wait("go")
+os.close(fd)
+EOF
+}
+
+# start_ranks DIR N [hold]: starts the N writers of DIR/f (RANK_PIDS).
+start_ranks() {
+	local d="$1" n="$2" sync r
+	sync="$T/sync.$(basename "$d")"
+	rm -rf "$sync"
+	mkdir -p "$sync"
+	[ -z "${3:-}" ] || : >"$sync/hold"
+	RANK_PIDS=()
+	for ((r = 0; r < n; r++)); do
+		spawn "$d/f" "$PYTHON" "$T/rank.py" "$d/f" "$sync" "$r" "$n" \
+			>/dev/null 2>"$T/rank$r.err" 3>&- &
+		RANK_PIDS+=($!)
+		track $!
+	done
+}
+
+# wait_ranks: every writer exited 0.
+wait_ranks() {
+	local r rc
+	for r in "${!RANK_PIDS[@]}"; do
+		rc=0
+		wait "${RANK_PIDS[$r]}" || rc=$?
+		[ "$rc" -eq 0 ] || fail "writer $r exited $rc: $(cat "$T/rank$r.err")"
+	done
+}
+
+@test "B3: two processes open one file with O_TRUNC at the same time, each writes its half: both" {
+	rank_script
+	local d
+	for d in "$REF" "$CKPT"; do
+		start_ranks "$d" 2
+		wait_ranks
+	done
+	[ "$(stat -c %s "$REF/f")" -eq 600000 ]
+	check_file f 1
+}
+
+@test "B4: a reader while the writers still hold the file open sees what they wrote" {
+	rank_script
+	local d sync rc
+	for d in "$REF" "$CKPT"; do
+		sync="$T/sync.$(basename "$d")"
+		start_ranks "$d" 2 hold
+		wait_for "$WAIT" test -e "$sync/written.0" -a -e "$sync/written.1"
+		rc=0
+		if [ "$d" = "$CKPT" ]; then shim cat "$d/f"; else cat "$d/f"; fi \
+			>"$T/seen.$(basename "$d")" 2>"$T/cat.err" || rc=$?
+		: >"$sync/go"
+		wait_ranks
+		[ "$rc" -eq 0 ] || fail "cat of $d/f while the writers hold it open: $(cat "$T/cat.err")"
+	done
+	[ "$(stat -c %s "$T/seen.ref")" -eq 600000 ]
+	cmp "$T/seen.ref" "$T/seen.ckpt" ||
+		fail "a reader saw $(stat -c %s "$T/seen.ckpt") bytes (want 600000), not what the writers had written"
+	check_file f 1
+}
+
+# Group C: a version number names the same checkpoint on every node and on
+# the servers.
+
+# flushed POLICY: flush --wait succeeds.
+flushed() {
+	run "$STAGEHAND" flush --policy "$1" --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush --wait ($1): $output"
+}
+
+# restores_from_servers POLICY N: `ls` lists versions 1 .. N of $CKPT/f, once
+# each, and version V restores to checkpoint $T/cV, the newest to $T/cN.
+restores_from_servers() {
+	local policy="$1" n="$2" v
+	run "$STAGEHAND" ls --policy "$policy" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "ls: $output"
+	[ "$(awk -v p="$CKPT/f" '$1 == p { printf "%s ", $2 }' <<<"$output")" = "$(seq -s ' ' "$n") " ] ||
+		fail "ls lists other versions than 1 .. $n: $output"
+	for ((v = 1; v <= n; v++)); do
+		rm -rf "$BACK"
+		run restore_to "$policy" "$v" "$BACK" "$CKPT/f"
+		[ "$status" -eq 0 ] || fail "restore of version $v: $output"
+		cmp "$T/c$v" "$BACK$CKPT/f" || fail "version $v is not checkpoint $v"
+	done
+	rm -rf "$BACK"
+	run "$STAGEHAND" restore --policy "$policy" --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore of the newest version: $output"
+	cmp "$T/c$n" "$BACK$CKPT/f" || fail "the newest version is not checkpoint $n"
+}
+
+@test "C1: a replacement node (empty cache, a server down) writes checkpoint 4: versions 1-4 all restore" {
+	start_servers 3
+	cluster_default_policy
+	local v
+	for v in 1 2 3 4; do random_file "$T/c$v" $((300000 + v)); done
+	for v in 1 2 3; do
+		shim cp "$T/c$v" "$CKPT/f"
+		flushed "$POLICY"
+	done
+	# the node dies: its replacement starts with an empty cache, and one
+	# server is down too
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	stop_server 2
+	shim cp "$T/c4" "$CKPT/f"
+	flushed "$POLICY"
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	restores_from_servers "$POLICY" 4
+}
+
+@test "C2: two nodes alternate versions of one path: numbered 1-4 in order, each restores" {
+	start_servers 3
+	cluster_policy "$T/a.conf" "$T/cacheA" "$CKPT/**"
+	cluster_policy "$T/b.conf" "$T/cacheB" "$CKPT/**"
+	local v node
+	for v in 1 2 3 4; do
+		random_file "$T/c$v" $((300000 + v))
+		node=$([ $((v % 2)) -eq 1 ] && echo a || echo b)
+		STAGEHAND_POLICY="$T/$node.conf" shim cp "$T/c$v" "$CKPT/f"
+		flushed "$T/$node.conf"
+	done
+	stop_flusher "$T/cacheA"
+	stop_flusher "$T/cacheB"
+	rm -rf "$T/cacheA" "$T/cacheB"
+	restores_from_servers "$T/a.conf" 4
+}
