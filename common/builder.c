@@ -435,17 +435,17 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 	r = stg_catalog_lock(b->cache, b->path, true, &f);
 	if (r < 0)
 		goto out_done;
-	uint64_t *v;
-	size_t n;
-	r = stg_catalog_versions(f.dirfd, &v, &n);
-	if (r == 0) {
-		m.version = stg_version_mint(n ? v[n - 1] : 0, b->replaces, stg_now_ns());
-		m.flags = b->open ? STG_MANIFEST_OPEN : 0;
-		if (b->replaces)
-			inherit_new(f.dirfd, b->replaces, &m);
-		free(v);
-		r = stg_catalog_publish(&f, b->path, &m, sync);
-	}
+	uint64_t newest = stg_catalog_newest_known(f.dirfd), replaces = b->replaces;
+	/* Superseding an open version of another writing (a file created
+	 * empty, a writer that died after a sync): take its number too. */
+	int nf = newest && !replaces ? stg_catalog_flags(f.dirfd, newest) : 0;
+	if (nf > 0 && (nf & STG_MANIFEST_OPEN))
+		replaces = newest;
+	m.version = stg_version_mint(newest, replaces, stg_now_ns());
+	m.flags = b->open ? STG_MANIFEST_OPEN : 0;
+	if (b->replaces)
+		inherit_new(f.dirfd, b->replaces, &m);
+	r = stg_catalog_publish(&f, b->path, &m, sync);
 	int pruned = 0;
 	/* The writer's own open version goes once this one is published: a
 	 * crash in between leaves both, the newer one first. Only an open one:

@@ -20,6 +20,7 @@
 #include "version.h"
 
 #define PATH_FILE "path"
+#define SEEN_FILE "seen"
 #define DELETED_FILE "deleted"
 #define MANIFEST_MAX (64u << 20)
 
@@ -222,6 +223,47 @@ int stg_catalog_remove_version(int filedirfd, uint64_t version)
 		return -errno;
 	stg_queue_unmark(filedirfd, version);
 	return 0;
+}
+
+static uint64_t read_seen(int filedirfd)
+{
+	char buf[32];
+	int fd = openat(filedirfd, SEEN_FILE, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	char *end;
+	unsigned long long v = strtoull(buf, &end, 10);
+	return *end == '\0' ? v : 0; /* unreadable: only a hint, ignored */
+}
+
+uint64_t stg_catalog_newest_known(int filedirfd)
+{
+	uint64_t *v = NULL, newest = read_seen(filedirfd);
+	size_t n = 0;
+	if (stg_catalog_versions(filedirfd, &v, &n) == 0 && n && v[n - 1] > newest)
+		newest = v[n - 1];
+	free(v);
+	return newest;
+}
+
+int stg_catalog_note_seen(struct stg_cache *c, const char *path, uint64_t id)
+{
+	struct stg_catalog_file f;
+	int r = stg_catalog_lock(c, path, true, &f);
+	if (r < 0)
+		return r;
+	if (id > read_seen(f.dirfd)) {
+		char buf[32];
+		int n = snprintf(buf, sizeof(buf), "%" PRIu64, id);
+		r = stg_write_file_atomic(f.dirfd, SEEN_FILE, buf, (size_t)n, false);
+	}
+	stg_catalog_unlock(&f);
+	return r;
 }
 
 int stg_catalog_flags(int filedirfd, uint64_t version)
@@ -446,7 +488,9 @@ int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *new
 				r = copy_version(&a, va[i], &b, newpath, va[i], sync);
 		} else {
 			r = copy_version(&a, va[na - 1], &b, newpath,
-					 stg_version_mint(vb[nb - 1], 0, stg_now_ns()), sync);
+					 stg_version_mint(stg_catalog_newest_known(b.dirfd), 0,
+							  stg_now_ns()),
+					 sync);
 		}
 	}
 	/* The new name is complete before the old one goes: a crash in between

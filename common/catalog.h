@@ -57,6 +57,15 @@ int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
 int stg_catalog_amend(struct stg_cache *c, const char *path, const uint32_t *mode,
 		      const int64_t *mtime_ns, bool sync);
 
+/* The newest version id known for a locked entry: its newest version's, or
+ * the newest the servers were seen to hold (stg_catalog_note_seen), which
+ * ever is greater; 0 for none. What a new id is minted after. */
+uint64_t stg_catalog_newest_known(int filedirfd);
+
+/* Records that the servers hold version id of path (restore saw it), so
+ * that what this node writes next is newer. Returns 0 or -errno. */
+int stg_catalog_note_seen(struct stg_cache *c, const char *path, uint64_t id);
+
 /* The header flags (enum stg_manifest_flags) of a version. Returns them,
  * -ENOENT or -EBADMSG. */
 int stg_catalog_flags(int filedirfd, uint64_t version);

@@ -238,7 +238,9 @@ static int commit_locked(struct session *s, struct fast *f, bool last, uint64_t 
 	 * nothing may move them now. */
 	if (!last)
 		stg_builder_defer_collect(f->b);
-	stg_builder_set_open(f->b, !last, replaces);
+	/* A file created and closed empty is provisional too (see
+	 * commit_through): MPI-IO creates a shared file, then opens it again. */
+	stg_builder_set_open(f->b, !last || (s->created && f->staged == 0), replaces);
 	int64_t v = stg_builder_commit(f->b, f->staged, s->mode,
 				       s->mtime_set ? s->mtime_ns : stg_now_ns());
 	if (v < 0)

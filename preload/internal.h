@@ -114,6 +114,7 @@ struct session {
 	struct fast *fast;    /* the sequential fast path, while it lasts */
 	pthread_mutex_t fast_lock; /* guards fast, and it ending */
 	bool broken;          /* content lost track of: the next commit fails */
+	bool created;         /* the open created the file (it had no version) */
 	uint64_t open_version; /* where the shadow cannot hold XATTR_OPEN */
 	struct share_page *share; /* the hold file's page (share.c), or NULL */
 };

@@ -308,10 +308,16 @@ void session_after_fork(void)
 			s->fork_hold = -1;
 			shim_reserve_fd(s->holder_fd, &s->holder_fd);
 		} else {
+			/* The parent's hold is on the description we share: let
+			 * go of it first, or a parent converting it to exclusive
+			 * would wait for us forever. */
+			real_close(old);
+			old = -1;
 			s->holder_fd = -1;
 			take_holder(s, fd);
 		}
-		real_close(old);
+		if (old >= 0)
+			real_close(old);
 		s->forked = true;
 	}
 	FDTABLE_EACH(fd, s)
@@ -476,6 +482,7 @@ static int open_new(const char *path, const struct stg_path_rule *rule, int flag
 	 * to commit even if nothing is written. Existing content is parked. */
 	bool truncate = (flags & O_TRUNC) && acc != O_RDONLY;
 	bool changed = truncate || (!visible && !real_exists);
+	s->created = !visible && !real_exists;
 	if (changed) {
 		s->mode = visible ? state->mode : real_exists ? (real_st.st_mode & 07777)
 							     : (mode & ~shim.umask & 07777);
@@ -610,7 +617,10 @@ static int amend_meta(struct session *s)
 
 /* Commits the shadow's content if it changed; *ret_committed tells whether
  * it did (or handed it to a background commit), *ret_version what it
- * published. replaces: the writing's open version. */
+ * published. replaces: the writing's open version. A file this writing
+ * created and leaves empty is published open too: it exists, but it is no
+ * checkpoint (MPI-IO creates a shared file on one rank, closes it, then
+ * opens it on all), so the next version supersedes it. */
 static int commit_through(struct session *s, int fd, bool last, uint64_t replaces,
 			  bool *ret_committed, int64_t *ret_version)
 {
@@ -647,7 +657,8 @@ static int commit_through(struct session *s, int fd, bool last, uint64_t replace
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 	int rfd = real_open(link, O_RDONLY | O_CLOEXEC);
 	int64_t v = stg_commit_fd(shim.cache, s->path, s->rule, rfd >= 0 ? rfd : fd,
-				  (uint64_t)st.st_size, s->mode, mtime, !last, replaces);
+				  (uint64_t)st.st_size, s->mode, mtime,
+				  !last || (s->created && st.st_size == 0), replaces);
 	if (rfd >= 0)
 		real_close(rfd);
 	if (v < 0) {
@@ -708,16 +719,17 @@ int session_commit(struct session *s, int fd, bool last)
 {
 	if (s->readonly || s->unlinked)
 		return 0;
-	if (!last)
-		return commit_locked(s, fd, false);
-	/* Who lets go last commits, decided under the open lock: a process
-	 * joining meanwhile either is a holder already, or opens after the
-	 * commit and the shadow's name are gone. */
+	/* Under the open lock: the processes writing the file sync and close
+	 * one at a time, so each finds the open version the last sync made. */
 	int lk = share_lock(s->path);
 	int r = 0;
-	if (!last_holder(s)) {
-		/* Another process goes on with the file: what our fast path
-		 * staged must be in the shadow first. */
+	if (!last) {
+		r = commit_locked(s, fd, false);
+	} else if (!last_holder(s)) {
+		/* Who lets go last commits, decided under the lock (a process
+		 * joining meanwhile either is a holder already, or opens after
+		 * the commit and the shadow's name are gone). Another process
+		 * goes on: what our fast path staged goes to the shadow first. */
 		if (s->fast)
 			r = fast_materialize(s, fd);
 	} else {

@@ -10,6 +10,7 @@ packages=(
 	libibverbs-dev librdmacm-dev
 	bats rsync tar python3 python3-numpy python3-h5py time strace util-linux
 	iproute2 netcat-openbsd procps
+	mpich libmpich-dev libhdf5-mpich-dev
 )
 
 missing=()

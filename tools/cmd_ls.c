@@ -251,7 +251,8 @@ int cmd_ls(int argc, char **argv)
 			snprintf(where + strlen(where), sizeof(where) - strlen(where), " (queued)");
 		printf("%-40s %7" PRIu64 " %12" PRIu64 " %12" PRIu64 " %11s  %-19s  %s%s%s\n",
 		       rw->path, rw->number, rw->size, rw->stored, chunks, mt, where,
-		       rw->open ? " (fsync'ed, not closed)" : "", rw->deleted ? " (deleted)" : "");
+		       !rw->open ? "" : rw->size ? " (fsync'ed, not closed)" : " (created empty)",
+		       rw->deleted ? " (deleted)" : "");
 		free(rw->path);
 	}
 	if (l.n == 0 && optind < argc) {

@@ -377,6 +377,10 @@ static int restore_path(struct stg_cache *cache, struct remote *rm,
 		if (!number)
 			number = last;
 	}
+	/* What this node writes of the path next must be newer than what the
+	 * servers hold (a replacement node restores before it goes on). */
+	if (n > 0 && cache)
+		stg_catalog_note_seen(cache, path, ids[n - 1]);
 	free(ids);
 	if (!id) {
 		if (n == 0)

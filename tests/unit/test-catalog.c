@@ -145,6 +145,15 @@ int main(void)
 	stg_catalog_unlock(&f);
 	CHECK(stg_catalog_state(c, "/ckpt/c", &s) == -EBADMSG);
 
+	/* Ids the servers were seen to hold (a replacement node restored from
+	 * them) come before what this node writes next, whatever its clock. */
+	uint64_t far = stg_version_mint(0, 0, INT64_C(4000000000) * 1000000000);
+	CHECK_EQ(stg_catalog_note_seen(c, "/ckpt/seen", far), 0);
+	CHECK_EQ(stg_catalog_note_seen(c, "/ckpt/seen", 5), 0); /* older: ignored */
+	int64_t after = stage(c, "/ckpt/seen", data, n, NULL);
+	CHECK(after > 0 && (uint64_t)after > far);
+	CHECK_EQ(stg_version_seq((uint64_t)after), 2);
+
 	/* A cache of another format is refused. */
 	char fmt[4300];
 	snprintf(fmt, sizeof(fmt), "%s/FORMAT", cdir);
