@@ -79,6 +79,73 @@ teardown() {
 	cmp "$REF/B_f3.5" "$BACK.x$T/ckptB/f3"
 }
 
+# Version ids: the same numbers for the same checkpoints on every node and on
+# the servers (docs/FORMAT.md, "Version ids").
+
+# flushed POLICY: flush --wait succeeds.
+flushed() {
+	run "$STAGEHAND" flush --policy "$1" --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush --wait ($1): $output"
+}
+
+# restores_from_servers POLICY N: `ls` lists versions 1 .. N of $CKPT/f, once
+# each, and version V restores to checkpoint $T/cV, the newest to $T/cN.
+restores_from_servers() {
+	local policy="$1" n="$2" v
+	run "$STAGEHAND" ls --policy "$policy" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "ls: $output"
+	[ "$(awk -v p="$CKPT/f" '$1 == p { printf "%s ", $2 }' <<<"$output")" = "$(seq -s ' ' "$n") " ] ||
+		fail "ls lists other versions than 1 .. $n: $output"
+	for ((v = 1; v <= n; v++)); do
+		rm -rf "$BACK"
+		run restore_to "$policy" "$v" "$BACK" "$CKPT/f"
+		[ "$status" -eq 0 ] || fail "restore of version $v: $output"
+		cmp "$T/c$v" "$BACK$CKPT/f" || fail "version $v is not checkpoint $v"
+	done
+	rm -rf "$BACK"
+	run "$STAGEHAND" restore --policy "$policy" --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore of the newest version: $output"
+	cmp "$T/c$n" "$BACK$CKPT/f" || fail "the newest version is not checkpoint $n"
+}
+
+@test "a replacement node (empty cache, a server down) writes the next checkpoint: it follows the servers' versions, none is replaced" {
+	start_servers 3
+	cluster_default_policy
+	local v
+	for v in 1 2 3 4; do random_file "$T/c$v" $((300000 + v)); done
+	for v in 1 2 3; do
+		shim cp "$T/c$v" "$CKPT/f"
+		flushed "$POLICY"
+	done
+	# the node dies: its replacement starts with an empty cache, and one
+	# server is down too
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	stop_server 2
+	shim cp "$T/c4" "$CKPT/f"
+	flushed "$POLICY"
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	restores_from_servers "$POLICY" 4
+}
+
+@test "two nodes alternate versions of one path: numbered 1-4 in commit order, each restores" {
+	start_servers 3
+	cluster_policy "$T/a.conf" "$T/cacheA" "$CKPT/**"
+	cluster_policy "$T/b.conf" "$T/cacheB" "$CKPT/**"
+	local v node
+	for v in 1 2 3 4; do
+		random_file "$T/c$v" $((300000 + v))
+		node=$([ $((v % 2)) -eq 1 ] && echo a || echo b)
+		STAGEHAND_POLICY="$T/$node.conf" shim cp "$T/c$v" "$CKPT/f"
+		flushed "$T/$node.conf"
+	done
+	stop_flusher "$T/cacheA"
+	stop_flusher "$T/cacheB"
+	rm -rf "$T/cacheA" "$T/cacheB"
+	restores_from_servers "$T/a.conf" 4
+}
+
 @test "kill -9 of a server in the middle of a flush: the flush completes on the others; restarted, it recovers its chunks" {
 	start_servers 3
 	cluster_default_policy chunk_size=1M

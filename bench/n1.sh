@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# N-1 on one node, side by side in one run: N processes write one shared file
+# in strided stripes, pwrite + fsync + close each (bench/n1-writer.c), plainly
+# and through the shim (durability = local), alternating which goes first.
+# Prints the medians and the ratio (plain time / shim time, > 1 is faster),
+# and the shim's peak memory per writer.
+#
+#   bench/n1.sh [--size MIB] [--trials N] [--dir DIR]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+size=1024
+trials=3
+dir=""
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--size) size=$2; shift 2 ;;
+	--trials) trials=$2; shift 2 ;;
+	--dir) dir=$2; shift 2 ;;
+	-h|--help) sed -n '3,10p' "$0"; exit 0 ;;
+	*) echo "n1.sh: unknown argument '$1'" >&2; exit 2 ;;
+	esac
+done
+build="$root/build"
+W="$build/bench/n1-writer"
+SHIM="$build/preload/libstagehand.so"
+S="$build/tools/stagehand"
+[ -x "$W" ] || { echo "n1.sh: build first (meson compile -C build)" >&2; exit 1; }
+[ -n "$dir" ] || dir="$root/bench/work"
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+trap 'rm -rf "$dir/n1"' EXIT
+mkdir -p "$dir/n1/plain" "$dir/n1/ckpt"
+cat >"$dir/n1/policy.conf" <<EOP
+[cache]
+dir = $dir/n1/cache
+[path $dir/n1/ckpt/*]
+chunk_size = 1M
+durability = local
+keep = 3
+EOP
+
+drop_caches() {
+	sync
+	[ -w /proc/sys/vm/drop_caches ] && echo 3 >/proc/sys/vm/drop_caches || true
+}
+median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+plain() { rm -f "$dir/n1/plain/f"; drop_caches; "$W" "$dir/n1/plain/f" "$@"; }
+shimmed() {
+	rm -rf "$dir/n1/cache" "$dir/n1/ckpt/f"
+	drop_caches
+	LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/n1/policy.conf" "$W" "$dir/n1/ckpt/f" "$@"
+}
+
+echo "N-1 benchmark: one ${size} MiB file, $trials trials, on $(df -h "$dir" | awk 'NR==2 {print $1}')"
+printf '\n| writers | stripe | plain pwrite+fsync | stagehand | ratio | target |\n|---|---|---|---|---|---|\n'
+for cfg in "4 65536" "4 1048576" "16 65536" "16 1048576"; do
+	read -r n stripe <<<"$cfg"
+	: >"$dir/n1/t.plain"
+	: >"$dir/n1/t.shim"
+	for t in $(seq 1 "$trials"); do
+		if [ $((t % 2)) -eq 1 ]; then
+			plain "$n" "$stripe" "$size" >>"$dir/n1/t.plain"
+			shimmed "$n" "$stripe" "$size" >>"$dir/n1/t.shim"
+		else
+			shimmed "$n" "$stripe" "$size" >>"$dir/n1/t.shim"
+			plain "$n" "$stripe" "$size" >>"$dir/n1/t.plain"
+		fi
+		# the same bytes, one version
+		cmp "$dir/n1/plain/f" <(LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/n1/policy.conf" cat "$dir/n1/ckpt/f")
+		[ "$(STAGEHAND_POLICY="$dir/n1/policy.conf" "$S" ls "$dir/n1/ckpt/f" | tail -n +2 | wc -l)" -eq 1 ]
+	done
+	b=$(median <"$dir/n1/t.plain")
+	s=$(median <"$dir/n1/t.shim")
+	printf '| %d | %d KiB | %.2f s | %.2f s | %sx | >= 0.8x |\n' "$n" "$((stripe / 1024))" "$b" "$s" \
+		"$(awk -v a="$b" -v b="$s" 'BEGIN {printf "%.2f", a / b}')"
+done
+
+# Memory: the peak RSS of one writer process, with and without the shim.
+rss() {
+	/usr/bin/time -f '%M' -o "$dir/n1/time.out" "$@" >/dev/null
+	cat "$dir/n1/time.out"
+}
+m_plain=$(rss "$W" "$dir/n1/plain/f" 1 1048576 "$size")
+rm -rf "$dir/n1/cache" "$dir/n1/ckpt/f"
+m_shim=$(rss env LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/n1/policy.conf" "$W" "$dir/n1/ckpt/f" 1 1048576 "$size")
+printf '| 1 | peak RSS of a writer (its %d MiB buffer included) | %d MiB | %d MiB | +%d MiB | <= +64 MiB |\n' \
+	"$size" "$((m_plain / 1024))" "$((m_shim / 1024))" "$(((m_shim - m_plain) / 1024))"
