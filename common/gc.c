@@ -313,11 +313,12 @@ static bool shadow_held(struct stg_cache *c, const char *name)
 	return held;
 }
 
-/* tmp/<file id>.shadow: the shadow several processes share (see the shim).
- * One nobody holds was left by writers that died: what they wrote was never
- * committed. Decided under its tmp/<file id>.open lock, as the shim does;
- * skipped when that is busy. */
-static void sweep_shadows(struct stg_cache *c)
+/* Leftovers in tmp/ of processes that died (see the shim):
+ * - <file id>.shadow, the shadow several processes share, that nobody holds:
+ *   what its writers wrote was never committed. Decided under its
+ *   <file id>.open lock, as the shim decides; skipped when that is busy.
+ * - <dev>-<ino>.hold, the lock file of a shadow, that nobody holds. */
+static void sweep_tmp(struct stg_cache *c)
 {
 	DIR *d = stg_opendir_at(c->tmp_fd, ".");
 	if (!d)
@@ -325,38 +326,23 @@ static void sweep_shadows(struct stg_cache *c)
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		size_t n = strlen(de->d_name);
-		if (n != STG_HASH_HEX_LEN + 7 || strcmp(de->d_name + STG_HASH_HEX_LEN, ".shadow") != 0)
-			continue;
-		char lockname[64];
-		snprintf(lockname, sizeof(lockname), "%.*s.open", STG_HASH_HEX_LEN, de->d_name);
-		int lk = openat(c->tmp_fd, lockname, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-		if (lk < 0)
-			continue;
-		if (flock(lk, LOCK_EX | LOCK_NB) == 0 && !shadow_held(c, de->d_name))
-			unlinkat(c->tmp_fd, de->d_name, 0);
-		close(lk);
-	}
-	closedir(d);
-}
-
-/* tmp/<dev>-<ino>.hold: the lock files of open shadows (see the shim). One
- * nobody holds is left over from a process that died: remove it. */
-static void sweep_holds(struct stg_cache *c)
-{
-	DIR *d = stg_opendir_at(c->tmp_fd, ".");
-	if (!d)
-		return;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		size_t n = strlen(de->d_name);
-		if (n < 6 || strcmp(de->d_name + n - 5, ".hold") != 0)
-			continue;
-		int h = openat(c->tmp_fd, de->d_name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-		if (h < 0)
-			continue;
-		if (flock(h, LOCK_EX | LOCK_NB) == 0)
-			unlinkat(c->tmp_fd, de->d_name, 0);
-		close(h);
+		if (n == STG_HASH_HEX_LEN + 7 && strcmp(de->d_name + STG_HASH_HEX_LEN, ".shadow") == 0) {
+			char lockname[64];
+			snprintf(lockname, sizeof(lockname), "%.*s.open", STG_HASH_HEX_LEN, de->d_name);
+			int lk = openat(c->tmp_fd, lockname, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+			if (lk < 0)
+				continue;
+			if (flock(lk, LOCK_EX | LOCK_NB) == 0 && !shadow_held(c, de->d_name))
+				unlinkat(c->tmp_fd, de->d_name, 0);
+			close(lk);
+		} else if (n >= 6 && strcmp(de->d_name + n - 5, ".hold") == 0) {
+			int h = openat(c->tmp_fd, de->d_name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+			if (h < 0)
+				continue;
+			if (flock(h, LOCK_EX | LOCK_NB) == 0)
+				unlinkat(c->tmp_fd, de->d_name, 0);
+			close(h);
+		}
 	}
 	closedir(d);
 }
@@ -480,8 +466,7 @@ int stg_gc_collect(struct stg_cache *c, int wait, struct stg_gc_result *ret)
 	for (size_t i = 0; i < ne; i++)
 		res.live_bytes += stg_pack_record_size(entries[i].stored_len);
 	r = stg_index_rewrite(c, entries, ne);
-	sweep_shadows(c);
-	sweep_holds(c);
+	sweep_tmp(c);
 	/* Nobody stores while we hold the lock: this count is exact. */
 	uint64_t npacks, bytes;
 	stg_cache_count_packs(c, &npacks, &bytes);

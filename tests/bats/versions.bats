@@ -485,3 +485,31 @@ mpi() {
 	mpi phdf5 read @D@/h.h5 128
 	check_file h.h5 1
 }
+
+@test "B8: every writer of a file killed before closing: nothing of that writing is published, the next starts from the last version" {
+	random_file "$T/c1" 300000
+	shim cp "$T/c1" "$CKPT/f"
+	py die <<'EOF2'
+import os, sys, time
+path, said = sys.argv[1], sys.argv[2]
+fd = os.open(path, os.O_WRONLY)
+os.pwrite(fd, b"x" * 100000, 50000)
+open(said, "w").close()
+time.sleep(3600)
+EOF2
+	local pid
+	spawn "$CKPT/f" "$PYTHON" "$T/die.py" "$CKPT/f" "$T/said" 3>&- &
+	pid=$!
+	track "$pid"
+	wait_for "$WAIT" test -e "$T/said"
+	# the writing's shadow is there, shared under the path's name
+	compgen -G "$CACHE/tmp/*.shadow" >/dev/null || fail "no shared shadow: $(ls "$CACHE/tmp")"
+	kill -9 "$pid"
+	wait "$pid" || true
+	# a reader and the next writer see the last version, not the dead writing
+	shim cmp "$T/c1" "$CKPT/f" || fail "a reader after the crash sees the dead writer's bytes"
+	shim "$PYTHON" -c 'import os, sys; fd = os.open(sys.argv[1], os.O_WRONLY); os.pwrite(fd, b"y", 0); os.close(fd)' "$CKPT/f"
+	{ printf y; tail -c +2 "$T/c1"; } >"$T/c2"
+	versions_are "$CKPT/f" "$T/c1" "$T/c2"
+	[ -z "$(compgen -G "$CACHE/tmp/*.shadow")" ] || fail "a shadow is left: $(ls "$CACHE/tmp")"
+}
