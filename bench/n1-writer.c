@@ -3,10 +3,11 @@
  * strided stripes, as the ranks of an MPI job write a shared checkpoint.
  * Each process opens the file (O_CREAT, no O_TRUNC), fills its stripes in
  * memory (untimed), waits until all have opened, then pwrite()s its stripes
- * at (k * N + rank) * STRIPE, fsyncs and closes. Prints the seconds from
- * the start signal until the last process has closed.
- *   n1-writer PATH WRITERS STRIPE_BYTES TOTAL_MIB */
+ * at (k * N + rank) * STRIPE, fsyncs (unless nosync) and closes. Prints the
+ * seconds from the start signal until the last process has closed.
+ *   n1-writer PATH WRITERS STRIPE_BYTES TOTAL_MIB [nosync] */
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@ static void fill(uint8_t *p, size_t n, uint64_t stripe)
 }
 
 static int rank_main(const char *path, int rank, int n, size_t stripe, size_t per_rank,
-		     int ready, int go)
+		     bool sync, int ready, int go)
 {
 	int fd = open(path, O_CREAT | O_WRONLY, 0644);
 	if (fd < 0) {
@@ -57,7 +58,7 @@ static int rank_main(const char *path, int rank, int n, size_t stripe, size_t pe
 			return 1;
 		}
 	}
-	if (fsync(fd) < 0 || close(fd) < 0) {
+	if ((sync && fsync(fd) < 0) || close(fd) < 0) {
 		perror("fsync/close");
 		return 1;
 	}
@@ -66,10 +67,11 @@ static int rank_main(const char *path, int rank, int n, size_t stripe, size_t pe
 
 int main(int argc, char **argv)
 {
-	if (argc != 5) {
-		fprintf(stderr, "usage: n1-writer PATH WRITERS STRIPE_BYTES TOTAL_MIB\n");
+	if (argc != 5 && !(argc == 6 && strcmp(argv[5], "nosync") == 0)) {
+		fprintf(stderr, "usage: n1-writer PATH WRITERS STRIPE_BYTES TOTAL_MIB [nosync]\n");
 		return 2;
 	}
+	bool sync = argc == 5;
 	int n = atoi(argv[2]);
 	size_t stripe = (size_t)atol(argv[3]), total = (size_t)atol(argv[4]) << 20;
 	if (n < 1 || stripe < 1 || total % ((size_t)n * stripe)) {
@@ -86,8 +88,8 @@ int main(int argc, char **argv)
 		if (pid == 0) {
 			close(ready[0]);
 			close(go[1]);
-			_exit(rank_main(argv[1], r, n, stripe, total / stripe / (size_t)n, ready[1],
-					go[0]));
+			_exit(rank_main(argv[1], r, n, stripe, total / stripe / (size_t)n, sync,
+					ready[1], go[0]));
 		}
 	}
 	close(ready[1]);

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # N-1 on one node, side by side in one run: N processes write one shared file
-# in strided stripes, pwrite + fsync + close each (bench/n1-writer.c), plainly
-# and through the shim (durability = local), alternating which goes first.
-# Prints the medians and the ratio (plain time / shim time, > 1 is faster),
-# and the shim's peak memory per writer.
+# in strided stripes (bench/n1-writer.c): plainly with pwrite + fsync + close
+# each, and through the shim (durability = local) twice: the same program,
+# and the program without its fsync (with durability = local the last close
+# makes the version durable). Alternating which goes first. Prints the
+# medians and the ratios (plain time / shim time, > 1 is faster), and the
+# shim's peak memory per writer.
 #
 #   bench/n1.sh [--size MIB] [--trials N] [--dir DIR]
 set -euo pipefail
@@ -54,27 +56,39 @@ shimmed() {
 }
 
 echo "N-1 benchmark: one ${size} MiB file, $trials trials, on $(df -h "$dir" | awk 'NR==2 {print $1}')"
-printf '\n| writers | stripe | plain pwrite+fsync | stagehand | ratio | target |\n|---|---|---|---|---|---|\n'
+# the same bytes, one version
+check() {
+	cmp "$dir/n1/plain/f" <(LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/n1/policy.conf" cat "$dir/n1/ckpt/f")
+	[ "$(STAGEHAND_POLICY="$dir/n1/policy.conf" "$S" ls "$dir/n1/ckpt/f" | tail -n +2 | wc -l)" -eq 1 ]
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+
+printf '\n| writers | stripe | plain pwrite+fsync | stagehand, same program | ratio | stagehand, no fsync | ratio | target |\n|---|---|---|---|---|---|---|---|\n'
 for cfg in "4 65536" "4 1048576" "16 65536" "16 1048576"; do
 	read -r n stripe <<<"$cfg"
 	: >"$dir/n1/t.plain"
 	: >"$dir/n1/t.shim"
+	: >"$dir/n1/t.close"
 	for t in $(seq 1 "$trials"); do
 		if [ $((t % 2)) -eq 1 ]; then
 			plain "$n" "$stripe" "$size" >>"$dir/n1/t.plain"
 			shimmed "$n" "$stripe" "$size" >>"$dir/n1/t.shim"
+			check
+			shimmed "$n" "$stripe" "$size" nosync >>"$dir/n1/t.close"
+			check
 		else
+			shimmed "$n" "$stripe" "$size" nosync >>"$dir/n1/t.close"
+			check
 			shimmed "$n" "$stripe" "$size" >>"$dir/n1/t.shim"
+			check
 			plain "$n" "$stripe" "$size" >>"$dir/n1/t.plain"
 		fi
-		# the same bytes, one version
-		cmp "$dir/n1/plain/f" <(LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/n1/policy.conf" cat "$dir/n1/ckpt/f")
-		[ "$(STAGEHAND_POLICY="$dir/n1/policy.conf" "$S" ls "$dir/n1/ckpt/f" | tail -n +2 | wc -l)" -eq 1 ]
 	done
 	b=$(median <"$dir/n1/t.plain")
 	s=$(median <"$dir/n1/t.shim")
-	printf '| %d | %d KiB | %.2f s | %.2f s | %sx | >= 0.8x |\n' "$n" "$((stripe / 1024))" "$b" "$s" \
-		"$(awk -v a="$b" -v b="$s" 'BEGIN {printf "%.2f", a / b}')"
+	c=$(median <"$dir/n1/t.close")
+	printf '| %d | %d KiB | %.2f s | %.2f s | %sx | %.2f s | %sx | >= 0.8x |\n' "$n" "$((stripe / 1024))" \
+		"$b" "$s" "$(ratio "$b" "$s")" "$c" "$(ratio "$b" "$c")"
 done
 
 # Memory: the peak RSS of one writer process, with and without the shim.
@@ -85,5 +99,5 @@ rss() {
 m_plain=$(rss "$W" "$dir/n1/plain/f" 1 1048576 "$size")
 rm -rf "$dir/n1/cache" "$dir/n1/ckpt/f"
 m_shim=$(rss env LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/n1/policy.conf" "$W" "$dir/n1/ckpt/f" 1 1048576 "$size")
-printf '| 1 | peak RSS of a writer (its %d MiB buffer included) | %d MiB | %d MiB | +%d MiB | <= +64 MiB |\n' \
+printf '| 1 | peak RSS of a writer (its %d MiB buffer included) | %d MiB | %d MiB | +%d MiB | | | <= +64 MiB |\n' \
 	"$size" "$((m_plain / 1024))" "$((m_shim / 1024))" "$(((m_shim - m_plain) / 1024))"

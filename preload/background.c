@@ -36,7 +36,10 @@ struct pending {
 	struct pending *next;
 };
 
-static struct pending *pending; /* guarded by shim.lock */
+/* Its own lock, not shim.lock: a commit hands off to a helper while it holds
+ * the path's open lock, which an open takes under shim.lock. */
+static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pending *pending; /* guarded by pending_lock */
 
 /* A program of ours into path (PATH_MAX): $envname when it names one, else
  * the first of cands (patterns of a path, taking dir) that exists. */
@@ -188,7 +191,7 @@ static void wait_one(struct pending *pd)
 }
 
 /* Forgets the helpers that are done; with too many still running, waits for
- * the oldest. Caller holds shim.lock. */
+ * the oldest. Caller holds pending_lock. */
 static void reap(void)
 {
 	size_t n = 0;
@@ -261,11 +264,11 @@ int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns
 	snprintf(pd->path, sizeof(pd->path), "%s", s->path);
 	pd->rfd = p[0];
 	shim_move_high(&pd->rfd);
-	pthread_mutex_lock(&shim.lock);
+	pthread_mutex_lock(&pending_lock);
 	reap();
 	pd->next = pending;
 	pending = pd;
-	pthread_mutex_unlock(&shim.lock);
+	pthread_mutex_unlock(&pending_lock);
 	shim_log(STG_LOG_DEBUG, "committing '%s' in the background", s->path);
 	return 0;
 }
@@ -275,7 +278,7 @@ void background_wait(const char *path)
 	if (!__atomic_load_n(&pending, __ATOMIC_RELAXED))
 		return;
 	size_t n = strlen(path);
-	pthread_mutex_lock(&shim.lock);
+	pthread_mutex_lock(&pending_lock);
 	for (struct pending **pp = &pending; *pp;) {
 		struct pending *pd = *pp;
 		/* The path itself, or anything below it (a directory rename). */
@@ -286,7 +289,13 @@ void background_wait(const char *path)
 		wait_one(pd);
 		drop(pp);
 	}
-	pthread_mutex_unlock(&shim.lock);
+	pthread_mutex_unlock(&pending_lock);
+}
+
+void background_after_fork_child(void)
+{
+	/* Another thread may have held it at the fork. */
+	pthread_mutex_init(&pending_lock, NULL);
 }
 
 /* stagehand-flusher: $STAGEHAND_FLUSHER, or beside the stagehand tool

@@ -241,7 +241,10 @@ static int commit_locked(struct session *s, struct fast *f, bool last, uint64_t 
 	/* A file created and closed empty is provisional too (see
 	 * commit_through): MPI-IO creates a shared file, then opens it again. */
 	stg_builder_set_open(f->b, !last || (s->created && f->staged == 0), replaces);
-	int64_t v = stg_builder_commit(f->b, f->staged, s->mode,
+	uint32_t mode;
+	if (!share_mode(s->share, &mode))
+		mode = s->mode;
+	int64_t v = stg_builder_commit(f->b, f->staged, mode,
 				       s->mtime_set ? s->mtime_ns : stg_now_ns());
 	if (v < 0)
 		return (int)v;
@@ -343,8 +346,11 @@ int fast_materialize(struct session *s, int fd)
 	share_fast_end(s->share);
 	pthread_mutex_unlock(&s->fast_lock);
 	if (r < 0) {
-		/* The shadow cannot take over: nothing must be committed from it. */
+		/* The shadow cannot take over: nothing must be committed from it,
+		 * by this process or another one writing it. */
 		s->broken = true;
+		if (s->share)
+			share_set_broken(s->share);
 		shim_log(STG_LOG_ERROR, "cannot continue writing '%s' (%s): its next version will "
 			 "not be staged", s->path, strerror(-r));
 	}

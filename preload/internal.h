@@ -115,7 +115,7 @@ struct session {
 	pthread_mutex_t fast_lock; /* guards fast, and it ending */
 	bool broken;          /* content lost track of: the next commit fails */
 	bool created;         /* the open created the file (it had no version) */
-	uint64_t open_version; /* where the shadow cannot hold XATTR_OPEN */
+	uint64_t open_version; /* without a shared page: this process's */
 	struct share_page *share; /* the hold file's page (share.c), or NULL */
 };
 
@@ -195,6 +195,25 @@ void share_unname(int shadowfd, const char *path);
 /* The page at the start of a hold file, mapped shared (NULL on failure). */
 struct share_page *share_map(int holdfd);
 void share_unmap(struct share_page *p);
+/* The first holder of a new shadow starts its page (under the open lock). */
+void share_begin(struct share_page *p, uint32_t mode);
+/* What the writing's processes agree on: the file's mode (false: not set),
+ * the open version of its last sync, content lost by one of them (never
+ * commit it), unlinked or replaced meanwhile (nothing to commit), and the
+ * path a rename gave it (false: its own). */
+bool share_mode(struct share_page *p, uint32_t *mode);
+void share_set_mode(struct share_page *p, uint32_t mode);
+uint64_t share_open_version(struct share_page *p);
+void share_set_open_version(struct share_page *p, uint64_t v);
+void share_set_broken(struct share_page *p);
+bool share_broken(struct share_page *p);
+bool share_gone(struct share_page *p);
+bool share_path(struct share_page *p, char *out, size_t len);
+/* path was unlinked (renamed_to NULL) or renamed: the processes writing it
+ * learn so through its page, and nobody joins that writing any more. */
+void share_forget(const char *path, const char *renamed_to);
+/* In a fork child: lets go of the open locks other threads held. */
+void share_after_fork_child(void);
 /* The fast path's owner: begins; enters a write (false: hand over instead)
  * and leaves it with the size staged; asks whether to hand over; ends. */
 void share_fast_start(struct share_page *p);
@@ -248,6 +267,8 @@ int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns
 		      uint64_t replaces);
 /* Waits for this process's background commits of path (or below it). */
 void background_wait(const char *path);
+/* In a fork child: the list's lock starts afresh. */
+void background_after_fork_child(void);
 
 /* Starts stagehand-flusher for the cache, detached like the commit helper.
  * Returns 0 or -errno. */

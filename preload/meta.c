@@ -60,8 +60,12 @@ static void from_timeval(const struct timeval *t, struct change *c)
 
 static void apply_to_session(struct session *s, const struct change *c)
 {
-	if (c->has_mode)
+	if (c->has_mode) {
 		s->mode = c->mode & 07777;
+		/* for whichever process of the writing commits */
+		if (s->share)
+			share_set_mode(s->share, s->mode);
+	}
 	if (c->has_mtime) {
 		s->mtime_set = true;
 		s->mtime_ns = c->mtime_ns;

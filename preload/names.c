@@ -174,6 +174,7 @@ static int move_subtree(const char *from, const char *to)
 		r = stg_catalog_rename(shim.cache, c.paths[i], np, sync_for(rule), rule->keep);
 		if (r == -ENOENT)
 			r = 0; /* deleted ones stay behind */
+		share_forget(c.paths[i], np);
 	}
 	free(c.paths);
 	session_renamed(from, to);
@@ -210,10 +211,13 @@ static int rename_common(int od, const char *op, int nd, const char *np, unsigne
 			if (stg_catalog_state(shim.cache, oabs, &s) == 0 && s.exists && !s.deleted)
 				r = stg_catalog_rename(shim.cache, oabs, nabs, sync_for(rn), rn->keep);
 			if (r == 0) {
-				/* Whatever this process had open under the new name is now
-				 * an unlinked file: its close must not publish over this. */
+				/* Whatever was open under the new name is now an
+				 * unlinked file: its close must not publish over this.
+				 * What is open under the old one goes on as the new. */
 				session_unlinked(nabs);
 				session_renamed(oabs, nabs);
+				share_forget(nabs, NULL);
+				share_forget(oabs, nabs);
 				if (real_unlink(oabs) < 0 && errno != ENOENT)
 					stg_debug("rename: leaving real '%s'", oabs);
 			}
@@ -286,6 +290,7 @@ static int unlink_captured(int dirfd, const char *path)
 		return 1;
 	int r = mark_deleted(abs);
 	session_unlinked(abs);
+	share_forget(abs, NULL); /* its writers in other processes, too */
 	if (r == 0 && real_unlink(abs) < 0 && errno != ENOENT)
 		r = -errno;
 	return r;

@@ -22,9 +22,6 @@
 #include "version.h"
 
 #define XATTR_PATH "user.stagehand.path"
-/* The open version an fsync of this writing published (docs/FORMAT.md, "Open
- * versions"): on the shadow, so that every process holding it knows. */
-#define XATTR_OPEN "user.stagehand.open"
 /* A shadow's mtime is parked here after each commit: any later write moves it. */
 #define SENTINEL_SEC 1
 
@@ -205,17 +202,44 @@ static void open_holder(struct session *s)
 		s->share = share_map(s->holder_fd);
 }
 
+static void drop_holder(struct session *s)
+{
+	shim_release_fd(s->holder_fd);
+	real_close(s->holder_fd);
+	s->holder_fd = -1;
+}
+
+/* Is the hold file we have still the one under its name? The collector
+ * removes hold files nobody has locked, between our open and our flock. */
+static bool holder_current(struct session *s)
+{
+	char name[64];
+	holder_name(s, name);
+	struct stat mine, named;
+	return real_fstat(s->holder_fd, &mine) == 0 &&
+	       fstatat(shim.cache->tmp_fd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       mine.st_ino == named.st_ino && mine.st_dev == named.st_dev;
+}
+
 static void take_holder(struct session *s, int fd)
 {
 	(void)fd;
 	if (s->readonly)
 		return;
-	if (s->holder_fd < 0)
-		open_holder(s);
-	if (s->holder_fd >= 0 && flock(s->holder_fd, LOCK_SH) < 0) {
-		shim_release_fd(s->holder_fd);
-		real_close(s->holder_fd);
-		s->holder_fd = -1;
+	for (int tries = 0; tries < 8; tries++) {
+		if (s->holder_fd < 0)
+			open_holder(s);
+		if (s->holder_fd < 0)
+			return;
+		if (flock(s->holder_fd, LOCK_SH) < 0) {
+			drop_holder(s);
+			return;
+		}
+		if (holder_current(s))
+			return;
+		drop_holder(s);
+		share_unmap(s->share);
+		s->share = NULL;
 	}
 }
 
@@ -399,10 +423,19 @@ static int join_live(const char *path, const struct stg_path_rule *rule, int fla
 	s->ino = st.st_ino;
 	if (r == 0)
 		open_holder(s);
+	uint32_t shared_mode;
+	if (s->share && share_mode(s->share, &shared_mode))
+		s->mode = shared_mode; /* its creator's, or a later chmod's */
 	/* What a fast path elsewhere staged goes into the shadow first: the
 	 * shadow is then the whole content, for reading and writing alike. */
-	if (r == 0 && s->share)
+	if (r == 0 && s->share) {
+		/* Without shim.lock (session_open's, taken once): this process's
+		 * other threads go on, among them one that may be the owner
+		 * asked to hand over another file to another process. */
+		pthread_mutex_unlock(&shim.lock);
 		r = share_take_over(s->share, path);
+		pthread_mutex_lock(&shim.lock);
+	}
 	int lk = r == 0 ? share_lock(path) : -1;
 	if (r == 0 && lk < 0)
 		r = lk;
@@ -513,6 +546,8 @@ static int open_new(const char *path, const struct stg_path_rule *rule, int flag
 	if (r < 0)
 		goto out_close;
 	take_holder(s, fd);
+	if (writing && s->share)
+		share_begin(s->share, s->mode);
 	/* Other processes opening it from now on join this shadow. */
 	if (writing && share_name(fd, path) < 0)
 		stg_debug("'%s' cannot be shared with other processes: %s", path,
@@ -575,36 +610,33 @@ int session_open(const char *path, const struct stg_path_rule *rule, int flags, 
 	return r;
 }
 
-/* The open version of this writing (0: none). */
-static uint64_t open_version(struct session *s, int fd)
+/* The open version an fsync of this writing published (docs/FORMAT.md, "Open
+ * versions"; 0: none): in the shared page, so that every process of the
+ * writing knows it, whichever synced. */
+static uint64_t open_version(struct session *s)
 {
-	char buf[32];
-	ssize_t n = fgetxattr(fd, XATTR_OPEN, buf, sizeof(buf) - 1);
-	if (n <= 0)
-		return n < 0 && errno != ENODATA ? s->open_version : 0;
-	buf[n] = '\0';
-	return strtoull(buf, NULL, 10);
+	return s->share ? share_open_version(s->share) : s->open_version;
 }
 
-static void set_open_version(struct session *s, int fd, uint64_t v)
+static void set_open_version(struct session *s, uint64_t v)
 {
 	s->open_version = v;
-	if (v == 0) {
-		fremovexattr(fd, XATTR_OPEN);
-		return;
-	}
-	char buf[32];
-	int n = snprintf(buf, sizeof(buf), "%llu", (unsigned long long)v);
-	if (fsetxattr(fd, XATTR_OPEN, buf, (size_t)n, 0) < 0)
-		stg_debug("no xattr on the shadow of '%s': its open version is this process's",
-			  s->path);
+	if (s->share)
+		share_set_open_version(s->share, v);
+}
+
+/* The mode the version gets: the writing's, whichever process set it. */
+static uint32_t version_mode(struct session *s)
+{
+	uint32_t mode;
+	return s->share && share_mode(s->share, &mode) ? mode : s->mode;
 }
 
 /* chmod or utime since the last commit, nothing written: the newest version
  * takes them. -ENOENT when there is no version yet. */
 static int amend_meta(struct session *s)
 {
-	uint32_t mode = s->mode;
+	uint32_t mode = version_mode(s);
 	int r = stg_catalog_amend(shim.cache, s->path, &mode, s->mtime_set ? &s->mtime_ns : NULL,
 				  s->rule->durability != STG_DURABILITY_ASYNC);
 	if (r == 0) {
@@ -646,8 +678,11 @@ static int commit_through(struct session *s, int fd, bool last, uint64_t replace
 	if (fstat(fd, &st) < 0)
 		return -errno;
 	/* async: a detached process commits, close() returns now. */
+	/* (an empty new file is committed here: nothing to wait for, and it
+	 * is published open, which the helper would not know) */
 	if (last && s->rule->durability == STG_DURABILITY_ASYNC &&
-	    background_commit(s, fd, s->mode, mtime, replaces) == 0) {
+	    !(s->created && st.st_size == 0) &&
+	    background_commit(s, fd, version_mode(s), mtime, replaces) == 0) {
 		s->meta_dirty = false;
 		s->mtime_set = false;
 		*ret_committed = true;
@@ -657,7 +692,7 @@ static int commit_through(struct session *s, int fd, bool last, uint64_t replace
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 	int rfd = real_open(link, O_RDONLY | O_CLOEXEC);
 	int64_t v = stg_commit_fd(shim.cache, s->path, s->rule, rfd >= 0 ? rfd : fd,
-				  (uint64_t)st.st_size, s->mode, mtime,
+				  (uint64_t)st.st_size, version_mode(s), mtime,
 				  !last || (s->created && st.st_size == 0), replaces);
 	if (rfd >= 0)
 		real_close(rfd);
@@ -684,8 +719,8 @@ static int commit_content(struct session *s, int fd, bool last, uint64_t replace
 			  bool *ret_committed, int64_t *ret_version)
 {
 	/* Another process joined: it has the shadow, and so do we. */
-	if (s->fast && share_handover_requested(s->share))
-		fast_materialize(s, fd);
+	if (s->fast && share_handover_requested(s->share) && fast_materialize(s, fd) < 0)
+		return -EIO;
 	if (!s->fast)
 		return commit_through(s, fd, last, replaces, ret_committed, ret_version);
 	/* In the fast path the shadow stays empty. If it is not, something
@@ -740,8 +775,33 @@ int session_commit(struct session *s, int fd, bool last)
 	return r;
 }
 
+/* What other processes of the writing did to it meanwhile: a rename gives it
+ * another path, an unlink leaves nothing to commit (false). */
+static bool follow_writing(struct session *s)
+{
+	if (!s->share)
+		return true;
+	if (share_gone(s->share))
+		return false;
+	if (share_broken(s->share))
+		s->broken = true;
+	char np[PATH_MAX];
+	if (share_path(s->share, np, sizeof(np)) && strcmp(np, s->path) != 0) {
+		const struct stg_path_rule *rule = shim_match(np);
+		if (!rule)
+			return false; /* renamed out of the captured area */
+		snprintf(s->path, sizeof(s->path), "%s", np);
+		s->rule = rule;
+		if (s->fast)
+			fast_renamed(s);
+	}
+	return true;
+}
+
 static int commit_locked(struct session *s, int fd, bool last)
 {
+	if (!follow_writing(s))
+		return 0;
 	if (s->broken) {
 		shim_log(STG_LOG_ERROR, "'%s' is not staged: its content was lost track of", s->path);
 		return -EIO;
@@ -749,7 +809,7 @@ static int commit_locked(struct session *s, int fd, bool last)
 	/* fsync publishes an open version; the writing's next commit replaces
 	 * it, and a close with nothing new closes it: one version per
 	 * checkpoint, however often it was synced. */
-	uint64_t open = open_version(s, fd);
+	uint64_t open = open_version(s);
 	bool committed = false;
 	int64_t v = 0;
 	int r = commit_content(s, fd, last, open, &committed, &v);
@@ -757,13 +817,13 @@ static int commit_locked(struct session *s, int fd, bool last)
 		return r;
 	if (committed) {
 		if (v > 0 || last)
-			set_open_version(s, fd, last ? 0 : (uint64_t)v);
+			set_open_version(s, last ? 0 : (uint64_t)v);
 		return 0;
 	}
 	if (!last || !open)
 		return 0;
 	int64_t c = stg_commit_close(shim.cache, s->path, s->rule, open);
-	set_open_version(s, fd, 0);
+	set_open_version(s, 0);
 	if (c == -ENOENT)
 		return 0; /* gone meanwhile (renamed over): nothing left to close */
 	if (c < 0) {

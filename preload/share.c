@@ -23,22 +23,57 @@
 #include "log.h"
 #include "real.h"
 
-/* The page, at the start of the shadow's hold file. */
+/* The page, at the start of the shadow's hold file: what every process
+ * writing the file must agree on (docs/FORMAT.md, tmp/). */
 enum { SHARE_NONE, SHARE_FAST, SHARE_HANDOVER };
-struct share_page {
-	uint32_t state;  /* SHARE_*: futex word */
-	uint32_t busy;   /* the fast path's owner is inside a write */
-	int32_t owner;   /* its pid */
-	uint32_t pad;
-	uint64_t staged; /* bytes its fast path holds */
-};
 #define PAGE_BYTES 4096
+#define PAGE_PATH_MAX (PAGE_BYTES - 64)
+struct share_page {
+	uint32_t state;        /* SHARE_*: futex word */
+	uint32_t busy;         /* the fast path's owner is inside a write */
+	int32_t owner;         /* its pid */
+	uint32_t mode;         /* the file's mode, with MODE_SET */
+	uint64_t staged;       /* bytes the fast path holds */
+	uint64_t open_version; /* the open version a sync published (0: none) */
+	uint32_t flags;        /* PAGE_BROKEN, PAGE_GONE */
+	uint8_t pad[28];
+	char path[PAGE_PATH_MAX]; /* the path it was renamed to ("": its own) */
+};
+#define MODE_SET (1u << 31)
+#define PAGE_BROKEN 1u /* a process lost content: never commit it */
+#define PAGE_GONE 2u   /* unlinked, or renamed over: never commit it */
+_Static_assert(sizeof(struct share_page) == PAGE_BYTES, "one page");
 
 static void name_of(const char *path, const char *suffix, char out[64])
 {
 	char id[STG_HASH_HEX_LEN + 1];
 	stg_catalog_file_id(path, id);
 	snprintf(out, 64, "%s.%s", id, suffix);
+}
+
+/* The open locks this process holds: a fork child lets go of its copies
+ * (another thread may have held one at the fork), or it would block the
+ * parent's next open or close of that path for as long as it lives. */
+#define MAX_HELD 64
+static int held_locks[MAX_HELD]; /* fd + 1; 0: free */
+
+static void note_lock(int fd)
+{
+	for (int i = 0; i < MAX_HELD; i++) {
+		int free_slot = 0;
+		if (__atomic_compare_exchange_n(&held_locks[i], &free_slot, fd + 1, false,
+						__ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+			return;
+	}
+}
+
+void share_after_fork_child(void)
+{
+	for (int i = 0; i < MAX_HELD; i++) {
+		int v = __atomic_exchange_n(&held_locks[i], 0, __ATOMIC_SEQ_CST);
+		if (v)
+			real_close(v - 1);
+	}
 }
 
 int share_lock(const char *path)
@@ -61,13 +96,21 @@ int share_lock(const char *path)
 			return r;
 		}
 	}
+	note_lock(fd);
 	return fd;
 }
 
 void share_unlock(int lockfd)
 {
-	if (lockfd >= 0)
-		real_close(lockfd);
+	if (lockfd < 0)
+		return;
+	for (int i = 0; i < MAX_HELD; i++) {
+		int v = lockfd + 1;
+		if (__atomic_compare_exchange_n(&held_locks[i], &v, 0, false, __ATOMIC_SEQ_CST,
+						__ATOMIC_SEQ_CST))
+			break;
+	}
+	real_close(lockfd);
 }
 
 /* Does any process hold the shadow open for writing (its hold file locked)? */
@@ -142,6 +185,108 @@ void share_unmap(struct share_page *p)
 		real_munmap(p, PAGE_BYTES);
 }
 
+void share_begin(struct share_page *p, uint32_t mode)
+{
+	/* A hold file of a dead writing whose inode number came back may
+	 * hold anything: the first holder starts afresh, under the lock. */
+	memset(p, 0, sizeof(*p));
+	__atomic_store_n(&p->mode, mode | MODE_SET, __ATOMIC_RELEASE);
+}
+
+bool share_mode(struct share_page *p, uint32_t *mode)
+{
+	uint32_t m = __atomic_load_n(&p->mode, __ATOMIC_ACQUIRE);
+	if (!(m & MODE_SET))
+		return false;
+	*mode = m & 07777;
+	return true;
+}
+
+void share_set_mode(struct share_page *p, uint32_t mode)
+{
+	__atomic_store_n(&p->mode, (mode & 07777) | MODE_SET, __ATOMIC_RELEASE);
+}
+
+uint64_t share_open_version(struct share_page *p)
+{
+	return __atomic_load_n(&p->open_version, __ATOMIC_ACQUIRE);
+}
+
+void share_set_open_version(struct share_page *p, uint64_t v)
+{
+	__atomic_store_n(&p->open_version, v, __ATOMIC_RELEASE);
+}
+
+void share_set_broken(struct share_page *p)
+{
+	__atomic_fetch_or(&p->flags, PAGE_BROKEN, __ATOMIC_SEQ_CST);
+}
+
+bool share_broken(struct share_page *p)
+{
+	return __atomic_load_n(&p->flags, __ATOMIC_SEQ_CST) & PAGE_BROKEN;
+}
+
+bool share_gone(struct share_page *p)
+{
+	return __atomic_load_n(&p->flags, __ATOMIC_SEQ_CST) & PAGE_GONE;
+}
+
+bool share_path(struct share_page *p, char *out, size_t len)
+{
+	/* Written under the path's open lock, which the caller holds. */
+	if (!p->path[0] || strnlen(p->path, PAGE_PATH_MAX) >= PAGE_PATH_MAX)
+		return false;
+	snprintf(out, len, "%s", p->path);
+	return true;
+}
+
+/* The page of the shadow named for path, mapped, or NULL. */
+static struct share_page *named_page(const char *path, int *ret_holdfd)
+{
+	char name[64];
+	name_of(path, "shadow", name);
+	struct stat st;
+	if (fstatat(shim.cache->tmp_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return NULL;
+	char hold[64];
+	snprintf(hold, sizeof(hold), "%llx-%llx.hold", (unsigned long long)st.st_dev,
+		 (unsigned long long)st.st_ino);
+	int h = real_openat(shim.cache->tmp_fd, hold, O_RDWR | O_CLOEXEC);
+	if (h < 0)
+		return NULL;
+	struct share_page *p = share_map(h);
+	if (!p) {
+		real_close(h);
+		return NULL;
+	}
+	*ret_holdfd = h;
+	return p;
+}
+
+void share_forget(const char *path, const char *renamed_to)
+{
+	int lk = share_lock(path);
+	if (lk < 0)
+		return;
+	int h;
+	struct share_page *p = named_page(path, &h);
+	if (p) {
+		/* Its writers go on writing; whoever lets go last commits under
+		 * the new name, or not at all. */
+		if (renamed_to && strlen(renamed_to) < PAGE_PATH_MAX)
+			snprintf(p->path, PAGE_PATH_MAX, "%s", renamed_to);
+		else
+			__atomic_fetch_or(&p->flags, PAGE_GONE, __ATOMIC_SEQ_CST);
+		share_unmap(p);
+		real_close(h);
+	}
+	char name[64];
+	name_of(path, "shadow", name);
+	unlinkat(shim.cache->tmp_fd, name, 0);
+	share_unlock(lk);
+}
+
 static void wake(struct share_page *p)
 {
 	syscall(SYS_futex, &p->state, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
@@ -204,15 +349,20 @@ int share_take_over(struct share_page *p, const char *path)
 	    st == SHARE_NONE)
 		return 0; /* no fast path: the shadow is the content */
 	int64_t deadline = now_ms() + timeout_s() * 1000;
+	pid_t owner = __atomic_load_n(&p->owner, __ATOMIC_RELAXED);
 	/* A write in progress finishes first (it saw no request). */
-	while (__atomic_load_n(&p->busy, __ATOMIC_SEQ_CST) && now_ms() < deadline)
+	while (__atomic_load_n(&p->busy, __ATOMIC_SEQ_CST) && now_ms() < deadline) {
+		if (owner > 0 && kill(owner, 0) < 0 && errno == ESRCH) {
+			share_fast_end(p); /* it died mid-write: nothing to wait for */
+			return 0;
+		}
 		sched_yield();
+	}
 	/* Nothing staged: nothing to wait for. The owner leaves its fast path
 	 * at its next call, without touching the shadow's content. */
 	if (!__atomic_load_n(&p->busy, __ATOMIC_SEQ_CST) &&
 	    __atomic_load_n(&p->staged, __ATOMIC_SEQ_CST) == 0)
 		return 0;
-	pid_t owner = __atomic_load_n(&p->owner, __ATOMIC_RELAXED);
 	while (__atomic_load_n(&p->state, __ATOMIC_SEQ_CST) == SHARE_HANDOVER) {
 		if (owner > 0 && kill(owner, 0) < 0 && errno == ESRCH) {
 			/* It died: what it staged was never committed. */

@@ -141,6 +141,8 @@ static void after_fork_child(void)
 	pthread_mutex_init(&shim.lock, &attr);
 	pthread_mutexattr_destroy(&attr);
 	shim_fdguard_after_fork();
+	share_after_fork_child();
+	background_after_fork_child();
 	session_locks_after_fork();
 	shim_busy++;
 	session_after_fork();

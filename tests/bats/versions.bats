@@ -513,3 +513,154 @@ EOF2
 	versions_are "$CKPT/f" "$T/c1" "$T/c2"
 	[ -z "$(compgen -G "$CACHE/tmp/*.shadow")" ] || fail "a shadow is left: $(ls "$CACHE/tmp")"
 }
+
+# two_writers: runs $T/two.py (its body on standard input) twice, on $REF and
+# then on $CKPT under the shim: as process P in the background and process Q,
+# which take turns through marks in a sync directory (step NAME makes one,
+# await_ NAME waits for the other's). Each gets the directory as d and its
+# role ("P" or "Q") as role.
+two_writers() {
+	{
+		printf '%s\n' 'import os, sys, time' \
+			'd, role, sync = sys.argv[1], sys.argv[2], sys.argv[3]' \
+			'def step(name): open(os.path.join(sync, name), "w").close()' \
+			'def await_(name):' \
+			'    deadline = time.monotonic() + 600' \
+			'    while not os.path.exists(os.path.join(sync, name)):' \
+			'        if time.monotonic() > deadline: sys.exit("timed out waiting for " + name)' \
+			'        time.sleep(0.01)'
+		cat
+	} >"$T/two.py"
+	local dir sync p rc
+	for dir in "$REF" "$CKPT"; do
+		sync="$T/sync.$(basename "$dir")"
+		mkdir -p "$sync"
+		local -a run=()
+		[ "$dir" = "$CKPT" ] && run=(tshim)
+		"${run[@]}" "$PYTHON" "$T/two.py" "$dir" P "$sync" 3>&- &
+		p=$!
+		rc=0
+		"${run[@]}" "$PYTHON" "$T/two.py" "$dir" Q "$sync" || rc=$?
+		[ "$rc" -eq 0 ] || fail "Q exited $rc in $dir"
+		rc=0
+		wait "$p" || rc=$?
+		[ "$rc" -eq 0 ] || fail "P exited $rc in $dir"
+	done
+}
+
+@test "B9: the last to close did not create the file: the version keeps the creator's mode and a chmod from the other" {
+	two_writers <<'EOF'
+f = os.path.join(d, "f")
+if role == "P":
+    fd = os.open(f, os.O_CREAT | os.O_WRONLY, 0o640)
+    os.pwrite(fd, b"P" * 70000, 70000)
+    step("opened"); await_("joined")
+    os.fchmod(fd, 0o600)
+    os.close(fd); step("closed")
+else:
+    await_("opened")
+    fd = os.open(f, os.O_WRONLY)
+    os.pwrite(fd, b"Q" * 70000, 0)
+    step("joined"); await_("closed")
+    os.close(fd)
+EOF
+	[ "$(stat -c %a "$REF/f")" = 600 ]
+	check_file f 1
+}
+
+@test "B13: a process waits for another to open a file it wrote through the fast path: that open fails with EBUSY, saying why; nothing is lost" {
+	# The limit of the handover (docs/CAPTURE.md): P staged data and makes
+	# no call on the file until Q has opened it.
+	export STAGEHAND_SHARE_TIMEOUT=2 STAGEHAND_LOG_FILE="$T/shim.log"
+	py p <<'EOF'
+import os, sys, time
+f, sync = sys.argv[1], sys.argv[2]
+fd = os.open(f, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+os.write(fd, b"P" * 300000)
+open(sync + "/written", "w").close()
+while not os.path.exists(sync + "/tried"):
+    time.sleep(0.01)
+os.close(fd)
+EOF
+	mkdir -p "$T/sync"
+	shim "$PYTHON" "$T/p.py" "$CKPT/f" "$T/sync" 3>&- &
+	local p=$!
+	track "$p"
+	wait_for "$WAIT" test -e "$T/sync/written"
+	run shim "$PYTHON" -c 'import os, sys; os.open(sys.argv[1], os.O_WRONLY)' "$CKPT/f"
+	: >"$T/sync/tried"
+	wait "$p"
+	[ "$status" -ne 0 ] && [[ "$output" == *"Device or resource busy"* ]] ||
+		fail "the second open: $status $output"
+	grep -q "did not hand it over within 2s.*STAGEHAND_FAST=0" "$T/shim.log" ||
+		fail "the log does not say why: $(cat "$T/shim.log")"
+	"$PYTHON" -c 'import sys; open(sys.argv[1], "wb").write(b"P" * 300000)' "$REF/f"
+	check_file f 1
+}
+
+@test "B10: unlinked while another process writes it, then created anew: the new file has none of the old writing" {
+	two_writers <<'EOF'
+g = os.path.join(d, "g")
+if role == "P":
+    with open(g, "w") as f:
+        f.write("version1\n")
+    fd = os.open(g, os.O_WRONLY | os.O_APPEND)
+    step("writing"); await_("recreated")
+    os.write(fd, b"P-appended\n")
+    os.close(fd); step("closed")
+else:
+    await_("writing")
+    os.unlink(g)
+    fd = os.open(g, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    os.write(fd, b"Q")
+    os.close(fd)
+    step("recreated"); await_("closed")
+EOF
+	[ "$(cat "$REF/g")" = Q ]
+	check_file g
+}
+
+@test "B11: renamed while another process writes it: the writes follow the file, the old name starts afresh" {
+	two_writers <<'EOF'
+log = os.path.join(d, "log")
+if role == "P":
+    fd = os.open(log, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    os.write(fd, b"first\n")
+    os.fsync(fd)
+    step("written"); await_("renamed")
+    os.write(fd, b"after the rename\n")
+    os.close(fd); step("closed")
+else:
+    await_("written")
+    os.rename(log, log + ".1")
+    fd = os.open(log, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    os.write(fd, b"new\n")
+    os.close(fd)
+    step("renamed"); await_("closed")
+EOF
+	[ "$(cat "$REF/log")" = new ]
+	check_file log
+	check_file log.1
+}
+
+@test "B12: durability = async, 4 threads of one process writing one file in turns: no hang, the last content" {
+	sed -i "s/^durability = .*/durability = async/" "$POLICY"
+	py threads <<'EOF'
+import os, sys, threading
+path = sys.argv[1]
+def w(t):
+    for i in range(25):
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+        os.write(fd, bytes([65 + t]) * (4096 * (i + 1)))
+        os.close(fd)
+ts = [threading.Thread(target=w, args=(t,)) for t in range(4)]
+[t.start() for t in ts]; [t.join() for t in ts]
+fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+os.write(fd, b"last")
+os.close(fd)
+EOF
+	twice "$PYTHON" "$T/threads.py" @D@/f
+	[ "$(shim cat "$CKPT/f")" = last ] || fail "read back: $(shim cat "$CKPT/f" | head -c 40)"
+	# the newest committed version is the last content
+	assert_restores "$REF/f" "$CKPT/f"
+}
