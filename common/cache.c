@@ -183,3 +183,20 @@ int stg_cache_set_usage(struct stg_cache *c, uint64_t bytes)
 	int r = lock_usage(c, &old);
 	return r < 0 ? r : store_usage(c, bytes);
 }
+
+void stg_cache_hold_name(dev_t dev, ino_t ino, char out[64])
+{
+	snprintf(out, 64, "%llx-%llx.hold", (unsigned long long)dev, (unsigned long long)ino);
+}
+
+bool stg_cache_shadow_held(struct stg_cache *c, dev_t dev, ino_t ino)
+{
+	char name[64];
+	stg_cache_hold_name(dev, ino, name);
+	int h = openat(c->tmp_fd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (h < 0)
+		return false;
+	bool held = flock(h, LOCK_EX | LOCK_NB) < 0;
+	close(h);
+	return held;
+}

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define STG_CACHE_FORMAT 1
 
@@ -42,3 +43,11 @@ int stg_cache_set_usage(struct stg_cache *c, uint64_t bytes);
 
 /* Bytes and number of the pack files, counted on disk. */
 void stg_cache_count_packs(struct stg_cache *c, uint64_t *ret_packs, uint64_t *ret_bytes);
+
+/* tmp/<dev>-<ino>.hold: the name of the lock file of the shadow with that
+ * inode, which every process holding the shadow open flocks shared. */
+void stg_cache_hold_name(dev_t dev, ino_t ino, char out[64]);
+
+/* Does a process hold the shadow with that inode open (its hold file
+ * locked)? */
+bool stg_cache_shadow_held(struct stg_cache *c, dev_t dev, ino_t ino);

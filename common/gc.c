@@ -296,23 +296,6 @@ static int compact(struct stg_cache *c, struct stg_manifest_entry *live, size_t 
 	return r < 0 ? r : (int)nemptied;
 }
 
-/* Is the shadow open in a process (its hold file locked)? */
-static bool shadow_held(struct stg_cache *c, const char *name)
-{
-	struct stat st;
-	if (fstatat(c->tmp_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return true; /* gone meanwhile: leave it be */
-	char hold[64];
-	snprintf(hold, sizeof(hold), "%llx-%llx.hold", (unsigned long long)st.st_dev,
-		 (unsigned long long)st.st_ino);
-	int h = openat(c->tmp_fd, hold, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-	if (h < 0)
-		return false;
-	bool held = flock(h, LOCK_EX | LOCK_NB) < 0;
-	close(h);
-	return held;
-}
-
 /* Leftovers in tmp/ of processes that died (see the shim):
  * - <file id>.shadow, the shadow several processes share, that nobody holds:
  *   what its writers wrote was never committed. Decided under its
@@ -332,7 +315,10 @@ static void sweep_tmp(struct stg_cache *c)
 			int lk = openat(c->tmp_fd, lockname, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 			if (lk < 0)
 				continue;
-			if (flock(lk, LOCK_EX | LOCK_NB) == 0 && !shadow_held(c, de->d_name))
+			struct stat st;
+			if (flock(lk, LOCK_EX | LOCK_NB) == 0 &&
+			    fstatat(c->tmp_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    !stg_cache_shadow_held(c, st.st_dev, st.st_ino))
 				unlinkat(c->tmp_fd, de->d_name, 0);
 			close(lk);
 		} else if (n >= 6 && strcmp(de->d_name + n - 5, ".hold") == 0) {

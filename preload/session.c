@@ -183,8 +183,7 @@ static int check_parent(const char *path)
  * and the commands it redirected into one file make one version. */
 static void holder_name(const struct session *s, char out[64])
 {
-	snprintf(out, 64, "%llx-%llx.hold", (unsigned long long)s->dev,
-		 (unsigned long long)s->ino);
+	stg_cache_hold_name(s->dev, s->ino, out);
 }
 
 /* Opens the hold file (not locked yet) and maps its page (share.c). */

@@ -113,21 +113,11 @@ void share_unlock(int lockfd)
 	real_close(lockfd);
 }
 
-/* Does any process hold the shadow open for writing (its hold file locked)? */
+/* Does any process hold the shadow open for writing? */
 static bool held(int shadowfd)
 {
 	struct stat st;
-	if (real_fstat(shadowfd, &st) < 0)
-		return false;
-	char name[64];
-	snprintf(name, sizeof(name), "%llx-%llx.hold", (unsigned long long)st.st_dev,
-		 (unsigned long long)st.st_ino);
-	int h = real_openat(shim.cache->tmp_fd, name, O_RDWR | O_CLOEXEC);
-	if (h < 0)
-		return false;
-	bool busy = flock(h, LOCK_EX | LOCK_NB) < 0;
-	real_close(h);
-	return busy;
+	return real_fstat(shadowfd, &st) == 0 && stg_cache_shadow_held(shim.cache, st.st_dev, st.st_ino);
 }
 
 int share_open_live(const char *path, int flags)
@@ -250,8 +240,7 @@ static struct share_page *named_page(const char *path, int *ret_holdfd)
 	if (fstatat(shim.cache->tmp_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return NULL;
 	char hold[64];
-	snprintf(hold, sizeof(hold), "%llx-%llx.hold", (unsigned long long)st.st_dev,
-		 (unsigned long long)st.st_ino);
+	stg_cache_hold_name(st.st_dev, st.st_ino, hold);
 	int h = real_openat(shim.cache->tmp_fd, hold, O_RDWR | O_CLOEXEC);
 	if (h < 0)
 		return NULL;
