@@ -212,6 +212,10 @@ bool share_path(struct share_page *p, char *out, size_t len);
 /* path was unlinked (renamed_to NULL) or renamed: the processes writing it
  * learn so through its page, and nobody joins that writing any more. */
 void share_forget(const char *path, const char *renamed_to);
+/* Another process of the node is writing path: true, with the size, mtime
+ * and mode (0: not known) of what it has written so far. */
+bool share_stat_live(const char *path, uint64_t *ret_size, struct timespec *ret_mtime,
+		     uint32_t *ret_mode);
 /* In a fork child: lets go of the open locks other threads held. */
 void share_after_fork_child(void);
 /* The fast path's owner: begins; enters a write (false: hand over instead)

@@ -253,6 +253,36 @@ static struct share_page *named_page(const char *path, int *ret_holdfd)
 	return p;
 }
 
+bool share_stat_live(const char *path, uint64_t *ret_size, struct timespec *ret_mtime,
+		     uint32_t *ret_mode)
+{
+	char name[64];
+	name_of(path, "shadow", name);
+	int fd = real_openat(shim.cache->tmp_fd, name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	struct stat st;
+	bool live = real_fstat(fd, &st) == 0 && held(fd);
+	real_close(fd);
+	if (!live)
+		return false;
+	*ret_size = (uint64_t)st.st_size;
+	*ret_mtime = st.st_mtim;
+	int h;
+	struct share_page *p = named_page(path, &h);
+	if (p) {
+		/* A fast path keeps its data out of the shadow. */
+		uint64_t staged = __atomic_load_n(&p->staged, __ATOMIC_ACQUIRE);
+		if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != SHARE_NONE && staged > *ret_size)
+			*ret_size = staged;
+		if (!share_mode(p, ret_mode))
+			*ret_mode = 0;
+		share_unmap(p);
+		real_close(h);
+	}
+	return true;
+}
+
 void share_forget(const char *path, const char *renamed_to)
 {
 	int lk = share_lock(path);

@@ -14,6 +14,25 @@ int view_stat(const char *abspath, struct stat *st)
 	int r = stg_catalog_state(shim.cache, abspath, &state);
 	if (r < 0)
 		return r == -EBADMSG ? -EIO : r;
+	/* Written by another process of the node right now: a file system
+	 * shows what it has written so far. */
+	uint64_t live_size;
+	struct timespec live_mtime;
+	uint32_t live_mode;
+	bool live = share_stat_live(abspath, &live_size, &live_mtime, &live_mode);
+	if (live) {
+		state.exists = true;
+		state.deleted = false;
+		state.size = live_size;
+		if (live_mode)
+			state.mode = live_mode;
+		else if (!state.mode)
+			state.mode = 0644;
+		/* (a shadow parked at the epoch is unchanged since its commit) */
+		if (live_mtime.tv_sec != 1)
+			state.mtime_ns = (int64_t)live_mtime.tv_sec * 1000000000 + live_mtime.tv_nsec;
+		state.ino = stg_catalog_ino(abspath);
+	}
 	if (!state.exists)
 		return 0;
 	if (state.deleted)

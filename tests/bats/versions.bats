@@ -441,11 +441,16 @@ wait_ranks() {
 		rc=0
 		if [ "$d" = "$CKPT" ]; then shim cat "$d/f"; else cat "$d/f"; fi \
 			>"$T/seen.$(basename "$d")" 2>"$T/cat.err" || rc=$?
+		# and stat by name gives the size written so far
+		if [ "$d" = "$CKPT" ]; then shim stat -c %s "$d/f"; else stat -c %s "$d/f"; fi \
+			>"$T/size.$(basename "$d")" 2>>"$T/cat.err" || rc=$?
 		: >"$sync/go"
 		wait_ranks
 		[ "$rc" -eq 0 ] || fail "cat of $d/f while the writers hold it open: $(cat "$T/cat.err")"
 	done
 	[ "$(stat -c %s "$T/seen.ref")" -eq 600000 ]
+	[ "$(cat "$T/size.ckpt")" = "$(cat "$T/size.ref")" ] ||
+		fail "stat while the writers hold it: $(cat "$T/size.ckpt") bytes, want $(cat "$T/size.ref")"
 	cmp "$T/seen.ref" "$T/seen.ckpt" ||
 		fail "a reader saw $(stat -c %s "$T/seen.ckpt") bytes (want 600000), not what the writers had written"
 	check_file f 1
