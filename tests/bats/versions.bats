@@ -576,6 +576,7 @@ EOF
 @test "B13: a process waits for another to open a file it wrote through the fast path: that open fails with EBUSY, saying why; nothing is lost" {
 	# The limit of the handover (docs/CAPTURE.md): P staged data and makes
 	# no call on the file until Q has opened it.
+	[ "${STAGEHAND_FAST:-1}" != 0 ] || skip "the fast path is off (STAGEHAND_FAST=0): no handover"
 	export STAGEHAND_SHARE_TIMEOUT=2 STAGEHAND_LOG_FILE="$T/shim.log"
 	py p <<'EOF'
 import os, sys, time
