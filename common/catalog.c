@@ -307,7 +307,12 @@ int stg_catalog_prune(int filedirfd, uint32_t keep)
 	int removed = 0;
 	uint32_t closed = 0;
 	for (size_t i = n; r == 0 && i-- > 0;) {
-		bool go = open[i] ? newest_closed < n && i < newest_closed : ++closed > keep;
+		/* An open version goes once a closed one is newer, or a newer
+		 * one took its number: its writing's next sync or close (a
+		 * server receives both, where the cache replaced it). */
+		bool superseded = (newest_closed < n && i < newest_closed) ||
+				  (i + 1 < n && stg_version_seq(v[i + 1]) == stg_version_seq(v[i]));
+		bool go = open[i] ? superseded : ++closed > keep;
 		if (!go)
 			continue;
 		r = stg_catalog_remove_version(filedirfd, v[i]);

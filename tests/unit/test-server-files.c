@@ -7,12 +7,14 @@
 #include "files.h"
 #include "harness.h"
 
-static uint8_t *make_manifest(uint64_t version, uint64_t size, size_t *ret_len)
+static uint8_t *make_manifest_flags(uint64_t version, uint64_t size, uint32_t flags,
+				    size_t *ret_len)
 {
 	struct stg_manifest m;
 	if (stg_manifest_init(&m, size, 1u << 20) < 0)
 		exit(1);
 	m.version = version;
+	m.flags = flags;
 	m.mode = 0644;
 	m.mtime_ns = 1000 + (int64_t)version;
 	m.commit_ns = 2000 + (int64_t)version;
@@ -27,6 +29,22 @@ static uint8_t *make_manifest(uint64_t version, uint64_t size, size_t *ret_len)
 	stg_manifest_encode(&m, buf);
 	stg_manifest_done(&m);
 	return buf;
+}
+
+static uint8_t *make_manifest(uint64_t version, uint64_t size, size_t *ret_len)
+{
+	return make_manifest_flags(version, size, 0, ret_len);
+}
+
+/* Puts version (with manifest flags) for uid 3000; what stg_files_put returns. */
+static int put_flags(struct stg_files *f, const char *path, uint64_t version, uint32_t flags,
+		     uint32_t keep)
+{
+	size_t len;
+	uint8_t *mf = make_manifest_flags(version, 1u << 20, flags, &len);
+	int r = stg_files_put(f, 3000, path, mf, len, version, keep);
+	free(mf);
+	return r;
 }
 
 static int put(struct stg_files *f, uint32_t uid, const char *path, uint64_t version,
@@ -198,6 +216,23 @@ int main(void)
 	memset(&s, 0, sizeof(s));
 	CHECK_EQ(stg_files_foreach(f, record, &s), 0);
 	CHECK_EQ(s.n, 5);
+
+	/* Retention counts closed versions; an open one (a sync's) goes when a
+	 * newer one takes its number or a newer closed one comes. */
+	uint64_t c1 = 1ull << 20 | 1, c2 = 2ull << 20 | 2, o3 = 3ull << 20 | 3,
+		 o3b = 4ull << 20 | 3, c3 = 5ull << 20 | 3;
+	CHECK_EQ(put_flags(f, "/ckpt/o.bin", c1, 0, 2), 0);
+	CHECK_EQ(put_flags(f, "/ckpt/o.bin", c2, 0, 2), 0);
+	CHECK_EQ(put_flags(f, "/ckpt/o.bin", o3, STG_MANIFEST_OPEN, 2), 0);
+	CHECK_EQ(put_flags(f, "/ckpt/o.bin", o3b, STG_MANIFEST_OPEN, 2), 1); /* o3 */
+	CHECK_EQ(stg_files_get(f, 3000, "/ckpt/o.bin", o3, &mf, &len), -ENOENT);
+	CHECK_EQ(stg_files_get(f, 3000, "/ckpt/o.bin", c1, &mf, &len), 0);
+	free(mf);
+	CHECK_EQ(put_flags(f, "/ckpt/o.bin", c3, 0, 2), 2); /* o3b, and c1 beyond keep */
+	CHECK_EQ(stg_files_get(f, 3000, "/ckpt/o.bin", c2, &mf, &len), 0);
+	free(mf);
+	CHECK_EQ(stg_files_get(f, 3000, "/ckpt/o.bin", o3b, &mf, &len), -ENOENT);
+	CHECK_EQ(stg_files_get(f, 3000, "/ckpt/o.bin", c1, &mf, &len), -ENOENT);
 	stg_files_free(f);
 	stg_files_free(NULL);
 	close(dirfd);
