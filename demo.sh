@@ -15,7 +15,9 @@ mkdir -p "$work/ckpt"
 S="build/tools/stagehand"
 steps=4
 servers=()
-trap 'kill "${servers[@]}" 2>/dev/null; pkill -f "stagehand-flusher --policy $work/" 2>/dev/null; true' EXIT
+# Stops what the demo started, keeping the demo's exit status (errexit is off
+# here: a server or flusher already gone is no failure).
+trap 'rc=$?; set +e; kill "${servers[@]}" 2>/dev/null; pkill -f "stagehand-flusher --policy $work/" 2>/dev/null; exit $rc' EXIT
 
 echo "== starting 3 staging servers on loopback"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/secret"

@@ -95,3 +95,26 @@ setup() {
 	run sh -c "ldd '$SHIM' | grep -E 'jemalloc|uring|ibverbs|rdmacm'"
 	[ "$status" -ne 0 ]
 }
+
+@test "README's first command, ./demo.sh, exits 0 when it worked, non-zero when it did not" {
+	local root
+	root=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
+	[ -x "$root/build/tools/stagehand" ] || skip "not built in $root/build (demo.sh uses it)"
+	# a short directory: policy globs of 45 characters and more are issue 11's
+	local tmp
+	tmp=$(mktemp -d /tmp/sd.XXXXXX)
+	run env TMPDIR="$tmp" "$root/demo.sh"
+	# what it stopped is gone soon (a generous deadline, not a race)
+	local pids deadline=$((SECONDS + 60))
+	while pids=$(pgrep -f "stagehand-(server|flusher).*$tmp/") && [ "$SECONDS" -lt "$deadline" ]; do
+		sleep 0.1
+	done
+	rm -rf "$tmp"
+	[ "$status" -eq 0 ] || { echo "$output" | tail -20 >&2; false; }
+	[[ "$output" == *"demo OK"* ]]
+	# it leaves nothing running
+	[ -z "$pids" ] || { ps -o pid,args -p "$pids" >&2; false; }
+	# a failure inside is the demo's exit status, not hidden by its clean-up
+	run env TMPDIR=/nonexistent/dir "$root/demo.sh"
+	[ "$status" -ne 0 ]
+}
