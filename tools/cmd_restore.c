@@ -380,9 +380,8 @@ static int load_version(struct stg_cache *cache, struct remote *rm,
 			struct stg_manifest *m, struct source *src)
 {
 	struct stg_catalog_file f;
-	int r = -ENOENT;
 	if (in_cache(cache, path, id) && stg_catalog_lock(cache, path, false, &f) == 0) {
-		r = stg_catalog_read(f.dirfd, id, m);
+		int r = stg_catalog_read(f.dirfd, id, m);
 		stg_catalog_unlock(&f);
 		if (r == 0) {
 			*src = (struct source){.cache = cache};
@@ -390,7 +389,7 @@ static int load_version(struct stg_cache *cache, struct remote *rm,
 		}
 	}
 	if (!rm)
-		return r; /* (a corrupt one in the cache: the servers may have it) */
+		return -ENOENT;
 	uint64_t servers = 0;
 	for (size_t i = 0; i < nrv; i++)
 		if (rv[i].e.version == id && strcmp(rv[i].path, path) == 0)
@@ -409,22 +408,22 @@ static int restore_job_version(struct stg_cache *cache, struct remote *rm,
 	struct stg_manifest *ms = calloc(n, sizeof(*ms));
 	struct source *srcs = calloc(n, sizeof(*srcs));
 	uint64_t *vids = calloc(n, sizeof(*vids)), *numbers = calloc(n, sizeof(*numbers));
-	int *err = calloc(n, sizeof(*err));
 	struct job_version *v = NULL;
 	ssize_t nv = 0;
 	size_t loaded = 0;
 	int failed = 1;
-	if (!ms || !srcs || !vids || !numbers || !err) {
+	if (!ms || !srcs || !vids || !numbers) {
 		tool_error("restore: out of memory");
 		goto out;
 	}
-	/* One that cannot be read counts as a whole version: it keeps its
-	 * number, and fails only when it is the one restored. */
 	for (; loaded < n; loaded++) {
-		err[loaded] = load_version(cache, rm, rv, nrv, path, ids[loaded], &ms[loaded],
-					   &srcs[loaded]);
-		if (err[loaded] < 0)
-			ms[loaded] = (struct stg_manifest){0};
+		int r = load_version(cache, rm, rv, nrv, path, ids[loaded], &ms[loaded],
+				     &srcs[loaded]);
+		if (r < 0) {
+			tool_error("restore: cannot read version id %" PRIu64 " of '%s': %s",
+				   ids[loaded], path, strerror(-r));
+			goto out;
+		}
 	}
 	nv = job_versions(ms, ids, n, &v);
 	if (nv < 0) {
@@ -467,13 +466,6 @@ static int restore_job_version(struct stg_cache *cache, struct remote *rm,
 	}
 	const struct job_version *jv = &v[pick];
 	size_t first = jv->parts[0];
-	if (err[first] < 0) {
-		tool_error("restore: '%s' version %" PRIu64 ": %s", path, number,
-			   err[first] == -EBADMSG ? "the manifest is corrupt"
-			   : err[first] == -ENOENT ? "it left the cache meanwhile"
-						: strerror(-err[first]));
-		goto out;
-	}
 	struct stg_manifest base = ms[first];
 	ms[first] = (struct stg_manifest){0}; /* write_version consumes it */
 	if (!jv->is_job || jv->nparts == 1) {
@@ -503,7 +495,6 @@ out:
 	free(srcs);
 	free(vids);
 	free(numbers);
-	free(err);
 	return failed;
 }
 
@@ -536,15 +527,7 @@ static int restore_path(struct stg_cache *cache, struct remote *rm,
 	int pin = cache ? stg_gc_pin(cache) : -1;
 	int r = load_version(cache, rm, rv, nrv, path, ids[n - 1], &newest, &src);
 	int failed;
-	if (r == -EBADMSG && !number) {
-		uint64_t *numbers = malloc((size_t)n * sizeof(*numbers));
-		if (numbers)
-			stg_version_numbers(ids, (size_t)n, numbers);
-		tool_error("restore: '%s' version %" PRIu64 ": the manifest is corrupt", path,
-			   numbers ? numbers[n - 1] : 0);
-		free(numbers);
-		failed = 1;
-	} else if (r == 0 && !newest.part && !number) {
+	if (r == 0 && !newest.part && !number) {
 		uint64_t *numbers = malloc((size_t)n * sizeof(*numbers));
 		if (numbers) {
 			stg_version_numbers(ids, (size_t)n, numbers);
