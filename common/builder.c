@@ -40,6 +40,7 @@ struct stg_builder {
 	bool defer_collect;
 	bool open;         /* publish as an open version (fsync) */
 	uint64_t replaces; /* the writer's open version this one supersedes */
+	const struct stg_part *part; /* shared = job: the node's part (borrowed) */
 	struct stg_builder_stats stats;
 };
 
@@ -129,6 +130,11 @@ void stg_builder_set_open(struct stg_builder *b, bool open, uint64_t replaces)
 {
 	b->open = open;
 	b->replaces = replaces;
+}
+
+void stg_builder_set_part(struct stg_builder *b, const struct stg_part *part)
+{
+	b->part = part;
 }
 
 void stg_builder_defer_collect(struct stg_builder *b)
@@ -377,6 +383,15 @@ int stg_builder_copy_entries(struct stg_builder *b, const struct stg_builder *fr
 	return 0;
 }
 
+/* The clock new ids are minted from. STAGEHAND_TEST_CLOCK_NS (ns since the
+ * epoch) fixes it: a test hook, so that two nodes mint the same id
+ * (tests/bats/cluster.bats); read once per commit, never set in production. */
+static int64_t mint_clock(void)
+{
+	const char *e = getenv("STAGEHAND_TEST_CLOCK_NS");
+	return e && *e ? strtoll(e, NULL, 10) : stg_now_ns();
+}
+
 /* The chunks the superseded open version stored are this one's: it goes,
  * and what it stored is what this version adds (stagehand ls). */
 static void inherit_new(int filedirfd, uint64_t replaces, struct stg_manifest *m)
@@ -396,6 +411,17 @@ static void inherit_new(int filedirfd, uint64_t replaces, struct stg_manifest *m
 			e->flags |= STG_ENTRY_NEW;
 	}
 	stg_manifest_done(&old);
+}
+
+/* Is version id a part of the job version part belongs to? */
+static bool same_job_version(int filedirfd, uint64_t id, const struct stg_part *part)
+{
+	struct stg_manifest m;
+	if (stg_catalog_read(filedirfd, id, &m) < 0)
+		return false;
+	bool same = m.part && m.part->open == part->open && strcmp(m.part->job, part->job) == 0;
+	stg_manifest_done(&m);
+	return same;
 }
 
 int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, int64_t mtime_ns)
@@ -431,18 +457,31 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 	int ir = stg_index_add(b->cache, b->stored, b->nstored);
 	if (ir < 0)
 		stg_log_errno(STG_LOG_DEBUG, ir, "indexing the chunks of '%s'", b->path);
+	if (b->part && !stg_part_valid(b->part, m.size)) {
+		stg_log(STG_LOG_ERROR, "'%s': the node's part does not check out", b->path);
+		r = -EINVAL;
+		goto out_done;
+	}
 	struct stg_catalog_file f;
 	r = stg_catalog_lock(b->cache, b->path, true, &f);
 	if (r < 0)
 		goto out_done;
+	/* The flusher may have re-minted the open version (a server held
+	 * another node's under its id): it is superseded under its new id. */
+	b->replaces = stg_catalog_reminted(f.dirfd, b->replaces);
 	uint64_t newest = stg_catalog_newest_known(f.dirfd), replaces = b->replaces;
 	/* Superseding an open version of another writing (a file created
 	 * empty, a writer that died after a sync): take its number too. */
 	int nf = newest && !replaces ? stg_catalog_flags(f.dirfd, newest) : 0;
 	if (nf > 0 && (nf & STG_MANIFEST_OPEN))
 		replaces = newest;
-	m.version = stg_version_mint(newest, replaces, stg_now_ns());
-	m.flags = b->open ? STG_MANIFEST_OPEN : 0;
+	/* Another part of the same job version (ranks of this node that held
+	 * the file one after another): one version, one number. */
+	if (newest && !replaces && b->part && same_job_version(f.dirfd, newest, b->part))
+		replaces = newest;
+	m.version = stg_version_mint(newest, replaces, mint_clock());
+	m.flags = (b->open ? STG_MANIFEST_OPEN : 0) | (b->part ? STG_MANIFEST_PART : 0);
+	m.part = (struct stg_part *)b->part;
 	if (b->replaces)
 		inherit_new(f.dirfd, b->replaces, &m);
 	r = stg_catalog_publish(&f, b->path, &m, sync);
@@ -479,19 +518,21 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 			stg_log_errno(STG_LOG_DEBUG, gr, "collecting chunks");
 	}
 out_done:
+	m.part = NULL; /* the caller's */
 	stg_manifest_done(&m);
 	return r < 0 ? r : (int64_t)m.version;
 }
 
 int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_path_rule *rule,
 		      int fd, uint64_t size, uint32_t mode, int64_t mtime_ns, bool open,
-		      uint64_t replaces)
+		      uint64_t replaces, const struct stg_part *part)
 {
 	struct stg_builder *b;
 	int r = stg_builder_new(c, path, rule, &b);
 	if (r < 0)
 		return r;
 	stg_builder_set_open(b, open, replaces);
+	stg_builder_set_part(b, part);
 	uint32_t cs = rule->chunk_size;
 	for (uint64_t off = 0, i = 0; off < size && r == 0; off += cs, i++) {
 		/* The staging buffer changes after each stored chunk (the previous
@@ -528,6 +569,7 @@ int64_t stg_commit_close(struct stg_cache *c, const char *path, const struct stg
 	int r = stg_catalog_lock(c, path, false, &f);
 	if (r < 0)
 		return r;
+	open_version = stg_catalog_reminted(f.dirfd, open_version);
 	struct stg_manifest m;
 	r = stg_catalog_read(f.dirfd, open_version, &m);
 	bool have = r == 0;

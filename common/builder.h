@@ -36,6 +36,11 @@ int stg_builder_set_path(struct stg_builder *b, const char *path);
  * open version replaces (0: none) once it is published. */
 void stg_builder_set_open(struct stg_builder *b, bool open, uint64_t replaces);
 
+/* Publishes the version with the node's part of a job's version (shared =
+ * job; NULL: a whole version). part stays the caller's, and must live until
+ * the commit. */
+void stg_builder_set_part(struct stg_builder *b, const struct stg_part *part);
+
 /* Commit without collecting what pruning freed (a later commit will): for a
  * caller that goes on using the chunk locations it recorded. */
 void stg_builder_defer_collect(struct stg_builder *b);
@@ -77,10 +82,11 @@ const struct stg_builder_stats *stg_builder_stats(const struct stg_builder *b);
 
 /* Stages the whole content of fd (size bytes) as a new version of path; holes
  * are found with SEEK_DATA and not read. open and replaces as for
- * stg_builder_set_open. Returns the version or -errno. */
+ * stg_builder_set_open, part as for stg_builder_set_part. Returns the
+ * version or -errno. */
 int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_path_rule *rule,
 		      int fd, uint64_t size, uint32_t mode, int64_t mtime_ns, bool open,
-		      uint64_t replaces);
+		      uint64_t replaces, const struct stg_part *part);
 
 /* The writer closed the file with nothing changed since the fsync that
  * published open_version: that version becomes closed, in place. Returns

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -199,4 +200,46 @@ bool stg_cache_shadow_held(struct stg_cache *c, dev_t dev, ino_t ino)
 	bool held = flock(h, LOCK_EX | LOCK_NB) < 0;
 	close(h);
 	return held;
+}
+
+static uint64_t read_node(int dirfd)
+{
+	char buf[32] = {0};
+	int fd = openat(dirfd, "node", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	char *end;
+	uint64_t id = n == 16 ? strtoull(buf, &end, 16) : 0;
+	return n == 16 && end == buf + 16 ? id : 0;
+}
+
+uint64_t stg_cache_node_id(struct stg_cache *c)
+{
+	if (c->node)
+		return c->node;
+	uint64_t id = read_node(c->dirfd);
+	if (!id) {
+		/* Made under a temporary name and linked: two processes making it
+		 * at once agree on whichever came first. */
+		uint64_t mine = 0;
+		while (!mine)
+			if (getrandom(&mine, sizeof(mine), 0) != (ssize_t)sizeof(mine))
+				return 0;
+		char tmp[64], text[17];
+		snprintf(tmp, sizeof(tmp), "node.%llx.tmp", (unsigned long long)mine);
+		snprintf(text, sizeof(text), "%016llx", (unsigned long long)mine);
+		int fd = openat(c->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd < 0)
+			return 0;
+		int r = stg_write_all(fd, text, 16) < 0 || fsync(fd) < 0 ? -1 : 0;
+		close(fd);
+		if (r == 0)
+			linkat(c->dirfd, tmp, c->dirfd, "node", 0);
+		unlinkat(c->dirfd, tmp, 0);
+		id = read_node(c->dirfd);
+	}
+	c->node = id;
+	return id;
 }

@@ -20,6 +20,7 @@ struct stg_cache {
 	int queue_fd;  /* queue/: versions the flusher has still to ship */
 	uint64_t capacity; /* 0: only the file system limits the cache */
 	bool ship;     /* [cluster] is configured: queue every version published */
+	uint64_t node; /* this cache's node id, once read (stg_cache_node_id) */
 };
 
 /* Opens the cache at dir, creating it (and its parents) when missing.
@@ -51,3 +52,8 @@ void stg_cache_hold_name(dev_t dev, ino_t ino, char out[64]);
 /* Does a process hold the shadow with that inode open (its hold file
  * locked)? */
 bool stg_cache_shadow_held(struct stg_cache *c, dev_t dev, ino_t ino);
+
+/* The node's id: a random number the cache keeps in "node", made the first
+ * time it is asked for. A node whose cache is lost is a new node. Returns 0
+ * when it cannot be read or made. */
+uint64_t stg_cache_node_id(struct stg_cache *c);

@@ -520,3 +520,111 @@ int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *new
 	stg_catalog_unlock(&b);
 	return r;
 }
+
+/* The oldest version of a locked entry newer than id (UINT64_MAX: none). */
+static int version_after(int filedirfd, uint64_t id, uint64_t *ret)
+{
+	uint64_t *v;
+	size_t n;
+	int r = stg_catalog_versions(filedirfd, &v, &n);
+	if (r < 0)
+		return r;
+	*ret = UINT64_MAX;
+	for (size_t i = n; i-- > 0 && v[i] > id;)
+		*ret = v[i];
+	free(v);
+	return 0;
+}
+
+/* Is version id of a locked entry stored as exactly these bytes? */
+static bool stored_as(int filedirfd, uint64_t id, const uint8_t *buf, size_t len)
+{
+	struct stg_manifest m;
+	uint8_t *bytes;
+	size_t n;
+	if (stg_catalog_read_encoded(filedirfd, id, &m, &bytes, &n) < 0)
+		return false;
+	bool same = n == len && memcmp(bytes, buf, len) == 0;
+	stg_manifest_done(&m);
+	free(bytes);
+	return same;
+}
+
+int stg_catalog_remint(struct stg_cache *c, const char *path, uint64_t old, uint64_t *ret_new)
+{
+	struct stg_catalog_file f;
+	int r = stg_catalog_lock(c, path, false, &f);
+	if (r < 0)
+		return r;
+	struct stg_manifest m;
+	r = stg_catalog_read(f.dirfd, old, &m);
+	if (r < 0)
+		goto out_unlock;
+	/* The next id with old's sequence number, if it comes before the
+	 * node's next version (the versions keep their order): no version is
+	 * between old and that one, so it is free. */
+	uint64_t next, id = old + (UINT64_C(1) << STG_VERSION_SEQ_BITS);
+	r = version_after(f.dirfd, old, &next);
+	m.version = id; /* the manifest names its id */
+	size_t len = stg_manifest_encoded_size(&m);
+	uint8_t *buf = r == 0 ? malloc(len) : NULL;
+	if (r == 0 && !buf)
+		r = -ENOMEM;
+	if (r < 0)
+		goto out_manifest;
+	stg_manifest_encode(&m, buf);
+	/* A crash after the new id was written left both: finished here. */
+	bool written = id == next && stored_as(f.dirfd, id, buf, len);
+	if (!written && (id < old || id >= next)) {
+		stg_debug("'%s': no id is free between %" PRIu64 " and the next version %" PRIu64,
+			  path, old, next);
+		r = -ERANGE;
+		goto out_buf;
+	}
+	char name[40];
+	stg_catalog_manifest_name(id, name);
+	if (!written)
+		r = stg_write_file_atomic(f.dirfd, name, buf, len, true);
+	if (r == 0 && fsync(f.dirfd) < 0)
+		r = -errno;
+	/* The new id is durable before the old one goes (a crash in between
+	 * leaves both, and the next try finishes), and queued after (a crash
+	 * before leaves it to the flusher's startup scan; the old entry is
+	 * dropped as gone). */
+	if (r == 0)
+		r = stg_catalog_remove_version(f.dirfd, old);
+	if (r == 0 && fsync(f.dirfd) < 0)
+		r = -errno;
+	if (r == 0)
+		r = stg_queue_add(c, f.id, id);
+	if (r == 0) {
+		stg_queue_remove(c, f.id, old);
+		*ret_new = id;
+	}
+out_buf:
+	free(buf);
+out_manifest:
+	stg_manifest_done(&m);
+out_unlock:
+	stg_catalog_unlock(&f);
+	return r;
+}
+
+uint64_t stg_catalog_reminted(int filedirfd, uint64_t id)
+{
+	uint64_t *v = NULL, now = id;
+	size_t n = 0;
+	if (id == 0 || stg_catalog_flags(filedirfd, id) != -ENOENT ||
+	    stg_catalog_versions(filedirfd, &v, &n) < 0)
+		return id;
+	/* Re-minting keeps the sequence number and moves the id up. */
+	for (size_t i = 0; i < n && now == id; i++) {
+		int flags = v[i] > id && stg_version_seq(v[i]) == stg_version_seq(id)
+				    ? stg_catalog_flags(filedirfd, v[i])
+				    : 0;
+		if (flags > 0 && (flags & STG_MANIFEST_OPEN))
+			now = v[i];
+	}
+	free(v);
+	return now;
+}

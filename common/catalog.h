@@ -114,3 +114,20 @@ int stg_catalog_foreach(struct stg_cache *c,
  * (stg_catalog_prune). Returns 0, -ENOENT, or -errno. */
 int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync,
 		       uint32_t keep);
+
+/* Gives version old of path the next free id with its sequence number
+ * (old + k * 2^STG_VERSION_SEQ_BITS), below the path's next version so that
+ * the node's versions keep their order: what the flusher does when a server
+ * holds another node's version under old (docs/FORMAT.md, "Version ids").
+ * Under the path's lock, the manifest is republished under the new id
+ * (durably), old's manifest and replication mark removed, and its queue
+ * entry moved; one cut short by a crash (both ids hold the version) is
+ * finished. Returns 0 with *ret_new set, -ENOENT (old is gone), -ERANGE (no
+ * id is free below the next version) or -errno. */
+int stg_catalog_remint(struct stg_cache *c, const char *path, uint64_t old, uint64_t *ret_new);
+
+/* The id that version id of a locked entry has now: id while it is present
+ * (or gone for good), else the oldest newer open version with its sequence
+ * number, the id stg_catalog_remint gave it. What a writer that holds an
+ * open version's id (to supersede or close it) goes on with. */
+uint64_t stg_catalog_reminted(int filedirfd, uint64_t id);

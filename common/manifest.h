@@ -2,6 +2,7 @@
 /* A version's manifest: its chunks by content hash and the file's metadata. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,6 +15,7 @@
 #define STG_MANIFEST_HEADER_SIZE 64
 #define STG_MANIFEST_ENTRY_SIZE 48
 #define STG_MANIFEST_TRAILER_SIZE 8
+#define STG_PART_MAGIC "SHPT"
 
 enum stg_entry_flags {
 	STG_ENTRY_ZERO = 1u << 0, /* all zero bytes, nothing stored (a hole) */
@@ -26,8 +28,32 @@ enum stg_manifest_flags {
 	/* Committed by fsync while its writer still had the file open: the
 	 * writer's next commit supersedes it (docs/FORMAT.md, "Open versions"). */
 	STG_MANIFEST_OPEN = 1u << 0,
+	/* One node's part of a version written by a parallel job on several
+	 * nodes: the manifest has a part section (struct stg_part). */
+	STG_MANIFEST_PART = 1u << 1,
 };
-#define STG_MANIFEST_KNOWN_FLAGS STG_MANIFEST_OPEN
+#define STG_MANIFEST_KNOWN_FLAGS (STG_MANIFEST_OPEN | STG_MANIFEST_PART)
+
+#define STG_PART_JOB_MAX 64           /* bytes of the job field, NUL included */
+#define STG_PART_RANKS_MAX (1u << 24) /* ranks in a job */
+
+struct stg_extent {
+	uint64_t off, len;
+};
+
+/* A part names one version of a path across nodes (job and open count) and
+ * says what this node's writers wrote (docs/FORMAT.md, "Manifest"). */
+struct stg_part {
+	char job[STG_PART_JOB_MAX]; /* the job step: 1..63 bytes 0x21..0x7e, then NUL */
+	uint64_t node;              /* the writing node's id (its cache's), non-zero */
+	uint32_t open;              /* which of the job's versions of the path, >= 1 */
+	uint32_t nranks_job;        /* ranks in the job, 1 .. STG_PART_RANKS_MAX */
+	uint32_t nranks;            /* this node's ranks that took part, 1 .. nranks_job */
+	uint32_t *ranks;            /* ascending, unique, each < nranks_job */
+	uint32_t nextents;          /* 0 when this node's ranks wrote nothing */
+	struct stg_extent *extents; /* ascending, len > 0, at least 1 byte apart,
+				     * within the manifest's size */
+};
 
 struct stg_manifest_entry {
 	struct stg_hash hash;
@@ -48,6 +74,10 @@ struct stg_manifest {
 	int64_t commit_ns;
 	uint32_t nchunks;
 	struct stg_manifest_entry *entries;
+	/* NULL: none. Owned by the manifest (stg_manifest_done frees it), so
+	 * only a part from stg_part_new goes here. The encoder writes the PART
+	 * flag iff part is set, whatever flags says; the decoder sets both. */
+	struct stg_part *part;
 };
 
 /* Chunks needed for size bytes. */
@@ -56,18 +86,36 @@ static inline uint64_t stg_manifest_nchunks(uint64_t size, uint32_t chunk_size)
 	return (size + chunk_size - 1) / chunk_size;
 }
 
+/* Bytes stg_manifest_encode writes for m, part section included. */
 size_t stg_manifest_encoded_size(const struct stg_manifest *m);
 
-/* Encodes m into out (stg_manifest_encoded_size bytes). Returns the length. */
+/* Encodes m into out (stg_manifest_encoded_size bytes). Returns the length.
+ * Writes what it is given: check a part with stg_part_valid first. */
 size_t stg_manifest_encode(const struct stg_manifest *m, uint8_t *out);
 
 /* Decodes and validates every field. On success *ret owns a malloc'ed entry
- * array (release with stg_manifest_done). Returns 0, -EBADMSG or -ENOMEM. */
+ * array and part (release with stg_manifest_done). Returns 0, -EBADMSG or
+ * -ENOMEM. */
 int stg_manifest_decode(const uint8_t *buf, size_t len, struct stg_manifest *ret);
 
 /* The header flags of an encoded manifest, checking only its magic and
  * format (a quick look, not a validation). Returns the flags or -EBADMSG. */
 int stg_manifest_peek_flags(const uint8_t *buf, size_t len);
+
+/* The part key of an encoded manifest (it is fully decoded). Returns 1 and
+ * fills the ret_* when it has a part section, 0 when not, or -EBADMSG or
+ * -ENOMEM. */
+int stg_manifest_peek_part(const uint8_t *buf, size_t len, char ret_job[STG_PART_JOB_MAX],
+			   uint32_t *ret_open, uint64_t *ret_node);
+
+/* Allocates a zeroed part with room for nranks ranks and nextents extents
+ * (one block; the counts are set and may be lowered). Returns 0 or -ENOMEM. */
+int stg_part_new(struct stg_part **ret, uint32_t nranks, uint32_t nextents);
+
+void stg_part_free(struct stg_part *p);
+
+/* Whether p satisfies every rule of the format for a file of size bytes. */
+bool stg_part_valid(const struct stg_part *p, uint64_t size);
 
 /* Allocates entries for nchunks; returns 0 or -ENOMEM. */
 int stg_manifest_init(struct stg_manifest *m, uint64_t size, uint32_t chunk_size);

@@ -292,6 +292,15 @@ static int handle_path(struct parse_state *st, const char *glob, const char *nam
 			fail(st, "keep '%s' must be a number of versions, at least 1", value);
 			return 0;
 		}
+	} else if (strcmp(name, "shared") == 0) {
+		if (strcmp(value, "node") == 0)
+			r->shared_job = false;
+		else if (strcmp(value, "job") == 0)
+			r->shared_job = true;
+		else {
+			fail(st, "shared '%s' must be node or job", value);
+			return 0;
+		}
 	} else if (strcmp(name, "drain") == 0) {
 		if (strcmp(value, "in-place") != 0 && value[0] != '/') {
 			fail(st, "drain '%s' must be an absolute directory or in-place", value);
@@ -304,7 +313,7 @@ static int handle_path(struct parse_state *st, const char *glob, const char *nam
 	} else {
 		fail(st,
 		     "unknown key '%s' in [path %s] (known: chunk_size, dedup, compress, "
-		     "durability, keep, drain)",
+		     "durability, keep, shared, drain)",
 		     name, glob);
 		return 0;
 	}

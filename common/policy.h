@@ -25,6 +25,8 @@ struct stg_path_rule {
 	bool compress;       /* compress = lz4 */
 	enum stg_durability durability;
 	uint32_t keep; /* versions kept per file, >= 1 */
+	bool shared_job; /* shared = job: a version is every rank's writes, from
+			  * every node (docs/CAPTURE.md, "Shared files across nodes") */
 	char *drain;   /* NULL, "in-place", or an absolute directory: where
 			* each replicated version is materialized */
 	int line;      /* where the section starts, for messages */

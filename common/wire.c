@@ -514,7 +514,7 @@ static const struct {
 } error_map[] = {
 	{STG_WERR_NOENT, ENOENT}, {STG_WERR_BADMSG, EBADMSG}, {STG_WERR_ACCES, EACCES},
 	{STG_WERR_NOSPC, ENOSPC}, {STG_WERR_PROTO, EPROTO},   {STG_WERR_IO, EIO},
-	{STG_WERR_BUSY, EBUSY},
+	{STG_WERR_BUSY, EBUSY},   {STG_WERR_EXIST, EEXIST},
 };
 
 uint32_t stg_wire_error_from_errno(int negerr)

@@ -56,8 +56,9 @@ enum stg_wire_error {
 	STG_WERR_PROTO = 5,  /* a message not valid at this point */
 	STG_WERR_IO = 6,     /* the server failed to read or write its store */
 	STG_WERR_BUSY = 7,   /* too many connections */
+	STG_WERR_EXIST = 8,  /* another version is held under the manifest's id */
 };
-#define STG_WERR_MAX 7
+#define STG_WERR_MAX 8
 
 struct stg_wire_header {
 	uint8_t type;

@@ -93,8 +93,10 @@ size_t servers_run(struct flusher *fl, struct job **jobs);
  * server through its ring, several in flight. Returns 0 or -errno. */
 int sender_put(struct server *s, const struct job *job, const uint32_t *entries, size_t n);
 
-/* Ships one queued version to its replicas; returns 0 (replicated, marked
- * and unqueued), -EAGAIN (too few servers now: try later) or -errno. */
+/* Ships one queued version to its replicas; one whose id a server holds
+ * for another node is re-minted (stg_catalog_remint) and shipped under its
+ * new id. Returns 0 (replicated, marked and unqueued), -EAGAIN (too few
+ * servers now: try later) or -errno. */
 int ship_version(struct flusher *fl, const char *id, uint64_t version);
 
 /* Materializes a replicated version where the rule's drain says. */

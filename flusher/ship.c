@@ -5,7 +5,9 @@
  * collector must know what its chunks are for), then hands each server its
  * job. A server that fails drops out and the placement is made again over
  * the others, so replicas are re-chosen and what already arrived is not sent
- * twice. */
+ * twice. A server holding another node's version under the id (both minted
+ * it in the same millisecond) refuses it: the version gets a new id in the
+ * cache and is shipped again under it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -21,6 +23,9 @@
 #include "queue.h"
 #include "util.h"
 #include "version.h"
+
+/* New ids one version may take in a row before it waits for the next pass. */
+#define REMINT_MAX 8
 
 struct placement {
 	struct job jobs[STG_CLUSTER_MAX_SERVERS];
@@ -140,12 +145,15 @@ static int mark_if_unchanged(struct flusher *fl, const char *path, uint64_t vers
 	return r;
 }
 
-int ship_version(struct flusher *fl, const char *id, uint64_t version)
+/* Ships one version once. Returns as ship_version does, or -EEXIST when a
+ * server holds another version under its id (*ret_refused: the first such
+ * server): it stays queued. path receives the version's path. */
+static int ship_once(struct flusher *fl, const char *id, uint64_t version, char *path,
+		     size_t pathlen, const char **ret_refused)
 {
-	char path[4096];
 	struct stg_manifest m;
 	int dirfd = -1;
-	int r = read_version(fl, id, version, &dirfd, path, sizeof(path), &m);
+	int r = read_version(fl, id, version, &dirfd, path, pathlen, &m);
 	if (r == -ENOENT) {
 		/* Renamed, pruned or rewritten since it was queued: its successor
 		 * has an entry of its own. */
@@ -212,6 +220,7 @@ int ship_version(struct flusher *fl, const char *id, uint64_t version)
 		}
 		size_t failed = servers_run(fl, pl->active);
 		bool local = false;
+		*ret_refused = NULL;
 		for (size_t i = 0; i < fl->nservers; i++) {
 			if (!pl->active[i])
 				continue;
@@ -219,6 +228,10 @@ int ship_version(struct flusher *fl, const char *id, uint64_t version)
 			if (s->result < 0 && s->local_failure) {
 				local = true;
 				r = s->result;
+			} else if (s->result == -EEXIST) {
+				/* Not the server's failure: the id is taken. */
+				if (!*ret_refused)
+					*ret_refused = s->name;
 			} else if (s->result < 0) {
 				server_failed(s, s->result, "shipping failed");
 			} else {
@@ -229,6 +242,11 @@ int ship_version(struct flusher *fl, const char *id, uint64_t version)
 			/* Our copy is bad: no server can help. It stays queued and
 			 * the log says which chunk. */
 			placement_done(pl, fl->nservers);
+			break;
+		}
+		if (*ret_refused) {
+			placement_done(pl, fl->nservers);
+			r = -EEXIST;
 			break;
 		}
 		if (failed == 0) {
@@ -262,4 +280,40 @@ out_manifest:
 	stg_manifest_done(&m);
 	close(dirfd);
 	return r;
+}
+
+int ship_version(struct flusher *fl, const char *id, uint64_t version)
+{
+	char path[4096];
+	for (int remints = 0;; remints++) {
+		const char *refused = NULL;
+		int r = ship_once(fl, id, version, path, sizeof(path), &refused);
+		if (r != -EEXIST || !refused)
+			return r;
+		unsigned long long seq = (unsigned long long)stg_version_seq(version);
+		/* Each new id was refused too: another node keeps minting the same
+		 * ones. Left queued, tried again at the next pass. */
+		if (remints == REMINT_MAX)
+			return stg_log_errno(STG_LOG_ERROR, r,
+					     "'%s' version %llu: another node took its id on %s, "
+					     "and %d new ids after it; still queued",
+					     path, seq, refused, REMINT_MAX);
+		uint64_t next;
+		r = stg_catalog_remint(fl->cache, path, version, &next);
+		if (r == -ENOENT) {
+			/* Gone meanwhile (pruned, renamed): nothing left to ship. */
+			stg_queue_remove(fl->cache, id, version);
+			return 0;
+		}
+		if (r < 0)
+			return stg_log_errno(STG_LOG_ERROR, r,
+					     "'%s' version %llu: another node took its id on %s, "
+					     "and it cannot have another%s; still queued",
+					     path, seq, refused,
+					     r == -ERANGE ? " (none is free before its next version)"
+							  : "");
+		stg_log(STG_LOG_WARN, "'%s' version %llu: another node took its id on %s; shipped "
+			"as id %llu", path, seq, refused, (unsigned long long)next);
+		version = next;
+	}
 }

@@ -232,6 +232,10 @@ static void *mmap_common(void *addr, size_t len, int prot, int flags, int fd, of
 		int saved = errno;
 		shim_busy++;
 		session_mapped(fd, p, len);
+		/* shared = job: a mapping may write anywhere in it. */
+		struct session *ps = fdtable_get(fd);
+		if (ps && ps->part && off >= 0)
+			part_wrote(ps, (uint64_t)off, len);
 		shim_busy--;
 		errno = saved;
 	}

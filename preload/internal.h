@@ -117,6 +117,7 @@ struct session {
 	bool created;         /* the open created the file (it had no version) */
 	uint64_t open_version; /* without a shared page: this process's */
 	struct share_page *share; /* the hold file's page (share.c), or NULL */
+	struct part *part;    /* shared = job: this process's part (part.c), or NULL */
 };
 
 /* Opens path (captured under rule) as the application asked; returns the new
@@ -175,6 +176,28 @@ void session_unlinked(const char *path);
 
 /* A session of this process for path, or NULL (caller holds shim.lock). */
 struct session *session_find_path(const char *path);
+
+/* ---- part.c: shared = job, this node's part of a job's version ---- */
+
+struct part;
+struct stg_part;
+/* Starts this process's part of the writing of s->path it opened with flags:
+ * -EINVAL (logged) when the process has no job identity. */
+int part_open(struct session *s, int flags);
+void part_free(struct part *p);
+/* In a fork child: its lock starts afresh. */
+void part_locks_after_fork(struct part *p);
+/* The first holder of a writing: its hold file starts without records. */
+void part_begin(int holdfd);
+/* The application wrote [off, off + len), or resized the file. */
+void part_wrote(struct session *s, uint64_t off, uint64_t len);
+void part_resized(struct session *s, uint64_t old_size, uint64_t new_size);
+/* This process lets go and another commits: what it wrote goes to the hold
+ * file (under the open lock). */
+int part_leave(struct session *s);
+/* The node's part for a commit of size bytes (at the close when last), or
+ * NULL when no process of the node takes part. Returns 0 or -errno. */
+int part_build(struct session *s, bool last, uint64_t size, struct stg_part **ret);
 
 /* ---- share.c: one captured file, several processes of the node ---- */
 

@@ -7,10 +7,14 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
+#include <linux/falloc.h>
 #include <unistd.h>
 
 #include "internal.h"
+#include "log.h"
 #include "real.h"
 
 #define ENSURE(fn)                        \
@@ -24,6 +28,80 @@ static inline struct session *fast_session(int fd)
 	struct session *s = fdtable_get(fd);
 	return s && s->fast ? s : NULL;
 }
+
+/* ---- shared = job: every write's range is noted (part.c) ---- */
+
+static inline struct session *part_session(int fd)
+{
+	struct session *s = fdtable_get(fd);
+	return s && s->part ? s : NULL;
+}
+
+/* Where a write at off lands (-1: the descriptor's offset, or with O_APPEND
+ * the end; AT_END: the end), asked before it; -1 when that cannot be told. */
+#define AT_END (-2)
+static int64_t part_start(int fd, int64_t off)
+{
+	if (off >= 0)
+		return off;
+	int fl = real_fcntl(fd, F_GETFL);
+	struct stat st;
+	if (off == AT_END || (fl >= 0 && (fl & O_APPEND)))
+		return real_fstat(fd, &st) == 0 ? st.st_size : -1;
+	return real_lseek(fd, 0, SEEK_CUR);
+}
+
+/* Notes what a write that started at at and returned r wrote. */
+static void part_note(struct session *s, int64_t at, ssize_t r)
+{
+	if (r <= 0)
+		return;
+	int saved = errno;
+	if (at < 0) {
+		s->broken = true;
+		shim_log(STG_LOG_ERROR, "'%s': cannot tell where a write landed", s->path);
+	} else {
+		part_wrote(s, (uint64_t)at, (uint64_t)r);
+	}
+	errno = saved;
+}
+
+static uint64_t size_of(int fd)
+{
+	struct stat st;
+	return real_fstat(fd, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* A call that may resize fd's file or zero a range of it ([off, off + len),
+ * len 0: none), through real. */
+#define PART_RESIZE(fd, off, len, call)                                      \
+	do {                                                                 \
+		struct session *p_ = part_session(fd);                       \
+		if (!p_)                                                     \
+			return call;                                         \
+		uint64_t old_ = size_of(fd);                                 \
+		int r_ = call;                                               \
+		int saved_ = errno;                                          \
+		if (r_ == 0) {                                               \
+			part_resized(p_, old_, size_of(fd));                 \
+			if (len)                                             \
+				part_wrote(p_, (uint64_t)(off), (uint64_t)(len)); \
+		}                                                            \
+		errno = saved_;                                              \
+		return r_;                                                   \
+	} while (0)
+
+/* A write (or copy) into fd at off (-1: its offset), through call. */
+#define PART_WRITE(fd, off, call)                                             \
+	do {                                                                 \
+		struct session *p_ = part_session(fd);                       \
+		if (!p_)                                                     \
+			return call;                                         \
+		int64_t at_ = part_start(fd, off);                           \
+		ssize_t r_ = call;                                           \
+		part_note(p_, at_, r_);                                      \
+		return r_;                                                   \
+	} while (0)
 
 void shim_leave_fast(int fd)
 {
@@ -82,7 +160,7 @@ __attribute__((noinline)) static ssize_t write_slow(int fd, const void *buf, siz
 		if (r != FAST_OFF)
 			return r;
 	}
-	return real_write(fd, buf, n);
+	PART_WRITE(fd, -1, real_write(fd, buf, n));
 }
 
 static ssize_t pwrite_common(int fd, const void *buf, size_t n, off_t off,
@@ -95,7 +173,7 @@ static ssize_t pwrite_common(int fd, const void *buf, size_t n, off_t off,
 		if (r != FAST_OFF)
 			return r;
 	}
-	return real(fd, buf, n, off);
+	PART_WRITE(fd, off, real(fd, buf, n, off));
 }
 
 __attribute__((noinline)) static ssize_t pwrite_slow(int fd, const void *buf, size_t n, off_t off)
@@ -119,7 +197,7 @@ __attribute__((noinline)) static ssize_t writev_slow(int fd, const struct iovec 
 		if (r != FAST_OFF)
 			return r;
 	}
-	return real_writev(fd, iov, cnt);
+	PART_WRITE(fd, -1, real_writev(fd, iov, cnt));
 }
 
 static ssize_t pwritev_common(int fd, const struct iovec *iov, int cnt, off_t off, int flags,
@@ -135,9 +213,17 @@ static ssize_t pwritev_common(int fd, const struct iovec *iov, int cnt, off_t of
 	}
 	if (s)
 		shim_leave_fast(fd);
+	struct session *p = part_session(fd);
+	/* (RWF_APPEND writes at the end, whatever off says.) */
+	int64_t at = p ? part_start(fd, v2 && (flags & RWF_APPEND) ? AT_END : off) : -1;
+	ssize_t r;
 	if (v2)
-		return real_pwritev2 ? real_pwritev2(fd, iov, cnt, off, flags) : (errno = ENOSYS, -1);
-	return real_pwritev(fd, iov, cnt, off);
+		r = real_pwritev2 ? real_pwritev2(fd, iov, cnt, off, flags) : (errno = ENOSYS, -1);
+	else
+		r = real_pwritev(fd, iov, cnt, off);
+	if (p)
+		part_note(p, at, r);
+	return r;
 }
 
 SHIM_EXPORT ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
@@ -281,42 +367,46 @@ SHIM_EXPORT int ftruncate(int fd, off_t len)
 {
 	ENSURE(ftruncate);
 	LEAVE_FAST(fd);
-	return real_ftruncate(fd, len);
+	PART_RESIZE(fd, 0, 0, real_ftruncate(fd, len));
 }
 
 SHIM_EXPORT int ftruncate64(int fd, off_t len)
 {
 	ENSURE(ftruncate64);
 	LEAVE_FAST(fd);
-	return (real_ftruncate64 ? real_ftruncate64 : real_ftruncate)(fd, len);
+	PART_RESIZE(fd, 0, 0, (real_ftruncate64 ? real_ftruncate64 : real_ftruncate)(fd, len));
 }
 
 SHIM_EXPORT int fallocate(int fd, int mode, off_t off, off_t len)
 {
 	ENSURE(fallocate);
 	LEAVE_FAST(fd);
-	return real_fallocate(fd, mode, off, len);
+	/* Punching or zeroing a range writes zeros there. */
+	PART_RESIZE(fd, off, mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) ? len : 0,
+		    real_fallocate(fd, mode, off, len));
 }
 
 SHIM_EXPORT int fallocate64(int fd, int mode, off_t off, off_t len)
 {
 	ENSURE(fallocate64);
 	LEAVE_FAST(fd);
-	return (real_fallocate64 ? real_fallocate64 : real_fallocate)(fd, mode, off, len);
+	/* Punching or zeroing a range writes zeros there. */
+	PART_RESIZE(fd, off, mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) ? len : 0,
+		    (real_fallocate64 ? real_fallocate64 : real_fallocate)(fd, mode, off, len));
 }
 
 SHIM_EXPORT int posix_fallocate(int fd, off_t off, off_t len)
 {
 	ENSURE(posix_fallocate);
 	LEAVE_FAST(fd);
-	return real_posix_fallocate(fd, off, len);
+	PART_RESIZE(fd, 0, 0, real_posix_fallocate(fd, off, len));
 }
 
 SHIM_EXPORT int posix_fallocate64(int fd, off_t off, off_t len)
 {
 	ENSURE(posix_fallocate64);
 	LEAVE_FAST(fd);
-	return (real_posix_fallocate64 ? real_posix_fallocate64 : real_posix_fallocate)(fd, off, len);
+	PART_RESIZE(fd, 0, 0, (real_posix_fallocate64 ? real_posix_fallocate64 : real_posix_fallocate)(fd, off, len));
 }
 
 SHIM_EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n)
@@ -324,7 +414,7 @@ SHIM_EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n)
 	ENSURE(sendfile);
 	LEAVE_FAST(out);
 	LEAVE_FAST(in);
-	return real_sendfile(out, in, off, n);
+	PART_WRITE(out, -1, real_sendfile(out, in, off, n));
 }
 
 SHIM_EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t n)
@@ -332,7 +422,7 @@ SHIM_EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t n)
 	ENSURE(sendfile64);
 	LEAVE_FAST(out);
 	LEAVE_FAST(in);
-	return (real_sendfile64 ? real_sendfile64 : real_sendfile)(out, in, off, n);
+	PART_WRITE(out, -1, (real_sendfile64 ? real_sendfile64 : real_sendfile)(out, in, off, n));
 }
 
 SHIM_EXPORT ssize_t copy_file_range(int in, off_t *inoff, int out, off_t *outoff, size_t n,
@@ -341,7 +431,7 @@ SHIM_EXPORT ssize_t copy_file_range(int in, off_t *inoff, int out, off_t *outoff
 	ENSURE(copy_file_range);
 	LEAVE_FAST(out);
 	LEAVE_FAST(in);
-	return real_copy_file_range(in, inoff, out, outoff, n, flags);
+	PART_WRITE(out, outoff ? *outoff : -1, real_copy_file_range(in, inoff, out, outoff, n, flags));
 }
 
 SHIM_EXPORT ssize_t splice(int in, off_t *inoff, int out, off_t *outoff, size_t n, unsigned flags)
@@ -349,7 +439,7 @@ SHIM_EXPORT ssize_t splice(int in, off_t *inoff, int out, off_t *outoff, size_t 
 	ENSURE(splice);
 	LEAVE_FAST(out);
 	LEAVE_FAST(in);
-	return real_splice(in, inoff, out, outoff, n, flags);
+	PART_WRITE(out, outoff ? *outoff : -1, real_splice(in, inoff, out, outoff, n, flags));
 }
 
 /* stdio writes through internal calls the shim cannot see. */
@@ -357,6 +447,13 @@ SHIM_EXPORT FILE *fdopen(int fd, const char *mode)
 {
 	ENSURE(fdopen);
 	LEAVE_FAST(fd);
+	struct session *p = part_session(fd);
+	if (p && mode && strpbrk(mode, "wa+")) {
+		shim_log(STG_LOG_ERROR, "'%s' is shared = job: it cannot be written through "
+			 "stdio (fdopen), whose writes the shim cannot see", p->path);
+		errno = EINVAL;
+		return NULL;
+	}
 	return real_fdopen(fd, mode);
 }
 

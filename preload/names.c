@@ -111,7 +111,7 @@ static int import_real(const char *realpath, const char *abs, const struct stg_p
 		v = stg_commit_fd(shim.cache, abs, rule, fd, (uint64_t)st.st_size,
 				  st.st_mode & 07777,
 				  (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
-				  false, 0);
+				  false, 0, NULL);
 	real_close(fd);
 	if (v < 0)
 		return (int)v;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "log.h"
 #include "real.h"
 
 /* The kernel handed out fd, so any entry the table still has for it is stale:
@@ -156,6 +157,17 @@ static int fopen_flags(const char *mode)
 	return flags;
 }
 
+/* stdio writes through internal calls the shim cannot see, so it cannot note
+ * which ranges a rank wrote: a shared = job file is written with write(). */
+static bool stdio_refused(const struct stg_path_rule *rule, const char *abs, int flags)
+{
+	if (!rule || !rule->shared_job || (flags & O_ACCMODE) == O_RDONLY)
+		return false;
+	shim_log(STG_LOG_ERROR, "'%s' is shared = job: it cannot be written through stdio "
+		 "(fopen), whose writes the shim cannot see", abs);
+	return true;
+}
+
 static FILE *fopen_common(const char *path, const char *mode, FILE *(*real)(const char *, const char *))
 {
 	if (!real)
@@ -169,7 +181,9 @@ static FILE *fopen_common(const char *path, const char *mode, FILE *(*real)(cons
 	int flags = fopen_flags(mode);
 	const struct stg_path_rule *rule =
 		flags < 0 ? NULL : shim_resolve(AT_FDCWD, path, abs, sizeof(abs));
-	int fd = rule ? session_open(abs, rule, flags, 0666, false) : SESSION_PASS;
+	int fd = stdio_refused(rule, abs, flags) ? -EINVAL
+	       : rule				  ? session_open(abs, rule, flags, 0666, false)
+						  : SESSION_PASS;
 	FILE *f;
 	if (fd == SESSION_PASS) {
 		f = real(path, mode);
@@ -256,7 +270,9 @@ static FILE *freopen_common(const char *path, const char *mode, FILE *f,
 	int target = fileno(f);
 	const struct stg_path_rule *rule =
 		flags < 0 || target < 0 ? NULL : shim_resolve(AT_FDCWD, path, abs, sizeof(abs));
-	int fd = rule ? session_open(abs, rule, flags, 0666, false) : SESSION_PASS;
+	int fd = stdio_refused(rule, abs, flags) ? -EINVAL
+	       : rule				  ? session_open(abs, rule, flags, 0666, false)
+						  : SESSION_PASS;
 	FILE *ret = f;
 	if (fd == SESSION_PASS) {
 		shim_busy--;

@@ -259,6 +259,7 @@ static bool last_holder(struct session *s)
 void session_free(struct session *s)
 {
 	fast_discard(s);
+	part_free(s->part);
 	share_unmap(s->share);
 	if (s->holder_fd >= 0) {
 		shim_release_fd(s->holder_fd);
@@ -272,8 +273,10 @@ void session_locks_after_fork(void)
 	/* Another thread may have held one at the fork: start them afresh. */
 	int fd;
 	struct session *s;
-	FDTABLE_EACH(fd, s)
+	FDTABLE_EACH(fd, s) {
 		pthread_mutex_init(&s->fast_lock, NULL);
+		part_locks_after_fork(s->part);
+	}
 }
 
 /* Before fork: each open captured file gets a hold of its own for the child,
@@ -417,7 +420,9 @@ static int join_live(const char *path, const struct stg_path_rule *rule, int fla
 	s->mode = state->exists ? state->mode : mode & ~shim.umask & 07777;
 	s->base_mtime_ns = stg_now_ns();
 	struct stat st;
-	r = real_fstat(live, &st) < 0 ? -errno : 0;
+	r = writing && rule->shared_job ? part_open(s, flags) : 0;
+	if (r == 0 && real_fstat(live, &st) < 0)
+		r = -errno;
 	s->dev = st.st_dev;
 	s->ino = st.st_ino;
 	if (r == 0)
@@ -450,8 +455,13 @@ static int join_live(const char *path, const struct stg_path_rule *rule, int fla
 	}
 	if (r == 0 && writing)
 		take_holder(s, live);
-	if (r == 0 && (flags & O_TRUNC) && acc != O_RDONLY && real_ftruncate(live, 0) < 0)
-		r = -errno;
+	if (r == 0 && (flags & O_TRUNC) && acc != O_RDONLY) {
+		struct stat before;
+		if (real_fstat(live, &before) < 0 || real_ftruncate(live, 0) < 0)
+			r = -errno;
+		else
+			part_resized(s, (uint64_t)before.st_size, 0);
+	}
 	share_unlock(lk);
 	if (r == 0 && s->readonly && s->holder_fd >= 0) {
 		/* A reader holds nothing: its mapped page was all it needed. */
@@ -505,6 +515,8 @@ static int open_new(const char *path, const struct stg_path_rule *rule, int flag
 	if (!s)
 		return -ENOMEM;
 	s->readonly = !writing;
+	if (writing && rule->shared_job && (r = part_open(s, flags)) < 0)
+		goto out_free;
 	int fd = create_shadow(path);
 	if (fd < 0) {
 		r = fd;
@@ -545,15 +557,21 @@ static int open_new(const char *path, const struct stg_path_rule *rule, int flag
 	if (r < 0)
 		goto out_close;
 	take_holder(s, fd);
-	if (writing && s->share)
+	if (writing && s->share) {
 		share_begin(s->share, s->mode);
+		part_begin(s->holder_fd);
+	}
+	/* A truncation is a write: the bytes before it are not this node's. */
+	if (truncate && visible)
+		part_resized(s, state->size, 0);
 	/* Other processes opening it from now on join this shadow. */
 	if (writing && share_name(fd, path) < 0)
 		stg_debug("'%s' cannot be shared with other processes: %s", path,
 			  strerror(errno));
 	/* A new or truncated file written by write() calls (not stdio: its
 	 * writes bypass the hooks) can take the fast path. */
-	if (changed && allow_fast && acc != O_RDONLY && fast_enabled() && fast_start(s) < 0)
+	if (changed && allow_fast && acc != O_RDONLY && !s->part && fast_enabled() &&
+	    fast_start(s) < 0)
 		stg_debug("no fast path for '%s'", path);
 	r = fdtable_set(fd, s);
 	if (r < 0)
@@ -661,7 +679,8 @@ static int commit_through(struct session *s, int fd, bool last, uint64_t replace
 	/* The shadow's mtime is shared by every process holding it: whoever
 	 * commits first parks it, so a file is committed once, not once per
 	 * process that had it open (a shell and the command it redirected). */
-	if (is_sentinel(&st)) {
+	/* (A part commits even unchanged: its ranks must be counted.) */
+	if (is_sentinel(&st) && !s->part) {
 		if (!s->meta_dirty)
 			return 0;
 		int r = amend_meta(s);
@@ -680,21 +699,26 @@ static int commit_through(struct session *s, int fd, bool last, uint64_t replace
 	/* (an empty new file is committed here: nothing to wait for, and it
 	 * is published open, which the helper would not know) */
 	if (last && s->rule->durability == STG_DURABILITY_ASYNC &&
-	    !(s->created && st.st_size == 0) &&
+	    !(s->created && st.st_size == 0) && !s->part &&
 	    background_commit(s, fd, version_mode(s), mtime, replaces) == 0) {
 		s->meta_dirty = false;
 		s->mtime_set = false;
 		*ret_committed = true;
 		return 0;
 	}
+	struct stg_part *part = NULL;
+	int r = part_build(s, last, (uint64_t)st.st_size, &part);
+	if (r < 0)
+		return -EIO;
 	char link[64];
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 	int rfd = real_open(link, O_RDONLY | O_CLOEXEC);
 	int64_t v = stg_commit_fd(shim.cache, s->path, s->rule, rfd >= 0 ? rfd : fd,
 				  (uint64_t)st.st_size, version_mode(s), mtime,
-				  !last || (s->created && st.st_size == 0), replaces);
+				  !last || (s->created && st.st_size == 0), replaces, part);
 	if (rfd >= 0)
 		real_close(rfd);
+	stg_part_free(part);
 	if (v < 0) {
 		/* Unpark: the content still has to be committed. */
 		struct timespec now[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_nsec = UTIME_NOW}};
@@ -766,6 +790,8 @@ int session_commit(struct session *s, int fd, bool last)
 		 * goes on: what our fast path staged goes to the shadow first. */
 		if (s->fast)
 			r = fast_materialize(s, fd);
+		if (r == 0)
+			r = part_leave(s);
 	} else {
 		r = commit_locked(s, fd, true);
 		share_unname(fd, s->path);

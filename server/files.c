@@ -96,7 +96,9 @@ static int same_path(int filedirfd, const char *path)
 }
 
 /* Opens uid's entry of path (creating it with create), flock'ed with op.
- * Returns the descriptor, -ENOENT or -errno. */
+ * Returns the descriptor, -ENOENT, -ENOTUNIQ (another path has its file id:
+ * not -EEXIST, which a put returns only for a version held under its id) or
+ * -errno. */
 static int open_file(struct stg_files *f, uint32_t uid, const char *path, bool create, int op)
 {
 	char uidname[16], id[STG_HASH_HEX_LEN + 1];
@@ -121,7 +123,7 @@ static int open_file(struct stg_files *f, uint32_t uid, const char *path, bool c
 			r = 1;
 	}
 	if (r == 0)
-		r = create ? -EEXIST : -ENOENT;
+		r = create ? -ENOTUNIQ : -ENOENT;
 	if (r < 0)
 		goto out_close;
 	return fd;

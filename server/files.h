@@ -17,9 +17,9 @@ void stg_files_free(struct stg_files *f);
 
 /* Stores an encoded manifest (already validated) of path for uid as version
  * m->version, atomically and durably (replacing one of the same id only if
- * its chunks are the same: -EEXIST otherwise), then applies retention
- * (stg_catalog_prune: keep closed versions, 0 keeps all). Returns how many
- * versions were removed, or -errno. */
+ * its chunks are the same: -EEXIST otherwise, and only then), then applies
+ * retention (stg_catalog_prune: keep closed versions, 0 keeps all). Returns
+ * how many versions were removed, or -errno. */
 int stg_files_put(struct stg_files *f, uint32_t uid, const char *path, const uint8_t *mf,
 		  size_t len, uint64_t version, uint32_t keep);
 

@@ -142,7 +142,10 @@ static int on_put_manifest(struct session *s, const struct stg_msg *req)
 		m.missing.entries = missing;
 		r = reply(s, &m, req->tag);
 	} else if (removed < 0) {
-		stg_log_errno(STG_LOG_ERROR, removed, "storing version %llu of '%s' (uid %u)",
+		/* A held id is refused as EXIST: the client re-mints its version
+		 * (docs/FORMAT.md, "Version ids"), so it is no failure here. */
+		stg_log_errno(removed == -EEXIST ? STG_LOG_WARN : STG_LOG_ERROR, removed,
+			      "storing version %llu of '%s' (uid %u)",
 			      (unsigned long long)stg_version_seq(mf.version), path, s->uid);
 		r = stg_conn_send_error(&s->conn, req->tag, removed, "cannot store the manifest: %s",
 					removed == -EEXIST ? "another version is held under its id"

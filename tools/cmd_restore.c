@@ -14,6 +14,7 @@
 
 #include "catalog.h"
 #include "gc.h"
+#include "jobversion.h"
 #include "materialize.h"
 #include "pack.h"
 #include "pipeline.h"
@@ -148,64 +149,100 @@ struct source {
 	uint64_t servers; /* with remote: the servers that listed the version */
 };
 
-static int write_version(const struct source *src, const char *path, uint64_t version,
-			 struct stg_manifest *m, const char *to);
+/* The other parts of a job's version, laid over the first (jobversion.h). */
+struct overlay {
+	const struct source *srcs;
+	const struct stg_manifest *parts;
+	size_t n;
+};
 
-/* Reads the manifest of version id (shown as number) from the cache. 0, or 1
- * after saying why. */
-static int local_manifest(struct stg_cache *cache, const char *path, uint64_t id,
-			  uint64_t number, struct stg_manifest *m)
+static int write_version(const struct source *src, const char *path, uint64_t version,
+			 struct stg_manifest *m, const struct overlay *over, const char *to);
+
+/* Rebuilds m's content into fd from src. 0, or 1 after saying why. */
+static int fill(const struct source *src, const char *path, uint64_t version,
+		const struct stg_manifest *m, int fd, const char *dest)
 {
-	struct stg_catalog_file f;
-	int r = stg_catalog_lock(cache, path, false, &f);
-	if (r < 0) {
-		tool_error("restore: '%s' is not staged", path);
+	struct progress pr = {.path = path, .last = -1,
+			      .on = isatty(STDERR_FILENO) && m->size >= PROGRESS_MIN_BYTES};
+	struct stg_materialize_error me;
+	uint64_t bad_chunk = 0;
+	int r = src->cache ? tool_materialize(src->cache, m, fd, show_progress, &pr, &me)
+			   : remote_materialize(src->remote, path, m, fd, show_progress, &pr,
+						&bad_chunk);
+	if (pr.on && r < 0)
+		fputc('\n', stderr);
+	if (r < 0 && src->cache) {
+		char rel[48];
+		stg_pack_relpath(me.entry.pack, rel);
+		if (r == -EBADMSG || r == -ENOENT)
+			tool_error("restore: '%s' version %" PRIu64 ": chunk %" PRIu64
+				   " is %s (%s at offset %" PRIu64 "); nothing was written",
+				   path, version, me.chunk, r == -EBADMSG ? "corrupt" : "missing", rel,
+				   me.entry.offset);
+		else
+			tool_error("restore: writing '%s': %s", dest, strerror(-r));
 		return 1;
 	}
-	r = stg_catalog_read(f.dirfd, id, m);
-	char fid[STG_HASH_HEX_LEN + 1];
-	memcpy(fid, f.id, sizeof(fid));
-	stg_catalog_unlock(&f);
 	if (r < 0) {
-		tool_error("restore: '%s' version %" PRIu64 ": %s (files/%s)", path, number,
-			   r == -EBADMSG ? "the manifest is corrupt"
-			   : r == -ENOENT ? "it left the cache meanwhile" : strerror(-r), fid);
+		if (r == -EBADMSG || r == -ENOENT)
+			tool_error("restore: '%s' version %" PRIu64 ": no server has a good copy of "
+				   "chunk %" PRIu64 "; nothing was written",
+				   path, version, bad_chunk);
+		else
+			tool_error("restore: '%s' version %" PRIu64 ": %s; nothing was written", path,
+				   version, strerror(-r));
 		return 1;
 	}
 	return 0;
 }
 
-static int restore_local(struct stg_cache *cache, const char *path, uint64_t id,
-			 uint64_t number, const char *to)
+/* Lays each further part's ranges over fd: each part is rebuilt into an
+ * unnamed file beside it, and what its node wrote copied over. 0, or 1. */
+static int lay_over(const struct overlay *over, const char *path, uint64_t version, int dirfd,
+		    int fd, const char *dest)
 {
-	/* Keeps the collector from moving or deleting packs under the restore. */
-	int pin = stg_gc_pin(cache);
-	struct stg_manifest m;
-	struct source src = {.cache = cache};
-	int r = local_manifest(cache, path, id, number, &m);
-	if (r == 0)
-		r = write_version(&src, path, number, &m, to);
-	stg_gc_unpin(pin);
-	return r;
-}
-
-static int restore_remote(struct remote *rm, const char *path, uint64_t id, uint64_t number,
-			  uint64_t servers, const char *to)
-{
-	struct stg_manifest m;
-	int r = remote_get_manifest(rm, path, id, servers, &m);
-	if (r < 0) {
-		tool_error("restore: cannot fetch version %" PRIu64 " of '%s' from the servers: %s",
-			   number, path, strerror(-r));
+	enum { BUF = 1 << 20 };
+	uint8_t *buf = malloc(BUF);
+	if (!buf) {
+		tool_error("restore: out of memory");
 		return 1;
 	}
-	struct source src = {.remote = rm, .servers = servers};
-	return write_version(&src, path, number, &m, to);
+	int failed = 0;
+	for (size_t i = 0; i < over->n && !failed; i++) {
+		const struct stg_manifest *m = &over->parts[i];
+		int t = openat(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+		if (t < 0) {
+			tool_error("restore: cannot write next to '%s': %s", dest, strerror(errno));
+			failed = 1;
+			break;
+		}
+		failed = fill(&over->srcs[i], path, version, m, t, dest);
+		for (uint32_t e = 0; e < m->part->nextents && !failed; e++) {
+			const struct stg_extent *x = &m->part->extents[e];
+			for (uint64_t at = x->off; at < x->off + x->len && !failed;) {
+				size_t len = x->off + x->len - at < BUF ? (size_t)(x->off + x->len - at) : BUF;
+				int r = stg_pread_all(t, buf, len, (off_t)at);
+				if (r == 0)
+					r = stg_pwrite_all(fd, buf, len, (off_t)at);
+				if (r < 0) {
+					tool_error("restore: merging the parts of '%s': %s", dest,
+						   strerror(-r));
+					failed = 1;
+				}
+				at += len;
+			}
+		}
+		close(t);
+	}
+	free(buf);
+	return failed;
 }
 
-/* Writes m's content to path (below to), atomically; consumes m. */
+/* Writes m's content to path (below to), atomically; consumes m. With over,
+ * m is the first part of a job's version and the others are laid over it. */
 static int write_version(const struct source *src, const char *path, uint64_t version,
-			 struct stg_manifest *m_in, const char *to)
+			 struct stg_manifest *m_in, const struct overlay *over, const char *to)
 {
 	struct stg_manifest m = *m_in;
 	int rootfd = open(to ? to : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -229,7 +266,8 @@ static int write_version(const struct source *src, const char *path, uint64_t ve
 	snprintf(tmp, sizeof(tmp), ".%.200s.stagehand-restore.%d", name, (int)getpid());
 	/* Written with O_DIRECT where possible: the data goes straight to the
 	 * disk instead of through the page cache, and the final fsync is short. */
-	int direct = src->cache ? O_DIRECT : 0; /* fetched chunks are not aligned */
+	/* (Not for fetched chunks, which are not aligned, nor for merges.) */
+	int direct = src->cache && !over ? O_DIRECT : 0;
 	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | direct,
 			0600);
 	if (fd < 0 && errno == EINVAL)
@@ -240,36 +278,22 @@ static int write_version(const struct source *src, const char *path, uint64_t ve
 		stg_manifest_done(&m);
 		return 1;
 	}
-	struct progress pr = {.path = path, .last = -1,
-			      .on = isatty(STDERR_FILENO) && m.size >= PROGRESS_MIN_BYTES};
-	struct stg_materialize_error me;
-	uint64_t bad_chunk = 0;
-	int r = src->cache ? tool_materialize(src->cache, &m, fd, show_progress, &pr, &me)
-			   : remote_materialize(src->remote, path, &m, fd, show_progress, &pr,
-						&bad_chunk);
-	if (pr.on && r < 0)
-		fputc('\n', stderr);
-	if (r < 0 && src->cache) {
-		char rel[48];
-		stg_pack_relpath(me.entry.pack, rel);
-		if (r == -EBADMSG || r == -ENOENT)
-			tool_error("restore: '%s' version %" PRIu64 ": chunk %" PRIu64
-				   " is %s (%s at offset %" PRIu64 "); nothing was written",
-				   path, version, me.chunk, r == -EBADMSG ? "corrupt" : "missing", rel,
-				   me.entry.offset);
-		else
-			tool_error("restore: writing '%s': %s", dest, strerror(-r));
+	if (fill(src, path, version, &m, fd, dest))
 		goto out_unlink;
-	}
-	if (r < 0) {
-		if (r == -EBADMSG || r == -ENOENT)
-			tool_error("restore: '%s' version %" PRIu64 ": no server has a good copy of "
-				   "chunk %" PRIu64 "; nothing was written",
-				   path, version, bad_chunk);
-		else
-			tool_error("restore: '%s' version %" PRIu64 ": %s; nothing was written", path,
-				   version, strerror(-r));
-		goto out_unlink;
+	uint64_t size = m.size;
+	if (over) {
+		if (lay_over(over, path, version, dirfd, fd, dest))
+			goto out_unlink;
+		/* The longest part's length; the newest part's metadata. */
+		for (size_t i = 0; i < over->n; i++) {
+			size = over->parts[i].size > size ? over->parts[i].size : size;
+			m.mode = over->parts[i].mode;
+			m.mtime_ns = over->parts[i].mtime_ns;
+		}
+		if (ftruncate(fd, (off_t)size) < 0) {
+			tool_error("restore: finishing '%s': %s", dest, strerror(errno));
+			goto out_unlink;
+		}
 	}
 	struct timespec times[2] = {
 		{.tv_sec = m.mtime_ns / 1000000000, .tv_nsec = m.mtime_ns % 1000000000},
@@ -286,8 +310,8 @@ static int write_version(const struct source *src, const char *path, uint64_t ve
 	fsync(dirfd);
 	close(fd);
 	close(dirfd);
-	printf("restored %s version %" PRIu64 " (%" PRIu64 " bytes) to %s%s\n", path, version, m.size,
-	       dest, src->cache ? "" : " from the servers");
+	printf("restored %s version %" PRIu64 " (%" PRIu64 " bytes) to %s%s\n", path, version, size,
+	       dest, over ? ", merged from its nodes' parts" : src->cache ? "" : " from the servers");
 	stg_manifest_done(&m);
 	return 0;
 out_unlink:
@@ -349,6 +373,140 @@ static bool in_cache(struct stg_cache *cache, const char *path, uint64_t id)
 	return found;
 }
 
+/* The manifest of version id of path, from the cache when it has it, else
+ * from the servers that listed it, and where it came from. 0 or -errno. */
+static int load_version(struct stg_cache *cache, struct remote *rm,
+			const struct remote_version *rv, size_t nrv, const char *path, uint64_t id,
+			struct stg_manifest *m, struct source *src)
+{
+	struct stg_catalog_file f;
+	int r = -ENOENT;
+	if (in_cache(cache, path, id) && stg_catalog_lock(cache, path, false, &f) == 0) {
+		r = stg_catalog_read(f.dirfd, id, m);
+		stg_catalog_unlock(&f);
+		if (r == 0) {
+			*src = (struct source){.cache = cache};
+			return 0;
+		}
+	}
+	if (!rm)
+		return r; /* (a corrupt one in the cache: the servers may have it) */
+	uint64_t servers = 0;
+	for (size_t i = 0; i < nrv; i++)
+		if (rv[i].e.version == id && strcmp(rv[i].path, path) == 0)
+			servers = rv[i].servers;
+	*src = (struct source){.remote = rm, .servers = servers};
+	return remote_get_manifest(rm, path, id, servers, m);
+}
+
+/* Restores version number (0: the newest complete one) of a path that has
+ * parts of job versions among ids (n of them): every manifest is read, the
+ * parts grouped (jobversion.h) and a job version's parts merged. */
+static int restore_job_version(struct stg_cache *cache, struct remote *rm,
+			       const struct remote_version *rv, size_t nrv, const char *path,
+			       const uint64_t *ids, size_t n, uint64_t number, const char *to)
+{
+	struct stg_manifest *ms = calloc(n, sizeof(*ms));
+	struct source *srcs = calloc(n, sizeof(*srcs));
+	uint64_t *vids = calloc(n, sizeof(*vids)), *numbers = calloc(n, sizeof(*numbers));
+	int *err = calloc(n, sizeof(*err));
+	struct job_version *v = NULL;
+	ssize_t nv = 0;
+	size_t loaded = 0;
+	int failed = 1;
+	if (!ms || !srcs || !vids || !numbers || !err) {
+		tool_error("restore: out of memory");
+		goto out;
+	}
+	/* One that cannot be read counts as a whole version: it keeps its
+	 * number, and fails only when it is the one restored. */
+	for (; loaded < n; loaded++) {
+		err[loaded] = load_version(cache, rm, rv, nrv, path, ids[loaded], &ms[loaded],
+					   &srcs[loaded]);
+		if (err[loaded] < 0)
+			ms[loaded] = (struct stg_manifest){0};
+	}
+	nv = job_versions(ms, ids, n, &v);
+	if (nv < 0) {
+		tool_error("restore: out of memory");
+		goto out;
+	}
+	for (ssize_t i = 0; i < nv; i++)
+		vids[i] = v[i].id;
+	stg_version_numbers(vids, (size_t)nv, numbers);
+	ssize_t pick = -1;
+	if (number) {
+		for (ssize_t i = 0; i < nv; i++)
+			if (numbers[i] == number)
+				pick = i;
+		if (pick < 0) {
+			tool_error("restore: '%s' has no version %" PRIu64 " (it has %" PRIu64
+				   " to %" PRIu64 ")", path, number, numbers[0], numbers[nv - 1]);
+			goto out;
+		}
+		if (!v[pick].complete) {
+			tool_error("restore: '%s' version %" PRIu64 " is incomplete: %s (job %s) "
+				   "never reached the servers or this cache", path, number,
+				   v[pick].missing, ms[v[pick].parts[0]].part->job);
+			goto out;
+		}
+	} else {
+		for (ssize_t i = nv; i-- > 0 && pick < 0;)
+			if (v[i].complete)
+				pick = i;
+		if (pick != nv - 1)
+			tool_error("restore: '%s' version %" PRIu64 " is incomplete (%s missing)%s",
+				   path, numbers[nv - 1], v[nv - 1].missing,
+				   pick < 0 ? ", and no version is complete" : "");
+		if (pick < 0)
+			goto out;
+		if (pick != nv - 1)
+			fprintf(stderr, "restore: '%s': restoring version %" PRIu64
+				", the newest complete one\n", path, numbers[pick]);
+		number = numbers[pick];
+	}
+	const struct job_version *jv = &v[pick];
+	size_t first = jv->parts[0];
+	if (err[first] < 0) {
+		tool_error("restore: '%s' version %" PRIu64 ": %s", path, number,
+			   err[first] == -EBADMSG ? "the manifest is corrupt"
+			   : err[first] == -ENOENT ? "it left the cache meanwhile"
+						: strerror(-err[first]));
+		goto out;
+	}
+	struct stg_manifest base = ms[first];
+	ms[first] = (struct stg_manifest){0}; /* write_version consumes it */
+	if (!jv->is_job || jv->nparts == 1) {
+		failed = write_version(&srcs[first], path, number, &base, NULL, to);
+		goto out;
+	}
+	struct stg_manifest *parts = calloc(jv->nparts, sizeof(*parts));
+	struct source *psrcs = calloc(jv->nparts, sizeof(*psrcs));
+	if (parts && psrcs) {
+		for (size_t i = 1; i < jv->nparts; i++) {
+			parts[i - 1] = ms[jv->parts[i]];
+			psrcs[i - 1] = srcs[jv->parts[i]];
+		}
+		struct overlay over = {.srcs = psrcs, .parts = parts, .n = jv->nparts - 1};
+		failed = write_version(&srcs[first], path, number, &base, &over, to);
+	} else {
+		tool_error("restore: out of memory");
+		stg_manifest_done(&base);
+	}
+	free(parts);
+	free(psrcs);
+out:
+	for (size_t i = 0; i < loaded; i++)
+		stg_manifest_done(&ms[i]);
+	job_versions_free(v, nv > 0 ? (size_t)nv : 0);
+	free(ms);
+	free(srcs);
+	free(vids);
+	free(numbers);
+	free(err);
+	return failed;
+}
+
 /* Restores version number (0: the newest) of path: from the cache when it
  * has that version, else from the servers that listed it. */
 static int restore_path(struct stg_cache *cache, struct remote *rm,
@@ -361,47 +519,51 @@ static int restore_path(struct stg_cache *cache, struct remote *rm,
 		tool_error("restore: cannot read the versions of '%s': %s", path, strerror((int)-n));
 		return 1;
 	}
-	uint64_t id = 0, first = 0, last = 0;
-	if (n > 0) {
-		uint64_t *numbers = malloc((size_t)n * sizeof(*numbers));
-		if (!numbers) {
-			free(ids);
-			tool_error("restore: out of memory");
-			return 1;
-		}
-		stg_version_numbers(ids, (size_t)n, numbers);
-		first = numbers[0];
-		last = numbers[n - 1];
-		id = number ? stg_version_by_number(ids, (size_t)n, number) : ids[n - 1];
-		free(numbers);
-		if (!number)
-			number = last;
+	if (n == 0) {
+		free(ids);
+		tool_error("restore: '%s' is not staged", path);
+		return 1;
 	}
 	/* What this node writes of the path next must be newer than what the
 	 * servers hold (a replacement node restores before it goes on). */
-	if (n > 0 && cache)
+	if (cache)
 		stg_catalog_note_seen(cache, path, ids[n - 1]);
+	/* A path shared by a job's nodes, or a version asked by number (which
+	 * counts job versions once): every manifest is needed. Else the newest
+	 * one's tells. */
+	struct stg_manifest newest;
+	struct source src;
+	int pin = cache ? stg_gc_pin(cache) : -1;
+	int r = load_version(cache, rm, rv, nrv, path, ids[n - 1], &newest, &src);
+	int failed;
+	if (r == -EBADMSG && !number) {
+		uint64_t *numbers = malloc((size_t)n * sizeof(*numbers));
+		if (numbers)
+			stg_version_numbers(ids, (size_t)n, numbers);
+		tool_error("restore: '%s' version %" PRIu64 ": the manifest is corrupt", path,
+			   numbers ? numbers[n - 1] : 0);
+		free(numbers);
+		failed = 1;
+	} else if (r == 0 && !newest.part && !number) {
+		uint64_t *numbers = malloc((size_t)n * sizeof(*numbers));
+		if (numbers) {
+			stg_version_numbers(ids, (size_t)n, numbers);
+			failed = write_version(&src, path, numbers[n - 1], &newest, NULL, to);
+		} else {
+			tool_error("restore: out of memory");
+			stg_manifest_done(&newest);
+			failed = 1;
+		}
+		free(numbers);
+	} else {
+		if (r == 0)
+			stg_manifest_done(&newest);
+		failed = restore_job_version(cache, rm, rv, nrv, path, ids, (size_t)n, number, to);
+	}
+	if (pin >= 0)
+		stg_gc_unpin(pin);
 	free(ids);
-	if (!id) {
-		if (n == 0)
-			tool_error("restore: '%s' is not staged", path);
-		else
-			tool_error("restore: '%s' has no version %" PRIu64 " (it has %" PRIu64
-				   " to %" PRIu64 "%s)",
-				   path, number, first, last, rm ? ", here or on the servers" : "");
-		return 1;
-	}
-	if (in_cache(cache, path, id))
-		return restore_local(cache, path, id, number, to);
-	if (!rm) {
-		tool_error("restore: '%s' version %" PRIu64 " left the cache meanwhile", path, number);
-		return 1;
-	}
-	uint64_t servers = 0;
-	for (size_t i = 0; i < nrv; i++)
-		if (rv[i].e.version == id && strcmp(rv[i].path, path) == 0)
-			servers = rv[i].servers;
-	return restore_remote(rm, path, id, number, servers, to);
+	return failed;
 }
 
 int cmd_restore(int argc, char **argv)

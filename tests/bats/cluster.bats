@@ -146,6 +146,41 @@ restores_from_servers() {
 	restores_from_servers "$T/a.conf" 4
 }
 
+# manifest_ids CACHE: the ids of the versions in a node cache (of its one
+# path), as decimal numbers.
+manifest_ids() {
+	ls "$1/files/"*/ | sed -n 's/^v0*\([0-9]*\)\.mf$/\1/p'
+}
+
+@test "two nodes mint the same id for one path: the second is re-minted and shipped, both versions restore" {
+	start_servers 3
+	cluster_policy "$T/a.conf" "$T/cacheA" "$CKPT/**"
+	cluster_policy "$T/b.conf" "$T/cacheB" "$CKPT/**"
+	cluster_policy "$T/c.conf" "$T/cacheC" "$CKPT/**"
+	random_file "$T/c1" 300001
+	random_file "$T/c2" 300002
+	# Both nodes read the same instant from their clocks (a test hook of
+	# common/builder.c): with the same history (none), they mint the same
+	# id, as two nodes closing a checkpoint in the same millisecond do.
+	local now idA idB
+	now=$(date +%s%N)
+	STAGEHAND_TEST_CLOCK_NS=$now STAGEHAND_POLICY="$T/a.conf" shim cp "$T/c1" "$CKPT/f"
+	flushed "$T/a.conf"
+	STAGEHAND_TEST_CLOCK_NS=$now STAGEHAND_POLICY="$T/b.conf" shim cp "$T/c2" "$CKPT/f"
+	# the servers refuse the id A took: B ships its version under the next
+	# id with the same sequence number
+	flushed "$T/b.conf"
+	idA=$(manifest_ids "$T/cacheA")
+	idB=$(manifest_ids "$T/cacheB")
+	grep -q "'$CKPT/f' version 1: another node took its id on .*; shipped as id $idB\$" \
+		"$T/cacheB/flusher.log" || fail "B's flusher log: $(cat "$T/cacheB/flusher.log")"
+	[ "$idB" -eq $((idA + 1048576)) ] || fail "B's version has id $idB, A's $idA"
+	queue_empty "$T/cacheB" && [ -n "$(find "$T/cacheB/files" -name "v*$idB.rep")" ] &&
+		[ -z "$(find "$T/cacheB/files" -name "v*$idA.*")" ] || fail "cache B: $(find "$T/cacheB")"
+	# the servers hold both versions: version 1 is A's checkpoint, 2 B's
+	restores_from_servers "$T/c.conf" 2
+}
+
 @test "kill -9 of a server in the middle of a flush: the flush completes on the others; restarted, it recovers its chunks" {
 	start_servers 3
 	cluster_default_policy chunk_size=1M
@@ -853,4 +888,86 @@ EOP
 	STAGEHAND_FLUSHER=/bin/true shim cp /etc/hostname "$CKPT/g"
 	wait_for "$WAIT" queue_empty "$CACHE"
 	wait_for "$WAIT" grep -q "'$CKPT/g' version 1 replicated" "$T/flusher2.log"
+}
+
+# Shared files across nodes (docs/CAPTURE.md, "Shared files across nodes").
+
+RANK_WRITER="$BATS_TEST_DIRNAME/../progs/rank-writer.py"
+
+# ranks POLICY JOB SEED CHECKPOINTS RANK...: those ranks of a 4-rank job write
+# their stripes of $CKPT/f at once, through the shim, on the node of POLICY;
+# the job's ranks meet at a barrier after each checkpoint ($T/barrier-JOB).
+ranks() {
+	local policy="$1" job="$2" seed="$3" ckpts="$4" r pids=()
+	shift 4
+	mkdir -p "$T/barrier-$job"
+	for r in "$@"; do
+		STAGEHAND_POLICY="$policy" STAGEHAND_JOB="$job" STAGEHAND_RANK="$r" STAGEHAND_RANKS=4 \
+			shim "$PYTHON" "$RANK_WRITER" "$CKPT/f" "$r" 4 "$seed" "$ckpts" \
+			"$T/barrier-$job" &
+		pids+=($!)
+	done
+	for r in "${pids[@]}"; do wait "$r" || fail "a rank failed"; done
+}
+
+# reference OUT SEED CHECKPOINTS: the file the job's last checkpoint leaves.
+reference() {
+	local r
+	for r in 0 1 2 3; do "$PYTHON" "$RANK_WRITER" "$1" "$r" 4 "$2" "$3"; done
+}
+
+@test "shared = job: ranks on two nodes write one file; each node ships its part, an empty node restores it whole, a missing part is never complete" {
+	start_servers 3
+	cluster_policy "$T/a.conf" "$T/cacheA" "$CKPT/**" shared=job
+	cluster_policy "$T/b.conf" "$T/cacheB" "$CKPT/**" shared=job
+	cluster_policy "$T/c.conf" "$T/cacheC" "$CKPT/**" shared=job
+	mkdir -p "$CKPT"
+	reference "$T/c1" 1 1
+	reference "$T/c2" 1 2
+	local size; size=$(stat -c %s "$T/c2")
+	# job 1: ranks 0 and 2 on node A, 1 and 3 on node B, two checkpoints
+	ranks "$T/a.conf" job-1 1 2 0 2 &
+	local a=$!
+	ranks "$T/b.conf" job-1 1 2 1 3 || fail "node B"
+	wait "$a" || fail "node A"
+	flushed "$T/a.conf"
+	flushed "$T/b.conf"
+	# each node stored about its own half (lz4 makes the other half's
+	# slivers in its chunks small), not the whole file
+	local ua ub
+	ua=$(od -An -tu8 -N8 "$T/cacheA/usage" | tr -d ' ')
+	ub=$(od -An -tu8 -N8 "$T/cacheB/usage" | tr -d ' ')
+	((ua < size * 2 * 7 / 10 && ub < size * 2 * 7 / 10)) ||
+		fail "node A stored $ua bytes, node B $ub, of 2 checkpoints of $size"
+	# a node with an empty cache: the newest checkpoint, merged, byte for byte
+	rm -rf "$BACK"
+	run "$STAGEHAND" restore --policy "$T/c.conf" --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore: $output"
+	[[ "$output" == *"merged from its nodes' parts"* ]] || fail "restore: $output"
+	cmp "$T/c2" "$BACK$CKPT/f" || fail "the newest restore is not checkpoint 2"
+	rm -rf "$BACK"
+	run restore_to "$T/c.conf" 1 "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore --version 1: $output"
+	cmp "$T/c1" "$BACK$CKPT/f" || fail "version 1 is not checkpoint 1"
+
+	# job 2: node B dies before its part reaches a server (its cache
+	# ships nowhere)
+	cluster_policy "$T/b-lost.conf" "$T/cacheB2" "$CKPT/**" shared=job
+	sed -i '/^\[cluster\]/,/^\[path/{/^\[path/!d}' "$T/b-lost.conf"
+	ranks "$T/a.conf" job-2 2 1 0 2 &
+	a=$!
+	ranks "$T/b-lost.conf" job-2 2 1 1 3 || fail "node B"
+	wait "$a" || fail "node A"
+	flushed "$T/a.conf"
+	rm -rf "$BACK" "$T/cacheC"
+	run "$STAGEHAND" restore --policy "$T/c.conf" --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore of the newest complete version: $output"
+	[[ "$output" == *"version 3 is incomplete (ranks 1, 3 of 4 missing)"* ]] || fail "$output"
+	[[ "$output" == *"restoring version 2, the newest complete one"* ]] || fail "$output"
+	cmp "$T/c2" "$BACK$CKPT/f" || fail "the newest complete version is not checkpoint 2"
+	rm -rf "$BACK"
+	run restore_to "$T/c.conf" 3 "$BACK" "$CKPT/f"
+	[ "$status" -ne 0 ] || fail "an incomplete version restored: $output"
+	[[ "$output" == *"version 3 is incomplete: ranks 1, 3 of 4 (job job-2)"* ]] || fail "$output"
+	[ ! -e "$BACK$CKPT/f" ]
 }

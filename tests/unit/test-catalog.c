@@ -7,6 +7,7 @@
 #include "catalog.h"
 #include "harness.h"
 #include "materialize.h"
+#include "queue.h"
 #include "version.h"
 
 static struct stg_path_rule rule = {
@@ -14,11 +15,14 @@ static struct stg_path_rule rule = {
 	.durability = STG_DURABILITY_LOCAL, .keep = 3,
 };
 
-static int64_t stage(struct stg_cache *c, const char *path, const uint8_t *data, size_t n,
-		     struct stg_builder_stats *ret_stats)
+/* Stages a version, open (as fsync makes) or superseding the open version
+ * replaces (0: none). */
+static int64_t stage_open(struct stg_cache *c, const char *path, const uint8_t *data, size_t n,
+			  bool open, uint64_t replaces, struct stg_builder_stats *ret_stats)
 {
 	struct stg_builder *b;
 	CHECK_EQ(stg_builder_new(c, path, &rule, &b), 0);
+	stg_builder_set_open(b, open, replaces);
 	for (size_t off = 0, i = 0; off < n; off += 65536, i++)
 		CHECK_EQ(stg_builder_add(b, i, data + off, n - off < 65536 ? n - off : 65536), 0);
 	int64_t v = stg_builder_commit(b, n, 0644, 1000);
@@ -26,6 +30,27 @@ static int64_t stage(struct stg_cache *c, const char *path, const uint8_t *data,
 		*ret_stats = *stg_builder_stats(b);
 	stg_builder_free(b);
 	return v;
+}
+
+static int64_t stage(struct stg_cache *c, const char *path, const uint8_t *data, size_t n,
+		     struct stg_builder_stats *ret_stats)
+{
+	return stage_open(c, path, data, n, false, 0, ret_stats);
+}
+
+/* Is version of path queued? */
+static bool queued(struct stg_cache *c, const char *path, uint64_t version)
+{
+	char id[STG_HASH_HEX_LEN + 1];
+	stg_catalog_file_id(path, id);
+	struct stg_queue_item *items;
+	size_t n;
+	bool found = false;
+	CHECK_EQ(stg_queue_list(c, &items, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		found |= strcmp(items[i].id, id) == 0 && items[i].version == version;
+	free(items);
+	return found;
 }
 
 /* The version's bytes, rebuilt through a temporary file. */
@@ -47,6 +72,110 @@ static uint8_t *read_version(struct stg_cache *c, const char *path, uint64_t ver
 	fclose(tmp);
 	stg_manifest_done(&m);
 	return buf;
+}
+
+/* The flusher re-mints a version whose id a server holds for another node. */
+static void test_remint(struct stg_cache *c, const uint8_t *data, size_t n)
+{
+	const uint64_t step = UINT64_C(1) << STG_VERSION_SEQ_BITS;
+	c->ship = true; /* versions are queued */
+	uint64_t r1 = (uint64_t)stage(c, "/ckpt/r", data, n, NULL);
+	uint64_t r2 = (uint64_t)stage(c, "/ckpt/r", data, n / 2, NULL);
+	CHECK(r1 > 0 && r2 > r1);
+	struct stg_catalog_file f;
+	CHECK_EQ(stg_catalog_lock(c, "/ckpt/r", false, &f), 0);
+	CHECK_EQ(stg_queue_mark(f.dirfd, r1, "a:1"), 0);
+	stg_catalog_unlock(&f);
+
+	/* The next id with its sequence number, below the next version. */
+	uint64_t n1 = 0;
+	CHECK_EQ(stg_catalog_remint(c, "/ckpt/r", r1, &n1), 0);
+	CHECK_EQ(n1, r1 + step);
+	CHECK_EQ(stg_version_seq(n1), stg_version_seq(r1));
+	CHECK(n1 < r2);
+	CHECK_EQ(stg_catalog_lock(c, "/ckpt/r", false, &f), 0);
+	uint64_t *v;
+	size_t nv;
+	CHECK_EQ(stg_catalog_versions(f.dirfd, &v, &nv), 0);
+	CHECK_EQ(nv, 2);
+	CHECK_EQ(v[0], n1);
+	CHECK_EQ(v[1], r2);
+	free(v);
+	/* The manifest is valid under its new name, the old one is gone with
+	 * its mark, and the queue entry moved. */
+	struct stg_manifest m;
+	CHECK_EQ(stg_catalog_read(f.dirfd, n1, &m), 0);
+	CHECK_EQ(m.version, n1);
+	CHECK_EQ(m.size, n);
+	stg_manifest_done(&m);
+	CHECK_EQ(stg_catalog_read(f.dirfd, r1, &m), -ENOENT);
+	CHECK_EQ(stg_queue_read_mark(f.dirfd, r1, NULL, 0), -ENOENT);
+	CHECK_EQ(stg_queue_read_mark(f.dirfd, n1, NULL, 0), -ENOENT);
+	/* A closed version is not followed to its new id. */
+	CHECK_EQ(stg_catalog_reminted(f.dirfd, r1), r1);
+	stg_catalog_unlock(&f);
+	CHECK(queued(c, "/ckpt/r", n1));
+	CHECK(!queued(c, "/ckpt/r", r1));
+	CHECK(queued(c, "/ckpt/r", r2));
+	size_t got;
+	uint8_t *back = read_version(c, "/ckpt/r", n1, &got);
+	CHECK(back && got == n && memcmp(back, data, n) == 0);
+	free(back);
+
+	/* The newest version has no bound above. */
+	uint64_t n2 = 0;
+	CHECK_EQ(stg_catalog_remint(c, "/ckpt/r", r2, &n2), 0);
+	CHECK_EQ(n2, r2 + step);
+	/* No id free below the next version: refused, nothing changed. */
+	CHECK_EQ(stg_catalog_lock(c, "/ckpt/r", false, &f), 0);
+	CHECK_EQ(stg_catalog_read(f.dirfd, n1, &m), 0);
+	m.version = n1 + step;
+	m.mtime_ns++;
+	CHECK_EQ(stg_catalog_publish(&f, "/ckpt/r", &m, false), 0);
+	stg_manifest_done(&m);
+	stg_catalog_unlock(&f);
+	uint64_t none = 0;
+	CHECK_EQ(stg_catalog_remint(c, "/ckpt/r", n1, &none), -ERANGE);
+	CHECK_EQ(none, 0);
+	CHECK(queued(c, "/ckpt/r", n1));
+	CHECK_EQ(stg_catalog_remint(c, "/ckpt/r", r1, &none), -ENOENT);
+	/* A re-minting cut short after the new id was written (both are
+	 * there, the same version): the next one finishes it. */
+	CHECK_EQ(stg_catalog_lock(c, "/ckpt/r", false, &f), 0);
+	CHECK_EQ(stg_catalog_read(f.dirfd, n2, &m), 0);
+	m.version = n2 + step;
+	CHECK_EQ(stg_catalog_publish(&f, "/ckpt/r", &m, false), 0);
+	stg_manifest_done(&m);
+	stg_catalog_unlock(&f);
+	uint64_t n3 = 0;
+	CHECK_EQ(stg_catalog_remint(c, "/ckpt/r", n2, &n3), 0);
+	CHECK_EQ(n3, n2 + step);
+	CHECK(!queued(c, "/ckpt/r", n2));
+	CHECK(queued(c, "/ckpt/r", n3));
+	CHECK_EQ(stg_catalog_lock(c, "/ckpt/r", false, &f), 0);
+	CHECK_EQ(stg_catalog_read(f.dirfd, n2, &m), -ENOENT);
+	stg_catalog_unlock(&f);
+	CHECK_EQ(stg_catalog_remint(c, "/ckpt/none", r1, &none), -ENOENT);
+
+	/* An open version re-minted: its writer, which holds the old id,
+	 * supersedes it under the new one (same number, the open one goes). */
+	uint64_t o = (uint64_t)stage_open(c, "/ckpt/o", data, n, true, 0, NULL);
+	uint64_t o2 = 0;
+	CHECK_EQ(stg_catalog_remint(c, "/ckpt/o", o, &o2), 0);
+	CHECK_EQ(stg_catalog_lock(c, "/ckpt/o", false, &f), 0);
+	CHECK_EQ(stg_catalog_reminted(f.dirfd, o), o2);
+	CHECK_EQ(stg_catalog_reminted(f.dirfd, o2), o2);
+	stg_catalog_unlock(&f);
+	uint64_t closed = (uint64_t)stage_open(c, "/ckpt/o", data, n, false, o, NULL);
+	CHECK(closed > o2);
+	CHECK_EQ(stg_version_seq(closed), stg_version_seq(o));
+	CHECK_EQ(stg_catalog_lock(c, "/ckpt/o", false, &f), 0);
+	CHECK_EQ(stg_catalog_versions(f.dirfd, &v, &nv), 0);
+	CHECK_EQ(nv, 1);
+	CHECK_EQ(v[0], closed);
+	free(v);
+	stg_catalog_unlock(&f);
+	c->ship = false;
 }
 
 int main(void)
@@ -153,6 +282,8 @@ int main(void)
 	int64_t after = stage(c, "/ckpt/seen", data, n, NULL);
 	CHECK(after > 0 && (uint64_t)after > far);
 	CHECK_EQ(stg_version_seq((uint64_t)after), 2);
+
+	test_remint(c, data, n);
 
 	/* A cache of another format is refused. */
 	char fmt[4300];

@@ -25,6 +25,225 @@ static void sample(struct stg_manifest *m)
 						    .pack = 0xfedcba9876543210ull, .offset = 1u << 20};
 }
 
+/* Gives m a part: node 0x0a0b0c0d0e0f1011's ranks 2, 3 (and 5) of 8 wrote
+ * three (or four, the last one up to the end of the file) extents. */
+static void sample_part(struct stg_manifest *m, uint32_t nranks, uint32_t nextents)
+{
+	static const uint32_t ranks[] = {2, 3, 5};
+	static const struct stg_extent extents[] = {
+		{0, 4096}, {65536, 1000}, {70000, 10}, {131072, 100}};
+	CHECK_EQ(stg_part_new(&m->part, nranks, nextents), 0);
+	struct stg_part *p = m->part;
+	strcpy(p->job, "slurm-4242.0@cluster");
+	p->node = 0x0a0b0c0d0e0f1011ull;
+	p->open = 5;
+	p->nranks_job = 8;
+	memcpy(p->ranks, ranks, nranks * sizeof(*ranks));
+	memcpy(p->extents, extents, nextents * sizeof(*extents));
+	m->flags |= STG_MANIFEST_PART;
+}
+
+/* How many of buf's first n bytes, flipped by mask one at a time, still
+ * decode (buf is restored). */
+static int accepted_flips(uint8_t *buf, size_t len, size_t n, uint8_t mask)
+{
+	int accepted = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct stg_manifest d;
+		buf[i] ^= mask;
+		if (stg_manifest_decode(buf, len, &d) == 0) {
+			accepted++;
+			stg_manifest_done(&d);
+		}
+		buf[i] ^= mask;
+	}
+	return accepted;
+}
+
+/* Decodes a copy of good with n bytes at "at" replaced and its checksum
+ * fixed, so that the field itself is what gets checked. */
+static int decode_mutated(const uint8_t *good, size_t len, size_t at, const void *bytes,
+			  size_t n)
+{
+	uint8_t *b = malloc(len);
+	memcpy(b, good, len);
+	memcpy(b + at, bytes, n);
+	stg_put_le64(b + len - 8, stg_hash64(b, len - 8));
+	struct stg_manifest d;
+	int r = stg_manifest_decode(b, len, &d);
+	if (r == 0)
+		stg_manifest_done(&d);
+	free(b);
+	return r;
+}
+
+static int decode_mutated32(const uint8_t *good, size_t len, size_t at, uint32_t v)
+{
+	uint8_t b[4];
+	stg_put_le32(b, v);
+	return decode_mutated(good, len, at, b, 4);
+}
+
+static int decode_mutated64(const uint8_t *good, size_t len, size_t at, uint64_t v)
+{
+	uint8_t b[8];
+	stg_put_le64(b, v);
+	return decode_mutated(good, len, at, b, 8);
+}
+
+/* A golden file decodes and encodes back to the same bytes. */
+static void check_reencode(const char *name)
+{
+	size_t len;
+	uint8_t *want = harness_fixture(name, &len);
+	struct stg_manifest d;
+	CHECK_EQ(stg_manifest_decode(want, len, &d), 0);
+	CHECK_EQ(stg_manifest_encoded_size(&d), len);
+	uint8_t *got = malloc(len);
+	CHECK_EQ(stg_manifest_encode(&d, got), len);
+	CHECK(memcmp(got, want, len) == 0);
+	stg_manifest_done(&d);
+	free(got);
+	free(want);
+}
+
+/* A part section: round trip, golden bytes, and each field's rules. */
+static void test_part(void)
+{
+	struct stg_manifest m, d;
+	sample(&m);
+	sample_part(&m, 2, 3);
+	size_t len = stg_manifest_encoded_size(&m);
+	CHECK_EQ(len, 64 + 3 * 48 + 96 + 8 + 3 * 16 + 8);
+	uint8_t *buf = malloc(len);
+	CHECK_EQ(stg_manifest_encode(&m, buf), len);
+	CHECK_EQ(stg_manifest_decode(buf, len, &d), 0);
+	CHECK_EQ(d.flags, STG_MANIFEST_PART);
+	CHECK(d.part != NULL);
+	CHECK_STR(d.part->job, "slurm-4242.0@cluster");
+	CHECK_EQ(d.part->node, 0x0a0b0c0d0e0f1011ull);
+	CHECK_EQ(d.part->open, 5);
+	CHECK_EQ(d.part->nranks_job, 8);
+	CHECK_EQ(d.part->nranks, 2);
+	CHECK_EQ(d.part->ranks[0], 2);
+	CHECK_EQ(d.part->ranks[1], 3);
+	CHECK_EQ(d.part->nextents, 3);
+	CHECK(memcmp(d.part->extents, m.part->extents, 3 * sizeof(struct stg_extent)) == 0);
+	CHECK(memcmp(d.entries, m.entries, 3 * sizeof(*d.entries)) == 0);
+	stg_manifest_done(&d);
+	CHECK(d.part == NULL && d.flags == 0);
+	stg_manifest_done(&m);
+	free(buf);
+
+	/* Pinned with three ranks, so that the rank padding is too, and
+	 * counts that all differ. */
+	sample(&m);
+	sample_part(&m, 3, 4);
+	CHECK(stg_part_valid(m.part, m.size));
+	len = stg_manifest_encoded_size(&m);
+	CHECK_EQ(len, 64 + 3 * 48 + 96 + 16 + 4 * 16 + 8);
+	buf = malloc(len);
+	CHECK_EQ(stg_manifest_encode(&m, buf), len);
+	CHECK(harness_golden("manifest-v2-part.bin", buf, len));
+	CHECK_EQ(stg_manifest_peek_flags(buf, len), STG_MANIFEST_PART);
+	char job[STG_PART_JOB_MAX];
+	uint32_t open = 0;
+	uint64_t node = 0;
+	CHECK_EQ(stg_manifest_peek_part(buf, len, job, &open, &node), 1);
+	CHECK_STR(job, "slurm-4242.0@cluster");
+	CHECK_EQ(open, 5);
+	CHECK_EQ(node, 0x0a0b0c0d0e0f1011ull);
+
+	/* The flag comes from the part alone; with OPEN too it is still one
+	 * section. */
+	uint8_t *other = malloc(len);
+	m.flags = 0;
+	CHECK_EQ(stg_manifest_encode(&m, other), len);
+	CHECK(memcmp(other, buf, len) == 0);
+	m.flags = STG_MANIFEST_OPEN;
+	stg_manifest_encode(&m, other);
+	CHECK_EQ(stg_manifest_peek_flags(other, len), STG_MANIFEST_OPEN | STG_MANIFEST_PART);
+	CHECK_EQ(stg_manifest_decode(other, len, &d), 0);
+	CHECK_EQ(d.flags, STG_MANIFEST_OPEN | STG_MANIFEST_PART);
+	stg_manifest_done(&d);
+	free(other);
+
+	/* Every single-bit corruption and every truncation is refused. */
+	CHECK_EQ(accepted_flips(buf, len, len, 0x04), 0);
+	for (size_t n = 0; n < len; n++)
+		CHECK(stg_manifest_decode(buf, n, &d) == -EBADMSG);
+
+	/* Each field, checksummed correctly but wrong. */
+	const size_t s = 64 + 3 * 48, job_at = s + 32, rank_at = s + 96, ext_at = s + 112;
+	CHECK_EQ(decode_mutated(buf, len, 0, buf, 1), 0); /* the mutation itself is sound */
+	CHECK_EQ(decode_mutated(buf, len, s, "SHPX", 4), -EBADMSG);
+	CHECK_EQ(decode_mutated(buf, len, s + 20, "\1", 1), -EBADMSG);      /* reserved */
+	CHECK_EQ(decode_mutated(buf, len, job_at + 5, " ", 1), -EBADMSG);   /* a space */
+	CHECK_EQ(decode_mutated(buf, len, job_at + 5, "\x7f", 1), -EBADMSG);
+	CHECK_EQ(decode_mutated(buf, len, job_at + 5, "\xe9", 1), -EBADMSG);
+	CHECK_EQ(decode_mutated(buf, len, job_at + 40, "x", 1), -EBADMSG);  /* after the NUL */
+	static const uint8_t zeros[64];
+	CHECK_EQ(decode_mutated(buf, len, job_at, zeros, 64), -EBADMSG);    /* empty */
+	char longjob[64];
+	memset(longjob, 'j', 64);
+	CHECK_EQ(decode_mutated(buf, len, job_at, longjob, 64), -EBADMSG);  /* no NUL */
+	CHECK_EQ(decode_mutated(buf, len, job_at, longjob, 63), 0);         /* 63 bytes */
+	CHECK_EQ(decode_mutated64(buf, len, s + 24, 0), -EBADMSG);          /* node */
+	CHECK_EQ(decode_mutated32(buf, len, s + 12, 0), -EBADMSG);          /* open */
+	CHECK_EQ(decode_mutated32(buf, len, s + 16, 0), -EBADMSG);          /* ranks in the job */
+	CHECK_EQ(decode_mutated32(buf, len, s + 16, STG_PART_RANKS_MAX + 1), -EBADMSG);
+	CHECK_EQ(decode_mutated32(buf, len, s + 16, STG_PART_RANKS_MAX), 0);
+	CHECK_EQ(decode_mutated32(buf, len, s + 16, 6), 0);
+	CHECK_EQ(decode_mutated32(buf, len, s + 16, 5), -EBADMSG);          /* rank 5 >= 5 */
+	CHECK_EQ(decode_mutated32(buf, len, s + 16, 2), -EBADMSG);          /* 3 ranks of 2 */
+	CHECK_EQ(decode_mutated32(buf, len, rank_at + 4, 1), -EBADMSG);     /* 2, 1, 5 */
+	CHECK_EQ(decode_mutated32(buf, len, rank_at + 4, 2), -EBADMSG);     /* 2, 2, 5 */
+	CHECK_EQ(decode_mutated32(buf, len, rank_at + 12, 1), -EBADMSG);    /* padding */
+	CHECK_EQ(decode_mutated32(buf, len, s + 4, 0), -EBADMSG);           /* no ranks */
+	CHECK_EQ(decode_mutated32(buf, len, s + 4, 4), -EBADMSG);           /* 2, 3, 5, 0 */
+	CHECK_EQ(decode_mutated32(buf, len, s + 8, 3), -EBADMSG);           /* fewer extents */
+	CHECK_EQ(decode_mutated32(buf, len, s + 8, UINT32_MAX), -EBADMSG);
+	CHECK_EQ(decode_mutated64(buf, len, ext_at + 16, 4096), -EBADMSG);  /* touching */
+	CHECK_EQ(decode_mutated64(buf, len, ext_at + 16, 4097), 0);         /* 1 byte apart */
+	CHECK_EQ(decode_mutated64(buf, len, ext_at + 16, 100), -EBADMSG);   /* overlapping */
+	CHECK_EQ(decode_mutated64(buf, len, ext_at + 24, 0), -EBADMSG);     /* empty */
+	CHECK_EQ(decode_mutated64(buf, len, ext_at + 56, 101), -EBADMSG);   /* past the size */
+	CHECK_EQ(decode_mutated64(buf, len, ext_at + 48, UINT64_MAX - 50), -EBADMSG);
+	/* A section without the flag (OPEN keeps format 2 valid), and the
+	 * flag without a section. */
+	uint8_t fl[2];
+	stg_put_le16(fl, STG_MANIFEST_OPEN);
+	CHECK_EQ(decode_mutated(buf, len, 6, fl, 2), -EBADMSG);
+	stg_manifest_done(&m);
+	sample(&m);
+	m.flags = STG_MANIFEST_OPEN;
+	size_t olen = stg_manifest_encode(&m, buf);
+	CHECK_EQ(stg_manifest_peek_part(buf, olen, job, &open, &node), 0);
+	for (int k = 0; k < 2; k++) {
+		stg_put_le16(fl, k ? STG_MANIFEST_PART : STG_MANIFEST_OPEN | STG_MANIFEST_PART);
+		CHECK_EQ(decode_mutated(buf, olen, 6, fl, 2), -EBADMSG);
+	}
+	buf[olen - 1] ^= 1;
+	CHECK_EQ(stg_manifest_peek_part(buf, olen, job, &open, &node), -EBADMSG);
+	stg_manifest_done(&m);
+	free(buf);
+
+	/* A node whose ranks wrote nothing still has a part. */
+	struct stg_part *p;
+	CHECK_EQ(stg_part_new(&p, 1, 0), 0);
+	strcpy(p->job, "j");
+	p->node = p->open = p->nranks_job = 1;
+	CHECK(stg_part_valid(p, 0));
+	p->ranks[0] = 1;
+	CHECK(!stg_part_valid(p, 0));
+	stg_part_free(p);
+	stg_part_free(NULL);
+
+	check_reencode("manifest-v1.bin");
+	check_reencode("manifest-v2-open.bin");
+	check_reencode("manifest-v2-part.bin");
+}
+
 int main(void)
 {
 	struct stg_manifest m, d;
@@ -48,18 +267,8 @@ int main(void)
 	stg_manifest_done(&d);
 
 	/* Every single-byte corruption and every truncation is refused. */
-	int accepted = 0;
-	for (size_t i = 0; i < len; i++) {
-		for (int bit = 0; bit < 8; bit += 3) {
-			buf[i] ^= (uint8_t)(1 << bit);
-			if (stg_manifest_decode(buf, len, &d) == 0) {
-				accepted++;
-				stg_manifest_done(&d);
-			}
-			buf[i] ^= (uint8_t)(1 << bit);
-		}
-	}
-	CHECK_EQ(accepted, 0);
+	for (int bit = 0; bit < 8; bit += 3)
+		CHECK_EQ(accepted_flips(buf, len, len, (uint8_t)(1 << bit)), 0);
 	for (size_t n = 0; n < len; n++)
 		CHECK(stg_manifest_decode(buf, n, &d) == -EBADMSG);
 
@@ -72,19 +281,10 @@ int main(void)
 	CHECK_EQ(stg_manifest_decode(buf, len, &d), 0);
 	CHECK_EQ(d.flags, STG_MANIFEST_OPEN);
 	stg_manifest_done(&d);
-	accepted = 0;
-	for (size_t i = 0; i < 64; i++) {
-		buf[i] ^= 0x10;
-		if (stg_manifest_decode(buf, len, &d) == 0) {
-			accepted++;
-			stg_manifest_done(&d);
-		}
-		buf[i] ^= 0x10;
-	}
-	CHECK_EQ(accepted, 0);
+	CHECK_EQ(accepted_flips(buf, len, 64, 0x10), 0);
 	/* Format 1 with a flag, format 2 without one or with an unknown one. */
 	for (int k = 0; k < 3; k++) {
-		static const uint16_t cases[3][2] = {{1, 1}, {2, 0}, {2, 2}};
+		static const uint16_t cases[3][2] = {{1, 1}, {2, 0}, {2, 4}};
 		stg_put_le16(buf + 4, cases[k][0]);
 		stg_put_le16(buf + 6, cases[k][1]);
 		stg_put_le64(buf + len - 8, stg_hash64(buf, len - 8));
@@ -156,5 +356,7 @@ int main(void)
 	stg_manifest_done(&e);
 	stg_manifest_done(&m);
 	free(buf);
+
+	test_part();
 	return harness_done();
 }

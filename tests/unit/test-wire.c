@@ -338,7 +338,7 @@ static void test_paths(void)
 
 static void test_errors(void)
 {
-	int errs[] = {-ENOENT, -EBADMSG, -EACCES, -ENOSPC, -EPROTO, -EIO, -EBUSY};
+	int errs[] = {-ENOENT, -EBADMSG, -EACCES, -ENOSPC, -EPROTO, -EIO, -EBUSY, -EEXIST};
 	for (size_t i = 0; i < sizeof(errs) / sizeof(errs[0]); i++)
 		CHECK_EQ(stg_wire_error_to_errno(stg_wire_error_from_errno(errs[i])), errs[i]);
 	CHECK_EQ(stg_wire_error_from_errno(-ENOMEM), STG_WERR_IO);
