@@ -336,6 +336,17 @@ bool stg_part_valid(const struct stg_part *p, uint64_t size)
 	return true;
 }
 
+bool stg_part_equal(const struct stg_part *a, const struct stg_part *b)
+{
+	if (!a || !b)
+		return a == b;
+	return strcmp(a->job, b->job) == 0 && a->node == b->node && a->open == b->open &&
+	       a->nranks_job == b->nranks_job && a->nranks == b->nranks &&
+	       a->nextents == b->nextents &&
+	       memcmp(a->ranks, b->ranks, a->nranks * sizeof(*a->ranks)) == 0 &&
+	       memcmp(a->extents, b->extents, a->nextents * sizeof(*a->extents)) == 0;
+}
+
 uint64_t stg_manifest_stored_bytes(const struct stg_manifest *m)
 {
 	uint64_t s = 0;

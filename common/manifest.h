@@ -117,6 +117,9 @@ void stg_part_free(struct stg_part *p);
 /* Whether p satisfies every rule of the format for a file of size bytes. */
 bool stg_part_valid(const struct stg_part *p, uint64_t size);
 
+/* Whether a and b (either may be NULL: no part) say the same. */
+bool stg_part_equal(const struct stg_part *a, const struct stg_part *b);
+
 /* Allocates entries for nchunks; returns 0 or -ENOMEM. */
 int stg_manifest_init(struct stg_manifest *m, uint64_t size, uint32_t chunk_size);
 

@@ -92,6 +92,35 @@ static int versions_of(const struct seen *s, const char *path, uint64_t *out)
 	return n;
 }
 
+/* Two nodes' parts of one job version, minted the same id, with the same
+ * chunks (ranks writing the same bytes): the second is refused, so that its
+ * node re-mints it, never taken as a retry of the first. */
+static void test_parts_collide(struct stg_files *f)
+{
+	size_t len;
+	uint8_t *mf = make_manifest(1, 1u << 20, &len);
+	struct stg_manifest m;
+	CHECK_EQ(stg_manifest_decode(mf, len, &m), 0);
+	free(mf);
+	CHECK_EQ(stg_part_new(&m.part, 1, 1), 0);
+	snprintf(m.part->job, sizeof(m.part->job), "slurm-7.0");
+	m.part->node = 11;
+	m.part->open = 1;
+	m.part->nranks_job = 2;
+	m.part->extents[0] = (struct stg_extent){0, 4096};
+	len = stg_manifest_encoded_size(&m);
+	mf = malloc(len);
+	stg_manifest_encode(&m, mf);
+	CHECK_EQ(stg_files_put(f, 3000, "/ckpt/p.bin", mf, len, 1, 0), 0);
+	CHECK_EQ(stg_files_put(f, 3000, "/ckpt/p.bin", mf, len, 1, 0), 0); /* a retry */
+	m.part->node = 12;
+	m.part->ranks[0] = 1;
+	stg_manifest_encode(&m, mf);
+	CHECK_EQ(stg_files_put(f, 3000, "/ckpt/p.bin", mf, len, 1, 0), -EEXIST);
+	stg_manifest_done(&m);
+	free(mf);
+}
+
 int main(void)
 {
 	char *dir = harness_tmpdir();
@@ -233,6 +262,7 @@ int main(void)
 	free(mf);
 	CHECK_EQ(stg_files_get(f, 3000, "/ckpt/o.bin", o3b, &mf, &len), -ENOENT);
 	CHECK_EQ(stg_files_get(f, 3000, "/ckpt/o.bin", c1, &mf, &len), -ENOENT);
+	test_parts_collide(f);
 	stg_files_free(f);
 	stg_files_free(NULL);
 	close(dirfd);
