@@ -468,7 +468,7 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 		goto out_done;
 	/* The flusher may have re-minted the open version (a server held
 	 * another node's under its id): it is superseded under its new id. */
-	b->replaces = stg_catalog_reminted(f.dirfd, b->replaces);
+	b->replaces = stg_catalog_reminted(f.dirfd, b->replaces, true);
 	uint64_t newest = stg_catalog_newest_known(f.dirfd), replaces = b->replaces;
 	/* Superseding an open version of another writing (a file created
 	 * empty, a writer that died after a sync): take its number too. */
@@ -569,7 +569,7 @@ int64_t stg_commit_close(struct stg_cache *c, const char *path, const struct stg
 	int r = stg_catalog_lock(c, path, false, &f);
 	if (r < 0)
 		return r;
-	open_version = stg_catalog_reminted(f.dirfd, open_version);
+	open_version = stg_catalog_reminted(f.dirfd, open_version, true);
 	struct stg_manifest m;
 	r = stg_catalog_read(f.dirfd, open_version, &m);
 	bool have = r == 0;

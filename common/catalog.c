@@ -610,7 +610,7 @@ out_unlock:
 	return r;
 }
 
-uint64_t stg_catalog_reminted(int filedirfd, uint64_t id)
+uint64_t stg_catalog_reminted(int filedirfd, uint64_t id, bool open)
 {
 	uint64_t *v = NULL, now = id;
 	size_t n = 0;
@@ -619,10 +619,12 @@ uint64_t stg_catalog_reminted(int filedirfd, uint64_t id)
 		return id;
 	/* Re-minting keeps the sequence number and moves the id up. */
 	for (size_t i = 0; i < n && now == id; i++) {
-		int flags = v[i] > id && stg_version_seq(v[i]) == stg_version_seq(id)
-				    ? stg_catalog_flags(filedirfd, v[i])
-				    : 0;
-		if (flags > 0 && (flags & STG_MANIFEST_OPEN))
+		if (v[i] <= id || stg_version_seq(v[i]) != stg_version_seq(id))
+			continue;
+		/* A closed version with an open one's number superseded it: not
+		 * the open one re-minted. */
+		int flags = stg_catalog_flags(filedirfd, v[i]);
+		if (flags >= 0 && !(flags & STG_MANIFEST_OPEN) == !open)
 			now = v[i];
 	}
 	free(v);

@@ -126,8 +126,10 @@ int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *new
  * id is free below the next version) or -errno. */
 int stg_catalog_remint(struct stg_cache *c, const char *path, uint64_t old, uint64_t *ret_new);
 
-/* The id that version id of a locked entry has now: id while it is present
- * (or gone for good), else the oldest newer open version with its sequence
- * number, the id stg_catalog_remint gave it. What a writer that holds an
- * open version's id (to supersede or close it) goes on with. */
-uint64_t stg_catalog_reminted(int filedirfd, uint64_t id);
+/* The id that version id of an entry, open or closed as open says, has
+ * now: id while it is present (or gone for good), else the oldest newer
+ * version as open with its sequence number, the id stg_catalog_remint gave
+ * it. What a writer that holds an open version's id (to supersede or close
+ * it) goes on with, and what durability = replicated waits for. Unlocked,
+ * it may miss a re-minting under way. */
+uint64_t stg_catalog_reminted(int filedirfd, uint64_t id, bool open);

@@ -42,12 +42,20 @@ static void ensure_flusher(void)
 			 "until one runs", strerror(-r));
 }
 
-static bool replicated(const char *path, uint64_t version)
+/* Is version (or the id the flusher re-minted it as, *version then
+ * updated) marked replicated? */
+static bool replicated(const char *path, uint64_t *version)
 {
-	char id[STG_HASH_HEX_LEN + 1], rel[STG_HASH_HEX_LEN + 40];
+	char id[STG_HASH_HEX_LEN + 1], rep[40];
 	stg_catalog_file_id(path, id);
-	snprintf(rel, sizeof(rel), "%s/v%020" PRIu64 ".rep", id, version);
-	return faccessat(shim.cache->files_fd, rel, F_OK, 0) == 0;
+	int dirfd = real_openat(shim.cache->files_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+	if (dirfd < 0)
+		return false;
+	*version = stg_catalog_reminted(dirfd, *version, false);
+	snprintf(rep, sizeof(rep), "v%020" PRIu64 ".rep", *version);
+	bool done = faccessat(dirfd, rep, F_OK, 0) == 0;
+	real_close(dirfd);
+	return done;
 }
 
 static int timeout_s(void)
@@ -68,7 +76,8 @@ int replicate_after_commit(const char *path, const struct stg_path_rule *rule, i
 		int64_t start = stg_now_ns(), deadline = start + (int64_t)timeout_s() * 1000000000;
 		int64_t next_check = start + 1000000000;
 		long sleep_us = 200;
-		while (!replicated(path, (uint64_t)version)) {
+		uint64_t id = (uint64_t)version;
+		while (!replicated(path, &id)) {
 			int64_t now = stg_now_ns();
 			if (now >= deadline) {
 				shim_log(STG_LOG_ERROR,

@@ -155,7 +155,8 @@ manifest_ids() {
 @test "two nodes mint the same id for one path: the second is re-minted and shipped, both versions restore" {
 	start_servers 3
 	cluster_policy "$T/a.conf" "$T/cacheA" "$CKPT/**"
-	cluster_policy "$T/b.conf" "$T/cacheB" "$CKPT/**"
+	# B waits in close() for its version under the id it is re-minted as
+	cluster_policy "$T/b.conf" "$T/cacheB" "$CKPT/**" durability=replicated
 	cluster_policy "$T/c.conf" "$T/cacheC" "$CKPT/**"
 	random_file "$T/c1" 300001
 	random_file "$T/c2" 300002
@@ -166,9 +167,10 @@ manifest_ids() {
 	now=$(date +%s%N)
 	STAGEHAND_TEST_CLOCK_NS=$now STAGEHAND_POLICY="$T/a.conf" shim cp "$T/c1" "$CKPT/f"
 	flushed "$T/a.conf"
-	STAGEHAND_TEST_CLOCK_NS=$now STAGEHAND_POLICY="$T/b.conf" shim cp "$T/c2" "$CKPT/f"
 	# the servers refuse the id A took: B ships its version under the next
-	# id with the same sequence number
+	# id with the same sequence number, and its close() sees it replicated
+	STAGEHAND_REPLICATE_TIMEOUT=$WAIT STAGEHAND_TEST_CLOCK_NS=$now STAGEHAND_POLICY="$T/b.conf" \
+		shim cp "$T/c2" "$CKPT/f"
 	flushed "$T/b.conf"
 	idA=$(manifest_ids "$T/cacheA")
 	idB=$(manifest_ids "$T/cacheB")

@@ -111,8 +111,9 @@ static void test_remint(struct stg_cache *c, const uint8_t *data, size_t n)
 	CHECK_EQ(stg_catalog_read(f.dirfd, r1, &m), -ENOENT);
 	CHECK_EQ(stg_queue_read_mark(f.dirfd, r1, NULL, 0), -ENOENT);
 	CHECK_EQ(stg_queue_read_mark(f.dirfd, n1, NULL, 0), -ENOENT);
-	/* A closed version is not followed to its new id. */
-	CHECK_EQ(stg_catalog_reminted(f.dirfd, r1), r1);
+	/* A closed version is followed to its new id only as a closed one. */
+	CHECK_EQ(stg_catalog_reminted(f.dirfd, r1, true), r1);
+	CHECK_EQ(stg_catalog_reminted(f.dirfd, r1, false), n1);
 	stg_catalog_unlock(&f);
 	CHECK(queued(c, "/ckpt/r", n1));
 	CHECK(!queued(c, "/ckpt/r", r1));
@@ -163,8 +164,8 @@ static void test_remint(struct stg_cache *c, const uint8_t *data, size_t n)
 	uint64_t o2 = 0;
 	CHECK_EQ(stg_catalog_remint(c, "/ckpt/o", o, &o2), 0);
 	CHECK_EQ(stg_catalog_lock(c, "/ckpt/o", false, &f), 0);
-	CHECK_EQ(stg_catalog_reminted(f.dirfd, o), o2);
-	CHECK_EQ(stg_catalog_reminted(f.dirfd, o2), o2);
+	CHECK_EQ(stg_catalog_reminted(f.dirfd, o, true), o2);
+	CHECK_EQ(stg_catalog_reminted(f.dirfd, o2, true), o2);
 	stg_catalog_unlock(&f);
 	uint64_t closed = (uint64_t)stage_open(c, "/ckpt/o", data, n, false, o, NULL);
 	CHECK(closed > o2);
