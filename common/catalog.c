@@ -281,6 +281,46 @@ int stg_catalog_flags(int filedirfd, uint64_t version)
 	return stg_manifest_peek_flags(h, (size_t)n);
 }
 
+/* What retention knows of one version. */
+struct kept {
+	bool open;
+	struct stg_part *part; /* a job version's part, NULL for a whole version */
+	size_t head;           /* the newest version of its job version (itself if whole) */
+	bool unit_closed;      /* (at its head) a version of the unit is closed */
+	uint32_t ordinal;      /* (at its head) 1 for the newest closed unit, ... */
+};
+
+/* Reads what retention needs of version id: its flags, and the part of a
+ * job version's part. An unreadable version counts as closed and whole:
+ * retention never decides on what it cannot read. */
+static int kept_read(int filedirfd, uint64_t id, struct kept *k)
+{
+	int flags = stg_catalog_flags(filedirfd, id);
+	k->open = flags > 0 && (flags & STG_MANIFEST_OPEN);
+	if (flags <= 0 || !(flags & STG_MANIFEST_PART))
+		return 0;
+	struct stg_manifest m;
+	int r = stg_catalog_read(filedirfd, id, &m);
+	if (r == -ENOMEM)
+		return r;
+	if (r == 0) {
+		k->part = m.part;
+		m.part = NULL;
+		stg_manifest_done(&m);
+	} else {
+		k->open = false;
+	}
+	return 0;
+}
+
+/* Are a and b parts of one job version (the nodes' parts, or one node's
+ * several: a sync and the close)? */
+static bool same_unit(const struct kept *a, const struct kept *b)
+{
+	return a->part && b->part && a->part->open == b->part->open &&
+	       strcmp(a->part->job, b->part->job) == 0;
+}
+
 int stg_catalog_prune(int filedirfd, uint32_t keep)
 {
 	if (keep == 0)
@@ -290,29 +330,47 @@ int stg_catalog_prune(int filedirfd, uint32_t keep)
 	int r = stg_catalog_versions(filedirfd, &v, &n);
 	if (r < 0)
 		return r;
-	/* Open or not, newest first; an unreadable header counts as closed:
-	 * retention never decides on what it cannot read. */
-	bool *open = calloc(n + 1, sizeof(*open));
-	if (!open) {
+	struct kept *k = calloc(n + 1, sizeof(*k));
+	if (!k) {
 		free(v);
 		return -ENOMEM;
 	}
-	size_t newest_closed = n;
-	for (size_t i = n; i-- > 0;) {
-		int flags = stg_catalog_flags(filedirfd, v[i]);
-		open[i] = flags > 0 && (flags & STG_MANIFEST_OPEN);
-		if (!open[i] && newest_closed == n)
-			newest_closed = i;
-	}
-	int removed = 0;
-	uint32_t closed = 0;
+	/* The parts of a job version are one version: grouped at their newest
+	 * part (the head), closed when one of them is, counted once. */
 	for (size_t i = n; r == 0 && i-- > 0;) {
-		/* An open version goes once a closed one is newer, or a newer
-		 * one took its number: its writing's next sync or close (a
-		 * server receives both, where the cache replaced it). */
-		bool superseded = (newest_closed < n && i < newest_closed) ||
-				  (i + 1 < n && stg_version_seq(v[i + 1]) == stg_version_seq(v[i]));
-		bool go = open[i] ? superseded : ++closed > keep;
+		r = kept_read(filedirfd, v[i], &k[i]);
+		k[i].head = i;
+		for (size_t j = i + 1; j < n; j++)
+			if (same_unit(&k[i], &k[j])) {
+				k[i].head = k[j].head;
+				break;
+			}
+		k[k[i].head].unit_closed |= !k[i].open;
+	}
+	uint32_t closed = 0;
+	for (size_t i = n; i-- > 0;)
+		if (k[i].head == i && k[i].unit_closed)
+			k[i].ordinal = ++closed;
+	int removed = 0;
+	for (size_t i = n; r == 0 && i-- > 0;) {
+		bool go;
+		if (k[i].open) {
+			/* An open version goes once a closed version (another job
+			 * version, for a part) is newer, or once its writing's next
+			 * sync or close took its number (the same node's, for a
+			 * part): a server receives both, where the cache replaced
+			 * it. */
+			go = false;
+			for (size_t j = i + 1; j < n && !go; j++) {
+				bool unit = same_unit(&k[i], &k[j]);
+				go = (!unit && k[j].head == j && k[j].unit_closed) ||
+				     (stg_version_seq(v[j]) == stg_version_seq(v[i]) &&
+				      (unit ? k[i].part->node == k[j].part->node
+					    : !k[i].part && !k[j].part));
+			}
+		} else {
+			go = k[k[i].head].ordinal > keep;
+		}
 		if (!go)
 			continue;
 		r = stg_catalog_remove_version(filedirfd, v[i]);
@@ -321,7 +379,9 @@ int stg_catalog_prune(int filedirfd, uint32_t keep)
 		else if (r == 0)
 			removed++;
 	}
-	free(open);
+	for (size_t i = 0; i < n; i++)
+		stg_part_free(k[i].part);
+	free(k);
 	free(v);
 	return r < 0 ? r : removed;
 }

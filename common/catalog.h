@@ -73,8 +73,9 @@ int stg_catalog_flags(int filedirfd, uint64_t version);
 /* Retention, on a locked entry (the node cache's or a server's): removes the
  * open versions older than the newest closed one (they were superseded, or
  * their writer died) or than a version that took their number, then the
- * closed versions beyond the newest keep (0: keeps all). Returns how many
- * were removed, or -errno. */
+ * closed versions beyond the newest keep (0: keeps all). The parts of one
+ * job version count as one version, closed when one part is. Returns how
+ * many were removed, or -errno. */
 int stg_catalog_prune(int filedirfd, uint32_t keep);
 
 /* Removes one version's manifest (and its replication mark). Returns 0 or -errno. */

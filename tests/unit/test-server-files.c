@@ -121,6 +121,69 @@ static void test_parts_collide(struct stg_files *f)
 	free(mf);
 }
 
+/* Puts node's part (rank node of 8, flags) of job version jopen as id for
+ * uid 3000 with keep; what stg_files_put returns. */
+static int put_part(struct stg_files *f, const char *path, uint64_t id, uint64_t node,
+		    uint32_t jopen, uint32_t flags, uint32_t keep)
+{
+	size_t len;
+	uint8_t *mf = make_manifest_flags(id, 1u << 20, flags, &len);
+	struct stg_manifest m;
+	CHECK_EQ(stg_manifest_decode(mf, len, &m), 0);
+	free(mf);
+	CHECK_EQ(stg_part_new(&m.part, 1, 1), 0);
+	snprintf(m.part->job, sizeof(m.part->job), "slurm-8.0");
+	m.part->node = node;
+	m.part->open = jopen;
+	m.part->nranks_job = 8;
+	m.part->ranks[0] = (uint32_t)node;
+	m.part->extents[0] = (struct stg_extent){node * 4096, 4096};
+	len = stg_manifest_encoded_size(&m);
+	mf = malloc(len);
+	stg_manifest_encode(&m, mf);
+	int r = stg_files_put(f, 3000, path, mf, len, id, keep);
+	stg_manifest_done(&m);
+	free(mf);
+	return r;
+}
+
+/* Whether uid 3000 holds id of path. */
+static bool holds(struct stg_files *f, const char *path, uint64_t id)
+{
+	uint8_t *mf;
+	size_t len;
+	if (stg_files_get(f, 3000, path, id, &mf, &len) < 0)
+		return false;
+	free(mf);
+	return true;
+}
+
+/* Retention counts a job version's parts (3 nodes) as one version. */
+static void test_parts_retention(struct stg_files *f)
+{
+	const char *p = "/ckpt/keep.bin";
+	uint64_t id[4][3];
+	for (uint32_t jv = 1; jv <= 3; jv++)
+		for (uint64_t node = 1; node <= 3; node++) {
+			id[jv][node - 1] = (jv * 4 + node) << 20 | jv; /* time, then number */
+			CHECK_EQ(put_part(f, p, id[jv][node - 1], node, jv, 0, 2),
+				 jv == 3 && node == 1 ? 3 : 0); /* job version 1 goes at once */
+		}
+	for (uint32_t jv = 1; jv <= 3; jv++)
+		for (int node = 0; node < 3; node++)
+			CHECK(holds(f, p, id[jv][node]) == (jv >= 2));
+	/* Job version 4: node 1 synced its part (open), node 2 closed its
+	 * own. The open part stays (node 1's only copy), job version 2 goes. */
+	uint64_t o1 = 17ull << 20 | 4, c2 = 18ull << 20 | 4;
+	CHECK_EQ(put_part(f, p, o1, 1, 4, STG_MANIFEST_OPEN, 2), 0);
+	CHECK_EQ(put_part(f, p, c2, 2, 4, 0, 2), 3);
+	CHECK(holds(f, p, o1) && holds(f, p, c2) && holds(f, p, id[3][0]));
+	/* Node 1's close of its part (the same number) supersedes its sync. */
+	uint64_t c1 = 19ull << 20 | 4;
+	CHECK_EQ(put_part(f, p, c1, 1, 4, 0, 2), 1);
+	CHECK(!holds(f, p, o1) && holds(f, p, c1) && holds(f, p, c2) && holds(f, p, id[3][2]));
+}
+
 int main(void)
 {
 	char *dir = harness_tmpdir();
@@ -263,6 +326,7 @@ int main(void)
 	CHECK_EQ(stg_files_get(f, 3000, "/ckpt/o.bin", o3b, &mf, &len), -ENOENT);
 	CHECK_EQ(stg_files_get(f, 3000, "/ckpt/o.bin", c1, &mf, &len), -ENOENT);
 	test_parts_collide(f);
+	test_parts_retention(f);
 	stg_files_free(f);
 	stg_files_free(NULL);
 	close(dirfd);
