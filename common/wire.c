@@ -5,10 +5,12 @@
 #include <string.h>
 
 #include "chunk.h"
+#include "manifest.h"
 #include "util.h"
 #include "wire.h"
 
 #define LIST_ENTRY_FIXED 54 /* 5 x u64, 3 x u32, u16 path length */
+#define LIST_ENTRY_FLAGGED 58 /* and u32 flags before the path length */
 
 static const char *const type_names[] = {
 	[STG_MSG_CHALLENGE] = "CHALLENGE",       [STG_MSG_AUTH] = "AUTH",
@@ -17,6 +19,7 @@ static const char *const type_names[] = {
 	[STG_MSG_PUT_CHUNK] = "PUT_CHUNK",       [STG_MSG_OK] = "OK",
 	[STG_MSG_PUT_MANIFEST] = "PUT_MANIFEST", [STG_MSG_MISSING] = "MISSING",
 	[STG_MSG_LIST] = "LIST",                 [STG_MSG_LIST_REPLY] = "LIST_REPLY",
+	[STG_MSG_LIST_REPLY_FLAGS] = "LIST_REPLY_FLAGS",
 	[STG_MSG_GET_MANIFEST] = "GET_MANIFEST", [STG_MSG_MANIFEST] = "MANIFEST",
 	[STG_MSG_GET_CHUNK] = "GET_CHUNK",       [STG_MSG_CHUNK] = "CHUNK",
 	[STG_MSG_STAT] = "STAT",                 [STG_MSG_STAT_REPLY] = "STAT_REPLY",
@@ -105,26 +108,30 @@ static bool bitmap_tail_clear(const uint8_t *map, uint32_t len, uint32_t nbits)
 	return true;
 }
 
-static int decode_list_reply(const uint8_t *b, uint32_t len, struct stg_msg_list_reply *r)
+static int decode_list_reply(const uint8_t *b, uint32_t len, bool flagged,
+			     struct stg_msg_list_reply *r)
 {
 	if (len < 4)
 		return -EBADMSG;
 	r->count = stg_get_le32(b);
 	r->entries = b + 4;
 	r->len = len - 4;
+	r->flagged = flagged;
+	uint32_t fixed = flagged ? LIST_ENTRY_FLAGGED : LIST_ENTRY_FIXED;
 	/* Walk every entry now, so that stg_wire_list_next cannot meet a bad one. */
 	uint32_t off = 0;
 	for (uint32_t i = 0; i < r->count; i++) {
-		if (r->len - off < LIST_ENTRY_FIXED)
+		if (r->len - off < fixed)
 			return -EBADMSG;
 		const uint8_t *e = r->entries + off;
-		uint16_t plen = stg_get_le16(e + 52);
-		if (r->len - off - LIST_ENTRY_FIXED < plen)
+		uint16_t plen = stg_get_le16(e + fixed - 2);
+		if (r->len - off - fixed < plen)
 			return -EBADMSG;
 		if (stg_get_le64(e) == 0 || stg_get_le32(e + 48) > stg_get_le32(e + 44) ||
-		    !stg_wire_path_valid((const char *)e + LIST_ENTRY_FIXED, plen))
+		    (flagged && (stg_get_le32(e + 52) & ~(uint32_t)STG_MANIFEST_KNOWN_FLAGS)) ||
+		    !stg_wire_path_valid((const char *)e + fixed, plen))
 			return -EBADMSG;
-		off += LIST_ENTRY_FIXED + plen;
+		off += fixed + plen;
 	}
 	return off == r->len ? 0 : -EBADMSG;
 }
@@ -235,12 +242,14 @@ int stg_wire_decode(const struct stg_wire_header *h, const uint8_t *b, struct st
 			return -EBADMSG;
 		m.list.prefix_len = stg_get_le16(b);
 		m.list.prefix = (const char *)b + 4;
-		if (stg_get_le16(b + 2) != 0 || len != 4 + m.list.prefix_len ||
+		m.list.flags = stg_get_le16(b + 2);
+		if ((m.list.flags & ~STG_LIST_FLAGS) || len != 4 + m.list.prefix_len ||
 		    !prefix_valid(m.list.prefix, m.list.prefix_len))
 			return -EBADMSG;
 		break;
 	case STG_MSG_LIST_REPLY:
-		if (decode_list_reply(b, len, &m.list_reply) < 0)
+	case STG_MSG_LIST_REPLY_FLAGS:
+		if (decode_list_reply(b, len, h->type == STG_MSG_LIST_REPLY_FLAGS, &m.list_reply) < 0)
 			return -EBADMSG;
 		break;
 	case STG_MSG_GET_MANIFEST:
@@ -330,7 +339,8 @@ static size_t body_size(const struct stg_msg *m)
 		       m->put_manifest.held_len;
 	case STG_MSG_MISSING: return 4 + (size_t)m->missing.count * 4;
 	case STG_MSG_LIST: return 4 + (size_t)m->list.prefix_len;
-	case STG_MSG_LIST_REPLY: return 4 + (size_t)m->list_reply.len;
+	case STG_MSG_LIST_REPLY:
+	case STG_MSG_LIST_REPLY_FLAGS: return 4 + (size_t)m->list_reply.len;
 	case STG_MSG_GET_MANIFEST: return 12 + (size_t)m->get_manifest.path_len;
 	case STG_MSG_MANIFEST: return m->manifest.len;
 	case STG_MSG_GET_CHUNK: return 16;
@@ -416,10 +426,11 @@ size_t stg_wire_encode(const struct stg_msg *m, uint8_t *out, size_t cap)
 		if (m->list.prefix_len > STG_WIRE_MAX_PATH)
 			return 0;
 		stg_put_le16(b, (uint16_t)m->list.prefix_len);
-		stg_put_le16(b + 2, 0);
+		stg_put_le16(b + 2, m->list.flags);
 		memcpy(b + 4, m->list.prefix, m->list.prefix_len);
 		break;
 	case STG_MSG_LIST_REPLY:
+	case STG_MSG_LIST_REPLY_FLAGS:
 		stg_put_le32(b, m->list_reply.count);
 		memcpy(b + 4, m->list_reply.entries, m->list_reply.len);
 		break;
@@ -467,11 +478,13 @@ size_t stg_wire_encode(const struct stg_msg *m, uint8_t *out, size_t cap)
 	return total;
 }
 
-int stg_wire_list_add(uint8_t *out, size_t cap, size_t *len, const struct stg_list_entry *e)
+int stg_wire_list_add(uint8_t *out, size_t cap, size_t *len, const struct stg_list_entry *e,
+		      bool flagged)
 {
 	if (e->path_len > STG_WIRE_MAX_PATH)
 		return -EINVAL;
-	size_t need = LIST_ENTRY_FIXED + e->path_len;
+	size_t fixed = flagged ? LIST_ENTRY_FLAGGED : LIST_ENTRY_FIXED;
+	size_t need = fixed + e->path_len;
 	if (cap - *len < need)
 		return -ENOSPC;
 	uint8_t *p = out + *len;
@@ -483,8 +496,10 @@ int stg_wire_list_add(uint8_t *out, size_t cap, size_t *len, const struct stg_li
 	stg_put_le32(p + 40, e->mode);
 	stg_put_le32(p + 44, e->nchunks);
 	stg_put_le32(p + 48, e->new_chunks);
-	stg_put_le16(p + 52, (uint16_t)e->path_len);
-	memcpy(p + LIST_ENTRY_FIXED, e->path, e->path_len);
+	if (flagged)
+		stg_put_le32(p + 52, e->flags);
+	stg_put_le16(p + fixed - 2, (uint16_t)e->path_len);
+	memcpy(p + fixed, e->path, e->path_len);
 	*len += need;
 	return 0;
 }
@@ -502,9 +517,11 @@ int stg_wire_list_next(const struct stg_msg_list_reply *r, uint32_t *off, struct
 	ret->mode = stg_get_le32(p + 40);
 	ret->nchunks = stg_get_le32(p + 44);
 	ret->new_chunks = stg_get_le32(p + 48);
-	ret->path_len = stg_get_le16(p + 52);
-	ret->path = (const char *)p + LIST_ENTRY_FIXED;
-	*off += LIST_ENTRY_FIXED + ret->path_len;
+	uint32_t fixed = r->flagged ? LIST_ENTRY_FLAGGED : LIST_ENTRY_FIXED;
+	ret->flags = r->flagged ? stg_get_le32(p + 52) : 0;
+	ret->path_len = stg_get_le16(p + fixed - 2);
+	ret->path = (const char *)p + fixed;
+	*off += fixed + ret->path_len;
 	return 1;
 }
 

@@ -44,8 +44,11 @@ enum stg_msg_type {
 	STG_MSG_PUT_CHUNK_REF = 19, /* pull this chunk object from my memory */
 	STG_MSG_GET_CHUNK_REF = 20, /* GET_CHUNK, and write it into my memory */
 	STG_MSG_CHUNK_REF = 21,     /* the reply: the object is in your memory */
+	/* LIST_REPLY whose entries carry their manifest's flags: the reply to a
+	 * LIST with STG_LIST_FLAGS (added within version 1). */
+	STG_MSG_LIST_REPLY_FLAGS = 22,
 };
-#define STG_MSG_TYPE_MAX 21
+#define STG_MSG_TYPE_MAX 22
 
 /* Error codes carried by ERROR (stable on the wire, unlike errno values). */
 enum stg_wire_error {
@@ -117,9 +120,13 @@ struct stg_msg_missing {
 	const uint8_t *entries; /* count x u32 LE: manifest entry indexes */
 };
 
+/* LIST flags. */
+#define STG_LIST_FLAGS 1u /* answer with LIST_REPLY_FLAGS */
+
 struct stg_msg_list {
 	const char *prefix; /* empty (all) or starting with '/' */
 	uint32_t prefix_len;
+	uint16_t flags;     /* 0 or STG_LIST_FLAGS */
 };
 
 /* One version in a LIST_REPLY. */
@@ -132,14 +139,17 @@ struct stg_list_entry {
 	uint32_t nchunks;
 	uint32_t new_chunks; /* chunks this version added */
 	uint64_t stored; /* bytes of the chunks this version added */
+	uint32_t flags;  /* the manifest's (enum stg_manifest_flags); 0 in a LIST_REPLY */
 	const char *path;
 	uint32_t path_len;
 };
 
+/* LIST_REPLY and LIST_REPLY_FLAGS. */
 struct stg_msg_list_reply {
 	uint32_t count;
 	const uint8_t *entries; /* walk with stg_wire_list_next */
 	uint32_t len;
+	bool flagged;           /* a LIST_REPLY_FLAGS: the entries carry flags */
 };
 
 struct stg_msg_get_manifest {
@@ -236,12 +246,14 @@ size_t stg_wire_encode(const struct stg_msg *msg, uint8_t *out, size_t cap);
 /* The frame length stg_wire_encode needs for msg. */
 size_t stg_wire_encoded_size(const struct stg_msg *msg);
 
-/* Appends one entry to a LIST_REPLY body being built in out (cap bytes,
- * *len used). Returns 0, or -ENOSPC when it does not fit. */
-int stg_wire_list_add(uint8_t *out, size_t cap, size_t *len, const struct stg_list_entry *e);
+/* Appends one entry to a LIST_REPLY body (a LIST_REPLY_FLAGS one when
+ * flagged: e->flags is sent) being built in out (cap bytes, *len used).
+ * Returns 0, or -ENOSPC when it does not fit. */
+int stg_wire_list_add(uint8_t *out, size_t cap, size_t *len, const struct stg_list_entry *e,
+		      bool flagged);
 
-/* Walks a validated LIST_REPLY: *off starts at 0. Returns 1 with *ret
- * filled, 0 at the end. */
+/* Walks a validated LIST_REPLY or LIST_REPLY_FLAGS: *off starts at 0.
+ * Returns 1 with *ret filled, 0 at the end. */
 int stg_wire_list_next(const struct stg_msg_list_reply *r, uint32_t *off, struct stg_list_entry *ret);
 
 /* Is s (len bytes) an absolute, normalized path without NUL bytes: no empty,

@@ -169,6 +169,7 @@ struct list_state {
 	uint8_t *buf;
 	size_t cap, len;
 	uint32_t count;
+	bool flagged; /* a LIST_REPLY_FLAGS */
 };
 
 static int list_one(void *arg, const char *path, const struct stg_manifest *m)
@@ -183,11 +184,12 @@ static int list_one(void *arg, const char *path, const struct stg_manifest *m)
 		.nchunks = m->nchunks,
 		.new_chunks = stg_manifest_new_chunks(m),
 		.stored = stg_manifest_stored_bytes(m),
+		.flags = m->flags,
 		.path = path,
 		.path_len = (uint32_t)strlen(path),
 	};
 	for (;;) {
-		int r = stg_wire_list_add(ls->buf, ls->cap, &ls->len, &e);
+		int r = stg_wire_list_add(ls->buf, ls->cap, &ls->len, &e, ls->flagged);
 		if (r != -ENOSPC)
 			return r;
 		size_t ncap = ls->cap * 2;
@@ -206,7 +208,7 @@ static int on_list(struct session *s, const struct stg_msg *req)
 	char prefix[STG_WIRE_MAX_PATH + 1];
 	memcpy(prefix, req->list.prefix, req->list.prefix_len);
 	prefix[req->list.prefix_len] = '\0';
-	struct list_state ls = {.cap = 64 << 10};
+	struct list_state ls = {.cap = 64 << 10, .flagged = req->list.flags & STG_LIST_FLAGS};
 	ls.buf = malloc(ls.cap);
 	if (!ls.buf)
 		return stg_conn_send_error(&s->conn, req->tag, -ENOMEM, "out of memory");
@@ -217,9 +219,10 @@ static int on_list(struct session *s, const struct stg_msg *req)
 					   strerror(-r));
 	}
 	uint32_t off = 0, count = 0;
-	struct stg_msg m = {.type = STG_MSG_LIST_REPLY};
+	struct stg_msg m = {.type = ls.flagged ? STG_MSG_LIST_REPLY_FLAGS : STG_MSG_LIST_REPLY};
 	m.list_reply.entries = ls.buf;
 	m.list_reply.len = (uint32_t)ls.len;
+	m.list_reply.flagged = ls.flagged;
 	struct stg_list_entry e;
 	while (stg_wire_list_next(&m.list_reply, &off, &e))
 		count++;

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "catalog.h"
+#include "jobversion.h"
 #include "queue.h"
 #include "remote.h"
 #include "tool.h"
@@ -21,18 +22,20 @@ static void usage(FILE *f)
 		   "\n"
 		   "Lists every staged version of every captured file, or of one file, or\n"
 		   "of the files below a directory: size, bytes it added to the store,\n"
-		   "chunks it stored itself out of its total, and where it is.\n");
+		   "chunks it stored itself out of its total, and where it is. The parts\n"
+		   "that the nodes of a parallel job staged of one version (shared = job)\n"
+		   "are one version, marked incomplete while a rank's part is missing.\n");
 }
 
 struct row {
 	char *path;
 	uint64_t version;     /* the id */
-	uint64_t number;      /* what users see: docs/FORMAT.md, "Version ids" */
 	uint64_t size, stored;
 	uint32_t new_chunks, chunks;
 	int64_t mtime_ns;
 	bool deleted, corrupt;
 	bool open;            /* fsync'ed, its writer never closed it (yet) */
+	struct stg_part *part; /* a job version's part: this node's (owned) */
 	bool local;           /* in the node cache */
 	int marked_servers;   /* servers the flusher shipped it to (0: not yet) */
 	int listed_servers;   /* servers that listed it just now */
@@ -98,6 +101,8 @@ static int collect(void *arg, const char *path, int filedirfd)
 			row.chunks = m.nchunks;
 			row.mtime_ns = m.mtime_ns;
 			row.open = m.flags & STG_MANIFEST_OPEN;
+			row.part = m.part;
+			m.part = NULL;
 			stg_manifest_done(&m);
 		} else {
 			row.corrupt = true;
@@ -115,24 +120,6 @@ static int cmp_rows(const void *a, const void *b)
 	if (c)
 		return c;
 	return x->version < y->version ? -1 : x->version > y->version;
-}
-
-/* Numbers each path's versions (rows sorted by path, then id). */
-static int number_rows(struct listing *l)
-{
-	uint64_t *ids = malloc((l->n ? l->n : 1) * 2 * sizeof(*ids));
-	if (!ids)
-		return -ENOMEM;
-	uint64_t *numbers = ids + (l->n ? l->n : 1);
-	for (size_t i = 0, end; i < l->n; i = end) {
-		for (end = i; end < l->n && strcmp(l->rows[end].path, l->rows[i].path) == 0; end++)
-			ids[end - i] = l->rows[end].version;
-		stg_version_numbers(ids, end - i, numbers);
-		for (size_t k = i; k < end; k++)
-			l->rows[k].number = numbers[k - i];
-	}
-	free(ids);
-	return 0;
 }
 
 /* Adds the servers' versions: counts for those in the cache, rows for the
@@ -172,14 +159,113 @@ static int merge_remote(const struct stg_policy *p, struct listing *l)
 			.chunks = rv[i].e.nchunks,
 			.new_chunks = rv[i].e.new_chunks,
 			.mtime_ns = rv[i].e.mtime_ns,
+			.open = rv[i].e.flags & STG_MANIFEST_OPEN,
 			.listed_servers = count,
 		};
+		/* A part: its manifest says which ranks it holds. */
+		struct stg_manifest m;
+		if (rv[i].e.flags & STG_MANIFEST_PART) {
+			if (remote_get_manifest(&rm, rv[i].path, rv[i].e.version, rv[i].servers,
+						&m) == 0) {
+				row.part = m.part;
+				m.part = NULL;
+				stg_manifest_done(&m);
+			} else {
+				row.corrupt = true;
+			}
+		}
 		r = add_row(l, &row);
 	}
 	remote_list_free(rv, n);
 	if (reached < p->nservers)
 		tool_error("ls: %zu of %zu servers answered", reached, p->nservers);
 	return r;
+}
+
+/* Prints one version of a path: a whole one, or the parts of a job's
+ * version (v->parts: indexes into rows) summed into one line. */
+static void print_version(const struct stg_policy *p, const struct row *rows,
+			  const struct job_version *v, uint64_t number, int *bad)
+{
+	const struct row *first = &rows[v->parts[0]];
+	for (size_t k = 0; k < v->nparts; k++)
+		if (rows[v->parts[k]].corrupt) {
+			printf("%-40s %7" PRIu64 "  manifest corrupt or unreadable\n", first->path,
+			       number);
+			*bad = 1;
+			return;
+		}
+	struct row sum = *first;
+	int servers = INT_MAX;
+	for (size_t k = 0; k < v->nparts; k++) {
+		const struct row *rw = &rows[v->parts[k]];
+		int s = rw->listed_servers ? rw->listed_servers : rw->marked_servers;
+		servers = s < servers ? s : servers; /* the least replicated part */
+		if (k == 0)
+			continue;
+		sum.size = rw->size > sum.size ? rw->size : sum.size;
+		sum.stored += rw->stored;
+		sum.new_chunks += rw->new_chunks;
+		sum.chunks += rw->chunks;
+		sum.mtime_ns = rw->mtime_ns > sum.mtime_ns ? rw->mtime_ns : sum.mtime_ns;
+		sum.local |= rw->local;
+	}
+	char mt[32] = "-";
+	time_t t = (time_t)(sum.mtime_ns / 1000000000);
+	struct tm tm;
+	if (localtime_r(&t, &tm))
+		strftime(mt, sizeof(mt), "%Y-%m-%d %H:%M:%S", &tm);
+	char chunks[32];
+	snprintf(chunks, sizeof(chunks), "%u/%u", sum.new_chunks, sum.chunks);
+	char where[64];
+	snprintf(where, sizeof(where), "%s%s", sum.local ? "cache" : "",
+		 sum.local && servers ? "+" : "");
+	if (servers)
+		snprintf(where + strlen(where), sizeof(where) - strlen(where), "%d server%s",
+			 servers, servers == 1 ? "" : "s");
+	else if (sum.local && p->has_cluster)
+		snprintf(where + strlen(where), sizeof(where) - strlen(where), " (queued)");
+	char job[sizeof(v->missing) + STG_PART_JOB_MAX + 64] = "";
+	if (v->is_job)
+		snprintf(job, sizeof(job), " (job %s, %zu part%s%s%s)", first->part->job, v->nparts,
+			 v->nparts == 1 ? "" : "s", v->complete ? "" : ", incomplete: missing ",
+			 v->complete ? "" : v->missing);
+	printf("%-40s %7" PRIu64 " %12" PRIu64 " %12" PRIu64 " %11s  %-19s  %s%s%s%s\n",
+	       sum.path, number, sum.size, sum.stored, chunks, mt, where,
+	       !v->open ? "" : sum.size ? " (fsync'ed, not closed)" : " (created empty)", job,
+	       sum.deleted ? " (deleted)" : "");
+}
+
+/* Prints the n versions of one path (rows sorted by id), numbered as
+ * restore numbers them: the parts of a job's version are one. Returns 0 or
+ * -ENOMEM. */
+static int print_path(const struct stg_policy *p, const struct row *rows, size_t n, int *bad)
+{
+	struct stg_manifest *ms = calloc(n, sizeof(*ms));
+	uint64_t *ids = calloc(n * 3, sizeof(*ids));
+	struct job_version *v = NULL;
+	ssize_t nv = -ENOMEM;
+	if (ms && ids) {
+		for (size_t i = 0; i < n; i++) {
+			/* only what grouping reads; the rows own the parts */
+			ms[i].flags = rows[i].open ? STG_MANIFEST_OPEN : 0;
+			ms[i].part = rows[i].part;
+			ids[i] = rows[i].version;
+		}
+		nv = job_versions(ms, ids, n, &v);
+	}
+	if (nv >= 0) {
+		uint64_t *vids = ids + n, *numbers = ids + 2 * n;
+		for (ssize_t k = 0; k < nv; k++)
+			vids[k] = v[k].id;
+		stg_version_numbers(vids, (size_t)nv, numbers);
+		for (ssize_t k = 0; k < nv; k++)
+			print_version(p, rows, &v[k], numbers[k], bad);
+		job_versions_free(v, (size_t)nv);
+	}
+	free(ms);
+	free(ids);
+	return nv < 0 ? (int)nv : 0;
 }
 
 int cmd_ls(int argc, char **argv)
@@ -219,41 +305,20 @@ int cmd_ls(int argc, char **argv)
 	if (p->has_cluster && merge_remote(p, &l) < 0)
 		bad = 1;
 	qsort(l.rows, l.n, sizeof(*l.rows), cmp_rows);
-	if (number_rows(&l) < 0) {
-		tool_error("ls: out of memory");
-		return 1;
-	}
 	if (l.n)
 		printf("%-40s %7s %12s %12s %11s  %-19s  %s\n", "PATH", "VERSION", "SIZE", "STORED",
 		       "NEW/TOTAL", "MODIFIED", "WHERE");
-	for (size_t i = 0; i < l.n; i++) {
-		struct row *rw = &l.rows[i];
-		if (rw->corrupt) {
-			printf("%-40s %7" PRIu64 "  manifest corrupt\n", rw->path, rw->number);
-			bad = 1;
-			continue;
+	for (size_t i = 0, end; i < l.n; i = end) {
+		for (end = i; end < l.n && strcmp(l.rows[end].path, l.rows[i].path) == 0; end++)
+			;
+		if (print_path(p, l.rows + i, end - i, &bad) < 0) {
+			tool_error("ls: out of memory");
+			return 1;
 		}
-		char mt[32] = "-";
-		time_t t = (time_t)(rw->mtime_ns / 1000000000);
-		struct tm tm;
-		if (localtime_r(&t, &tm))
-			strftime(mt, sizeof(mt), "%Y-%m-%d %H:%M:%S", &tm);
-		char chunks[32];
-		snprintf(chunks, sizeof(chunks), "%u/%u", rw->new_chunks, rw->chunks);
-		char where[64];
-		int servers = rw->listed_servers ? rw->listed_servers : rw->marked_servers;
-		snprintf(where, sizeof(where), "%s%s%s", rw->local ? "cache" : "",
-			 rw->local && servers ? "+" : "", servers ? "" : "");
-		if (servers)
-			snprintf(where + strlen(where), sizeof(where) - strlen(where), "%d server%s",
-				 servers, servers == 1 ? "" : "s");
-		else if (rw->local && p->has_cluster)
-			snprintf(where + strlen(where), sizeof(where) - strlen(where), " (queued)");
-		printf("%-40s %7" PRIu64 " %12" PRIu64 " %12" PRIu64 " %11s  %-19s  %s%s%s\n",
-		       rw->path, rw->number, rw->size, rw->stored, chunks, mt, where,
-		       !rw->open ? "" : rw->size ? " (fsync'ed, not closed)" : " (created empty)",
-		       rw->deleted ? " (deleted)" : "");
-		free(rw->path);
+	}
+	for (size_t i = 0; i < l.n; i++) {
+		free(l.rows[i].path);
+		stg_part_free(l.rows[i].part);
 	}
 	if (l.n == 0 && optind < argc) {
 		tool_error("ls: nothing staged at or below '%s'", prefix);

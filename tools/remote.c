@@ -124,7 +124,18 @@ int remote_list(struct remote *rm, const char *prefix, struct remote_version **r
 		struct stg_msg req = {.type = STG_MSG_LIST}, rep;
 		req.list.prefix = prefix ? prefix : "";
 		req.list.prefix_len = prefix ? (uint32_t)strlen(prefix) : 0;
-		int cr = stg_conn_call(c, &req, STG_MSG_LIST_REPLY, &rep);
+		req.list.flags = STG_LIST_FLAGS;
+		int cr = stg_conn_call(c, &req, STG_MSG_LIST_REPLY_FLAGS, &rep);
+		if (cr == -EPROTO) {
+			/* A server older than LIST_REPLY_FLAGS drops the connection
+			 * on the flag: list again without (it holds no parts, which
+			 * it refuses, so its versions are whole). */
+			stg_conn_close(c);
+			s.open[i] = false;
+			c = remote_conn(&s, i);
+			req.list.flags = 0;
+			cr = c ? stg_conn_call(c, &req, STG_MSG_LIST_REPLY, &rep) : -ECONNRESET;
+		}
 		if (cr < 0) {
 			remote_fail(&s, i, cr);
 			continue;

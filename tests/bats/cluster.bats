@@ -941,6 +941,13 @@ reference() {
 	ub=$(od -An -tu8 -N8 "$T/cacheB/usage" | tr -d ' ')
 	((ua < size * 2 * 7 / 10 && ub < size * 2 * 7 / 10)) ||
 		fail "node A stored $ua bytes, node B $ub, of 2 checkpoints of $size"
+	# ls on a node with an empty cache: one line per checkpoint, its nodes'
+	# parts in it (a node has several when its ranks did not hold the file
+	# at the same time)
+	run "$STAGEHAND" ls --policy "$T/c.conf" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "ls: $output"
+	[ "${#lines[@]}" -eq 3 ] && [[ "${lines[1]}" == *" 1 "*"(job job-1, "*" parts)" ]] &&
+		[[ "${lines[2]}" == *" 2 "*"(job job-1, "*" parts)" ]] || fail "ls: $output"
 	# a node with an empty cache: the newest checkpoint, merged, byte for byte
 	rm -rf "$BACK"
 	run "$STAGEHAND" restore --policy "$T/c.conf" --to "$BACK" "$CKPT/f"
@@ -962,6 +969,9 @@ reference() {
 	wait "$a" || fail "node A"
 	flushed "$T/a.conf"
 	rm -rf "$BACK" "$T/cacheC"
+	run "$STAGEHAND" ls --policy "$T/c.conf" "$CKPT/f"
+	[[ "${lines[3]}" == *" 3 "*"(job job-2, "*", incomplete: missing ranks 1, 3 of 4)" ]] ||
+		fail "ls: $output"
 	run "$STAGEHAND" restore --policy "$T/c.conf" --to "$BACK" "$CKPT/f"
 	[ "$status" -eq 0 ] || fail "restore of the newest complete version: $output"
 	[[ "$output" == *"version 3 is incomplete (ranks 1, 3 of 4 missing)"* ]] || fail "$output"

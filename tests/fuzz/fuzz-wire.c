@@ -28,7 +28,8 @@ static void check_frame(const uint8_t *data, size_t size)
 		return;
 	struct stg_manifest mf;
 	switch (m.type) {
-	case STG_MSG_LIST_REPLY: {
+	case STG_MSG_LIST_REPLY:
+	case STG_MSG_LIST_REPLY_FLAGS: {
 		uint32_t off = 0, n = 0;
 		struct stg_list_entry e;
 		while (stg_wire_list_next(&m.list_reply, &off, &e))
@@ -145,25 +146,28 @@ static void mutate(uint8_t *buf, size_t *len, size_t cap, const uint8_t *seed, s
 int main(int argc, char **argv)
 {
 	double seconds = 10;
-	const char *seed_file = NULL;
+	static uint8_t seed[1 << 16];
+	size_t seedlen = 0;
+	int nseeds = 0;
+	/* The seed files' frames, one after the other. */
 	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
+		if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
 			seconds = atof(argv[++i]);
-		else
-			seed_file = argv[i];
+			continue;
+		}
+		FILE *f = fopen(argv[i], "rb");
+		if (!f) {
+			perror(argv[i]);
+			return 1;
+		}
+		seedlen += fread(seed + seedlen, 1, sizeof(seed) - seedlen, f);
+		fclose(f);
+		nseeds++;
 	}
-	if (!seed_file) {
-		fprintf(stderr, "usage: fuzz-wire [--seconds S] SEED_FILE\n");
+	if (nseeds == 0) {
+		fprintf(stderr, "usage: fuzz-wire [--seconds S] SEED_FILE...\n");
 		return 2;
 	}
-	FILE *f = fopen(seed_file, "rb");
-	if (!f) {
-		perror(seed_file);
-		return 1;
-	}
-	static uint8_t seed[1 << 16];
-	size_t seedlen = fread(seed, 1, sizeof(seed), f);
-	fclose(f);
 	/* The seed as a whole, then each frame alone. */
 	LLVMFuzzerTestOneInput(seed, seedlen);
 	size_t starts[64], nstarts = 0, off = 0;
@@ -175,7 +179,7 @@ int main(int argc, char **argv)
 		off += STG_WIRE_HEADER_SIZE + h.length;
 	}
 	if (nstarts == 0) {
-		fprintf(stderr, "fuzz-wire: %s holds no frame\n", seed_file);
+		fprintf(stderr, "fuzz-wire: the seed files hold no frame\n");
 		return 1;
 	}
 	struct timespec t0, t;

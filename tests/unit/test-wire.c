@@ -2,6 +2,7 @@
 /* The wire protocol: golden frames of every message, round trips, and the
  * validation of every header and body field. */
 #include "harness.h"
+#include "manifest.h"
 #include "util.h"
 #include "wire.h"
 
@@ -10,8 +11,8 @@ static uint8_t bitmap[1] = {0x05};
 static uint8_t missing[8] = {1, 0, 0, 0, 2, 0, 0, 0};
 static uint8_t object[48];
 static uint8_t manifest[24];
-static uint8_t list_body[256];
-static size_t list_len;
+static uint8_t list_body[256], flagged_body[256];
+static size_t list_len, flagged_len;
 
 /* One message of every type, with fixed contents. */
 static size_t samples(struct stg_msg *out)
@@ -26,12 +27,16 @@ static size_t samples(struct stg_msg *out)
 				   .commit_ns = 1795200001000000000LL, .mode = 0640, .nchunks = 16,
 				   .new_chunks = 2, .stored = 2 * 65536 + 8192,
 				   .path = "/scratch/ckpt/rank0.dat", .path_len = 23};
-	list_len = 0;
-	CHECK_EQ(stg_wire_list_add(list_body, sizeof(list_body), &list_len, &e), 0);
+	list_len = flagged_len = 0;
+	CHECK_EQ(stg_wire_list_add(list_body, sizeof(list_body), &list_len, &e, false), 0);
+	e.flags = STG_MANIFEST_PART | STG_MANIFEST_OPEN;
+	CHECK_EQ(stg_wire_list_add(flagged_body, sizeof(flagged_body), &flagged_len, &e, true), 0);
 	e.version = 4;
 	e.path = "/a";
 	e.path_len = 2;
-	CHECK_EQ(stg_wire_list_add(list_body, sizeof(list_body), &list_len, &e), 0);
+	e.flags = 0;
+	CHECK_EQ(stg_wire_list_add(list_body, sizeof(list_body), &list_len, &e, false), 0);
+	CHECK_EQ(stg_wire_list_add(flagged_body, sizeof(flagged_body), &flagged_len, &e, true), 0);
 
 	size_t n = 0;
 	struct stg_msg m;
@@ -127,6 +132,12 @@ static size_t samples(struct stg_msg *out)
 	ADD(STG_MSG_CHUNK_REF, 18);
 	m.chunk_ref.len = 48;
 	out[n++] = m;
+	ADD(STG_MSG_LIST_REPLY_FLAGS, 19);
+	m.list_reply.count = 2;
+	m.list_reply.entries = flagged_body;
+	m.list_reply.len = (uint32_t)flagged_len;
+	m.list_reply.flagged = true;
+	out[n++] = m;
 #undef ADD
 	return n;
 }
@@ -149,10 +160,18 @@ static void test_golden_and_round_trip(void)
 	size_t n = samples(msgs);
 	CHECK_EQ(n, STG_MSG_TYPE_MAX);
 	uint8_t all[8192];
-	size_t len = 0, tcp_len = 0;
+	size_t len = 0, tcp_len = 0, rdma_len = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (msgs[i].type == STG_MSG_PUT_CHUNK_REF)
 			tcp_len = len;
+		if (msgs[i].type == STG_MSG_LIST_REPLY_FLAGS) {
+			/* A LIST asking for it comes first in its file. */
+			struct stg_msg l = msgs[STG_MSG_LIST - 1];
+			l.list.flags = STG_LIST_FLAGS;
+			l.tag = 19;
+			rdma_len = len;
+			len += stg_wire_encode(&l, all + len, sizeof(all) - len);
+		}
 		size_t want = stg_wire_encoded_size(&msgs[i]);
 		CHECK(want > 0);
 		size_t got = stg_wire_encode(&msgs[i], all + len, sizeof(all) - len);
@@ -162,26 +181,32 @@ static void test_golden_and_round_trip(void)
 		len += got;
 	}
 	/* The messages of every connection, then those of RDMA connections
-	 * only (added later in version 1: the first file stays as it was). */
+	 * only, then the LIST with flags and its reply (each added later in
+	 * version 1: the earlier files stay as they were). */
 	CHECK(harness_golden("wire-v1.bin", all, tcp_len));
-	CHECK(harness_golden("wire-v1-rdma.bin", all + tcp_len, len - tcp_len));
+	CHECK(harness_golden("wire-v1-rdma.bin", all + tcp_len, rdma_len - tcp_len));
+	CHECK(harness_golden("wire-v1-list-flags.bin", all + rdma_len, len - rdma_len));
 
 	/* Every frame decodes to what was encoded, and encodes back identically. */
-	size_t off = 0;
-	for (size_t i = 0; i < n; i++) {
+	size_t off = 0, frames = 0, flagged_at = 0;
+	for (; off < len; frames++) {
 		struct stg_msg d;
 		size_t fl = decode_frame(all + off, len - off, &d);
 		CHECK(fl > 0);
 		if (!fl)
 			return;
-		CHECK_EQ(d.type, msgs[i].type);
-		CHECK_EQ(d.tag, msgs[i].tag);
+		/* The samples in type order, the LIST with flags before its reply. */
+		bool list_flags = d.type == STG_MSG_LIST && d.list.flags == STG_LIST_FLAGS;
+		CHECK_EQ(d.type, list_flags ? STG_MSG_LIST : msgs[frames - (frames > n - 1)].type);
+		CHECK_EQ(d.tag, msgs[frames - (frames > n - 1)].tag);
+		if (d.type == STG_MSG_LIST_REPLY_FLAGS)
+			flagged_at = off;
 		uint8_t again[1024];
 		CHECK_EQ(stg_wire_encode(&d, again, sizeof(again)), fl);
 		CHECK(memcmp(again, all + off, fl) == 0);
 		off += fl;
 	}
-	CHECK_EQ(off, len);
+	CHECK_EQ(frames, n + 1);
 
 	struct stg_msg d;
 	size_t at = 0;
@@ -195,8 +220,19 @@ static void test_golden_and_round_trip(void)
 	CHECK_EQ(e.version, 3);
 	CHECK_EQ(e.new_chunks, 2);
 	CHECK(e.path_len == 23 && memcmp(e.path, "/scratch/ckpt/rank0.dat", 23) == 0);
+	CHECK_EQ(e.flags, 0);
 	CHECK_EQ(stg_wire_list_next(&d.list_reply, &lo, &e), 1);
 	CHECK_EQ(e.version, 4);
+	CHECK_EQ(stg_wire_list_next(&d.list_reply, &lo, &e), 0);
+	/* The same entries with their flags. */
+	CHECK(decode_frame(all + flagged_at, len - flagged_at, &d) > 0);
+	CHECK(d.type == STG_MSG_LIST_REPLY_FLAGS && d.list_reply.flagged);
+	lo = 0;
+	CHECK_EQ(stg_wire_list_next(&d.list_reply, &lo, &e), 1);
+	CHECK(e.version == 3 && e.new_chunks == 2 && e.path_len == 23);
+	CHECK_EQ(e.flags, STG_MANIFEST_PART | STG_MANIFEST_OPEN);
+	CHECK_EQ(stg_wire_list_next(&d.list_reply, &lo, &e), 1);
+	CHECK(e.version == 4 && e.flags == 0 && e.path_len == 2 && memcmp(e.path, "/a", 2) == 0);
 	CHECK_EQ(stg_wire_list_next(&d.list_reply, &lo, &e), 0);
 }
 
@@ -298,6 +334,15 @@ static void test_bodies(void)
 	CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
 	REENCODE(STG_MSG_LIST_REPLY - 1);
 	body[0] = 3; /* count says 3, two are there */
+	CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
+	REENCODE(STG_MSG_LIST - 1);
+	body[2] = 2; /* a flag not defined */
+	CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
+	REENCODE(STG_MSG_LIST_REPLY_FLAGS - 1);
+	body[4 + 52] = 4; /* a manifest flag not defined */
+	CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
+	REENCODE(STG_MSG_LIST_REPLY_FLAGS - 1);
+	body[4 + 56] = 24; /* the first path one byte longer than it is */
 	CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
 	REENCODE(STG_MSG_STAT_REPLY - 1);
 	body[59] = 1; /* reserved */
