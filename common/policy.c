@@ -116,6 +116,19 @@ static int parse_uint(const char *s, uint32_t min, uint32_t max, uint32_t *ret)
 	return 0;
 }
 
+/* A key with two values: *ret is whether value is yes. Returns 1, or 0
+ * after saying which values it takes. */
+static int parse_either(struct parse_state *st, const char *name, const char *value,
+			const char *yes, const char *no, bool *ret)
+{
+	if (strcmp(value, yes) != 0 && strcmp(value, no) != 0) {
+		fail(st, "%s '%s' must be %s or %s", name, value, yes, no);
+		return 0;
+	}
+	*ret = strcmp(value, yes) == 0;
+	return 1;
+}
+
 static char *xstrdup_or_fail(struct parse_state *st, const char *s)
 {
 	char *d = strdup(s);
@@ -259,23 +272,9 @@ static int handle_path(struct parse_state *st, const char *glob, const char *nam
 		}
 		r->chunk_size = (uint32_t)v;
 	} else if (strcmp(name, "dedup") == 0) {
-		if (strcmp(value, "previous") == 0)
-			r->dedup = true;
-		else if (strcmp(value, "off") == 0)
-			r->dedup = false;
-		else {
-			fail(st, "dedup '%s' must be previous or off", value);
-			return 0;
-		}
+		return parse_either(st, name, value, "previous", "off", &r->dedup);
 	} else if (strcmp(name, "compress") == 0) {
-		if (strcmp(value, "lz4") == 0)
-			r->compress = true;
-		else if (strcmp(value, "off") == 0)
-			r->compress = false;
-		else {
-			fail(st, "compress '%s' must be lz4 or off", value);
-			return 0;
-		}
+		return parse_either(st, name, value, "lz4", "off", &r->compress);
 	} else if (strcmp(name, "durability") == 0) {
 		if (strcmp(value, "async") == 0)
 			r->durability = STG_DURABILITY_ASYNC;
@@ -293,14 +292,7 @@ static int handle_path(struct parse_state *st, const char *glob, const char *nam
 			return 0;
 		}
 	} else if (strcmp(name, "shared") == 0) {
-		if (strcmp(value, "node") == 0)
-			r->shared_job = false;
-		else if (strcmp(value, "job") == 0)
-			r->shared_job = true;
-		else {
-			fail(st, "shared '%s' must be node or job", value);
-			return 0;
-		}
+		return parse_either(st, name, value, "job", "node", &r->shared_job);
 	} else if (strcmp(name, "drain") == 0) {
 		if (strcmp(value, "in-place") != 0 && value[0] != '/') {
 			fail(st, "drain '%s' must be an absolute directory or in-place", value);

@@ -921,30 +921,10 @@ reference() {
 @test "N-1 on one node: 4 processes pwrite strides of one file; its one version ships, and an empty node restores it byte for byte" {
 	start_servers 2
 	cluster_default_policy
-	cat >"$T/n1.py" <<'EOF'
-import multiprocessing as mp, os, sys
-path, n, stripe, k = sys.argv[1], 4, 65536, 16
-
-def rank_main(rank, barrier):
-    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
-    barrier.wait(600)  # all hold it, as after a collective open
-    for j in range(k):
-        run = bytes((rank * 31 + j * 7 + x) % 251 for x in range(256))
-        os.pwrite(fd, run * (stripe // 256), (j * n + rank) * stripe)
-    os.close(fd)
-
-if __name__ == "__main__":
-    barrier = mp.Barrier(n)
-    ranks = [mp.Process(target=rank_main, args=(r, barrier)) for r in range(n)]
-    for p in ranks:
-        p.start()
-    for p in ranks:
-        p.join()
-    sys.exit(any(p.exitcode != 0 for p in ranks))
-EOF
 	mkdir -p "$CKPT"
-	"$PYTHON" "$T/n1.py" "$REF/f" || fail "the plain run"
-	shim "$PYTHON" "$T/n1.py" "$CKPT/f" || fail "the run through the shim"
+	"$PYTHON" "$BATS_TEST_DIRNAME/../progs/stripes.py" "$REF/f" 4 65536 16 || fail "plain"
+	shim "$PYTHON" "$BATS_TEST_DIRNAME/../progs/stripes.py" "$CKPT/f" 4 65536 16 ||
+		fail "through the shim"
 	flushed "$POLICY"
 	assert_transport_used "$CACHE"
 	[ "$(version_count "$CKPT/f")" -eq 1 ] || fail "ls: $("$STAGEHAND" ls "$CKPT/f")"

@@ -300,32 +300,12 @@ EOF
 
 # Group B: one file shared by several processes of a node (N-1, PLFS).
 
-# stripes N STRIPE K: N processes (multiprocessing) each open the file DIR/f
-# (no O_TRUNC) and, once all hold it open (as after a collective
-# MPI_File_open), pwrite K stripes of STRIPE bytes of their letter at (k * N +
-# rank) * STRIPE; then every stripe is checked through the shim and restored.
+STRIPES="$BATS_TEST_DIRNAME/../progs/stripes.py"
+
+# stripes N STRIPE K: tests/progs/stripes.py writes DIR/f with and without
+# the shim; then every stripe is checked through the shim and restored.
 stripes() {
 	local n="$1" stripe="$2" k="$3"
-	py n1 <<'EOF'
-import multiprocessing as mp, os, sys
-path, n, stripe, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-
-def rank_main(rank, barrier):
-    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
-    barrier.wait()
-    for j in range(k):
-        os.pwrite(fd, bytes([65 + rank]) * stripe, (j * n + rank) * stripe)
-    os.close(fd)
-
-if __name__ == "__main__":
-    barrier = mp.Barrier(n)
-    ranks = [mp.Process(target=rank_main, args=(r, barrier)) for r in range(n)]
-    for p in ranks:
-        p.start()
-    for p in ranks:
-        p.join()
-    sys.exit(any(p.exitcode != 0 for p in ranks))
-EOF
 	py bad <<'EOF'
 import sys
 path, n, stripe, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -333,7 +313,7 @@ data = open(path, "rb").read()
 bad = sum(data[i * stripe:(i + 1) * stripe] != bytes([65 + i % n]) * stripe for i in range(n * k))
 print("%d bad stripes of %d, %d bytes (want %d)" % (bad, n * k, len(data), n * k * stripe))
 EOF
-	twice "$PYTHON" "$T/n1.py" @D@/f "$n" "$stripe" "$k"
+	twice "$PYTHON" "$STRIPES" @D@/f "$n" "$stripe" "$k"
 	local want="0 bad stripes of $((n * k)), $((n * k * stripe)) bytes (want $((n * k * stripe)))"
 	[ "$("$PYTHON" "$T/bad.py" "$REF/f" "$n" "$stripe" "$k")" = "$want" ]
 	# every check, so that a failure says all that is wrong
