@@ -184,6 +184,9 @@ struct stg_part;
 /* Starts this process's part of the writing of s->path it opened with flags:
  * -EINVAL (logged) when the process has no job identity. */
 int part_open(struct session *s, int flags);
+/* The open of s succeeded: it counts (only then, so that a failed or
+ * retried open does not shift the count). */
+void part_opened(struct session *s);
 void part_free(struct part *p);
 /* In a fork child: its lock starts afresh. */
 void part_locks_after_fork(struct part *p);

@@ -23,6 +23,7 @@
 struct part {
 	pthread_mutex_t lock; /* the application's threads write at once */
 	uint32_t open;        /* this process's count of opens of the path */
+	uint32_t *count;      /* that count (entries live as long as the process) */
 	bool created;         /* opened with O_CREAT */
 	bool wrote;           /* wrote or resized anything */
 	struct stg_extent *ext;
@@ -99,7 +100,9 @@ static bool job_known(void)
 	return job.known;
 }
 
-/* ---- how often this process opened each path (shim.lock held) ---- */
+/* ---- how often this process opened each path ----
+ * The list grows under shim.lock; a count changes atomically (a close drops
+ * an uncounted open without that lock). */
 
 struct open_count {
 	struct open_count *next;
@@ -138,10 +141,16 @@ int part_open(struct session *s, int flags)
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&p->lock, NULL);
-	p->open = ++*n;
+	p->count = n;
 	p->created = flags & O_CREAT;
 	s->part = p;
 	return 0;
+}
+
+void part_opened(struct session *s)
+{
+	if (s->part)
+		s->part->open = __atomic_add_fetch(s->part->count, 1, __ATOMIC_SEQ_CST);
 }
 
 void part_free(struct part *p)
@@ -248,13 +257,14 @@ void part_resized(struct session *s, uint64_t old_size, uint64_t new_size)
 /* Does this process take part? An open with O_CREAT that wrote nothing does
  * not, nor does it count: MPI-IO's create pass (one rank creates the file and
  * closes it before every rank opens it) must not shift that rank's count. */
-static bool takes_part(struct part *p, const char *path)
+static bool takes_part(struct part *p)
 {
 	if (!p->created || p->wrote)
 		return true;
-	uint32_t *n = count_of(path);
-	if (n && *n == p->open)
-		--*n;
+	/* Only if no later open counted after it. */
+	uint32_t open = p->open;
+	__atomic_compare_exchange_n(p->count, &open, open - 1, false, __ATOMIC_SEQ_CST,
+				    __ATOMIC_SEQ_CST);
 	p->created = false; /* uncounted once */
 	p->open = 0;
 	return false;
@@ -282,7 +292,7 @@ void part_begin(int holdfd)
 int part_leave(struct session *s)
 {
 	struct part *p = s->part;
-	if (!p || !takes_part(p, s->path))
+	if (!p || !takes_part(p))
 		return 0;
 	if (s->holder_fd < 0)
 		return 0; /* nobody else holds it: the commit is ours */
@@ -403,7 +413,7 @@ int part_build(struct session *s, bool last, uint64_t size, struct stg_part **re
 	int r = gather_records(&g, s->holder_fd);
 	/* At the close our own part is counted as for anyone leaving; at a sync
 	 * the writing goes on, and so does ours. */
-	bool ours = last ? takes_part(p, s->path) : (!p->created || p->wrote);
+	bool ours = last ? takes_part(p) : (!p->created || p->wrote);
 	if (r == 0 && ours) {
 		pthread_mutex_lock(&p->lock);
 		r = gather_one(&g, job.rank, p->open, p->ext, p->n);

@@ -471,8 +471,10 @@ static int join_live(const char *path, const struct stg_path_rule *rule, int fla
 	}
 	if (r == 0)
 		r = reopen_for_app(live, flags);
-	if (r >= 0 && (r = fdtable_set(live, s)) == 0)
+	if (r >= 0 && (r = fdtable_set(live, s)) == 0) {
+		part_opened(s);
 		return live;
+	}
 	real_close(live);
 	session_free(s);
 	return r;
@@ -576,6 +578,7 @@ static int open_new(const char *path, const struct stg_path_rule *rule, int flag
 	r = fdtable_set(fd, s);
 	if (r < 0)
 		goto out_close;
+	part_opened(s);
 	return fd;
 out_close:
 	real_close(fd);
@@ -710,6 +713,11 @@ static int commit_through(struct session *s, int fd, bool last, uint64_t replace
 	int r = part_build(s, last, (uint64_t)st.st_size, &part);
 	if (r < 0)
 		return -EIO;
+	/* No rank of this node took part (MPI-IO's create pass of a file that
+	 * exists): its content is the version it had, nothing to commit. A
+	 * new file is committed, empty and open, so that others find it. */
+	if (s->part && !part && !s->created)
+		return 0;
 	char link[64];
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 	int rfd = real_open(link, O_RDONLY | O_CLOEXEC);

@@ -650,3 +650,24 @@ EOF
 	# the newest committed version is the last content
 	assert_restores "$REF/f" "$CKPT/f"
 }
+
+@test "B14: shared = job: a rank's open with O_CREAT that writes nothing (MPI-IO's create pass) adds no version to a file that has one" {
+	printf 'shared = job\n' >>"$POLICY"
+	export STAGEHAND_JOB=job-7 STAGEHAND_RANK=0 STAGEHAND_RANKS=1
+	py ckpt <<'EOF'
+import os, sys
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o644)
+os.pwrite(fd, b"checkpoint\n", 0)
+os.close(fd)
+EOF
+	py create <<'EOF'
+import os, sys
+os.close(os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o644))
+EOF
+	mkdir -p "$CKPT"
+	shim "$PYTHON" "$T/ckpt.py" "$CKPT/f"
+	assert_versions "$CKPT/f" 1
+	shim "$PYTHON" "$T/create.py" "$CKPT/f"
+	assert_versions "$CKPT/f" 1
+	[ "$(shim cat "$CKPT/f")" = checkpoint ] || fail "read back: $(shim cat "$CKPT/f")"
+}
