@@ -495,11 +495,23 @@ int stg_policy_load(const char *path, struct stg_policy **ret_policy, char *err,
 	return 0;
 }
 
-/* What only the whole file can tell: a usable [cluster], and rules that
- * need one. Returns 1 (failed, message in err) or 0. */
+/* What only the whole file can tell: a usable [cluster], rules that need
+ * one, and keys that exclude each other. Returns 1 (failed, message in err)
+ * or 0. */
 static int check_cluster(struct stg_policy *p, const char *path, char *err, size_t errlen)
 {
 	char msg[512];
+	for (size_t i = 0; i < p->nrules; i++)
+		if (p->rules[i].drain && p->rules[i].shared_job) {
+			/* Each node holds its part only: draining it would put one
+			 * node's view where the whole file belongs. */
+			if (err)
+				snprintf(err, errlen,
+					 "%s:%d: drain cannot go with shared = job (each node "
+					 "holds only its part; stagehand restore merges them)",
+					 path, p->rules[i].line);
+			return 1;
+		}
 	if (p->has_cluster) {
 		if (!p->servers) {
 			if (err)

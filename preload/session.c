@@ -89,7 +89,35 @@ static int copy_real_file(const char *path, int to)
 	return r;
 }
 
-static int materialize_latest(const char *path, int fd)
+/* Do the parts in the cache (v, n of them) of the job's version that part
+ * belongs to hold every rank of the job? Only then is this node's view of
+ * the file the whole file. */
+static bool parts_complete(int filedirfd, const uint64_t *v, size_t n, const struct stg_part *part)
+{
+	uint8_t *have = calloc(part->nranks_job, 1);
+	uint32_t count = 0;
+	for (size_t i = 0; have && i < n; i++) {
+		struct stg_manifest m;
+		if (stg_catalog_read(filedirfd, v[i], &m) < 0)
+			continue;
+		const struct stg_part *q = m.part;
+		if (q && q->open == part->open && q->nranks_job == part->nranks_job &&
+		    strcmp(q->job, part->job) == 0)
+			for (uint32_t k = 0; k < q->nranks; k++)
+				if (!have[q->ranks[k]]) {
+					have[q->ranks[k]] = 1;
+					count++;
+				}
+		stg_manifest_done(&m);
+	}
+	free(have);
+	return count == part->nranks_job;
+}
+
+/* Rebuilds path's newest version into fd. A reader is refused one that is
+ * this node's part of a job's version written on several nodes: the other
+ * nodes' bytes are not here (-EIO, said in the log). */
+static int materialize_latest(const char *path, int fd, bool reading)
 {
 	struct stg_catalog_file f;
 	int r = stg_catalog_lock(shim.cache, path, false, &f);
@@ -104,6 +132,17 @@ static int materialize_latest(const char *path, int fd)
 		struct stg_manifest m;
 		uint64_t latest = v[n - 1];
 		r = stg_catalog_read(f.dirfd, latest, &m);
+		if (r == 0 && reading && m.part && !parts_complete(f.dirfd, v, n, m.part)) {
+			shim_log(STG_LOG_ERROR,
+				 "cannot read '%s': it is shared = job, and this node holds only "
+				 "its part of version %llu (job %s); stagehand restore merges "
+				 "the nodes' parts",
+				 path, (unsigned long long)stg_version_seq(latest), m.part->job);
+			stg_manifest_done(&m);
+			free(v);
+			stg_catalog_unlock(&f);
+			return -EIO;
+		}
 		if (r == 0) {
 			struct stg_materialize_error e;
 			r = stg_materialize(shim.cache, &m, fd, NULL, NULL, &e);
@@ -534,7 +573,7 @@ static int open_new(const char *path, const struct stg_path_rule *rule, int flag
 							     : (mode & ~shim.umask & 07777);
 		s->base_mtime_ns = stg_now_ns();
 	} else if (visible) {
-		r = materialize_latest(path, fd);
+		r = materialize_latest(path, fd, !writing);
 		if (r < 0) {
 			r = r == -ENOSPC ? r : -EIO;
 			goto out_close;

@@ -963,6 +963,11 @@ reference() {
 	[ "$status" -eq 0 ] || fail "ls: $output"
 	[ "${#lines[@]}" -eq 3 ] && [[ "${lines[1]}" == *" 1 "*"(job job-1, "*" parts)" ]] &&
 		[[ "${lines[2]}" == *" 2 "*"(job job-1, "*" parts)" ]] || fail "ls: $output"
+	# node A holds only its part: reading the file there through the shim
+	# fails, and says why, rather than show holes for node B's ranks
+	STAGEHAND_POLICY="$T/a.conf" run shim cat "$CKPT/f"
+	[ "$status" -ne 0 ] && [[ "$output" == *"this node holds only its part of version 2 (job job-1)"* ]] ||
+		fail "read on node A: ${output:0:300}"
 	# a node with an empty cache: the newest checkpoint, merged, byte for byte
 	rm -rf "$BACK"
 	run "$STAGEHAND" restore --policy "$T/c.conf" --to "$BACK" "$CKPT/f"

@@ -138,6 +138,10 @@ static void test_errors(void)
 	expect_error("x = 1\n[cache]\ndir = /c\n", "bad.conf:1: 'x' appears before any [section]");
 	expect_error("[cache]\ndir = /c\n[cluster]\ntransport = carrier-pigeon\n", "bad.conf:4:");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\ndurability = replicated\n", "bad.conf:3: durability = replicated needs staging servers");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\ndrain = /d\nshared = job\n",
+		     "bad.conf:3: drain cannot go with shared = job");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nshared = all\n",
+		     "bad.conf:4: shared 'all' must be job or node");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\ndrain = in-place\n", "bad.conf:3: drain needs");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\ndrain = relative\n", "bad.conf:4: drain 'relative'");
 	expect_error("[cache]\ndir = /c\n[cluster]\nsecret_file = /s\n", "[cluster] servers is required");
