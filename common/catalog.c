@@ -287,6 +287,7 @@ struct kept {
 	struct stg_part *part; /* a job version's part, NULL for a whole version */
 	size_t head;           /* the newest version of its job version (itself if whole) */
 	bool unit_closed;      /* (at its head) a version of the unit is closed */
+	bool unit_complete;    /* (at its head) whole, or its parts name every rank */
 	uint32_t ordinal;      /* (at its head) 1 for the newest closed unit, ... */
 };
 
@@ -321,7 +322,29 @@ static bool same_unit(const struct kept *a, const struct kept *b)
 	       strcmp(a->part->job, b->part->job) == 0;
 }
 
-int stg_catalog_prune(int filedirfd, uint32_t keep)
+/* Do the parts of the unit headed by h (k[0, n)) name every rank of the
+ * job? */
+static bool unit_complete(const struct kept *k, size_t n, size_t h)
+{
+	uint32_t size = k[h].part->nranks_job, count = 0;
+	uint8_t *have = calloc(size, 1);
+	if (!have)
+		return false;
+	for (size_t i = 0; i <= h && i < n; i++) {
+		const struct stg_part *p = k[i].part;
+		if (k[i].head != h || p->nranks_job != size)
+			continue;
+		for (uint32_t r = 0; r < p->nranks; r++)
+			if (!have[p->ranks[r]]) {
+				have[p->ranks[r]] = 1;
+				count++;
+			}
+	}
+	free(have);
+	return count == size;
+}
+
+int stg_catalog_prune(int filedirfd, uint32_t keep, bool complete_only)
 {
 	if (keep == 0)
 		return 0;
@@ -347,10 +370,17 @@ int stg_catalog_prune(int filedirfd, uint32_t keep)
 			}
 		k[k[i].head].unit_closed |= !k[i].open;
 	}
+	/* Numbered from the newest: with complete_only, an incomplete job
+	 * version (a node's part yet to come, or lost) takes the number of
+	 * the complete ones newer than it, so that it never pushes a complete
+	 * one out, and goes once keep complete ones are newer. */
 	uint32_t closed = 0;
-	for (size_t i = n; i-- > 0;)
-		if (k[i].head == i && k[i].unit_closed)
-			k[i].ordinal = ++closed;
+	for (size_t i = n; i-- > 0;) {
+		if (k[i].head != i || !k[i].unit_closed)
+			continue;
+		bool counts = !complete_only || !k[i].part || unit_complete(k, n, i);
+		k[i].ordinal = counts ? ++closed : closed + 1;
+	}
 	int removed = 0;
 	for (size_t i = n; r == 0 && i-- > 0;) {
 		bool go;
@@ -565,7 +595,7 @@ int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *new
 	/* The new name keeps what its rule keeps, as after any commit (what
 	 * this frees goes at the next collection). */
 	if (r == 0) {
-		int pr = stg_catalog_prune(b.dirfd, keep);
+		int pr = stg_catalog_prune(b.dirfd, keep, false);
 		if (pr < 0)
 			stg_debug("pruning '%s': %s", newpath, strerror(-pr));
 	}

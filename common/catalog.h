@@ -74,9 +74,12 @@ int stg_catalog_flags(int filedirfd, uint64_t version);
  * open versions older than the newest closed one (they were superseded, or
  * their writer died) or than a version that took their number, then the
  * closed versions beyond the newest keep (0: keeps all). The parts of one
- * job version count as one version, closed when one part is. Returns how
- * many were removed, or -errno. */
-int stg_catalog_prune(int filedirfd, uint32_t keep);
+ * job version count as one version, closed when one part is. With
+ * complete_only (a server, which receives every node's parts; a cache holds
+ * its own only), only complete job versions count against keep: an
+ * incomplete one goes once keep complete ones are newer. Returns how many
+ * were removed, or -errno. */
+int stg_catalog_prune(int filedirfd, uint32_t keep, bool complete_only);
 
 /* Removes one version's manifest (and its replication mark). Returns 0 or -errno. */
 int stg_catalog_remove_version(int filedirfd, uint64_t version);

@@ -194,7 +194,7 @@ int stg_files_put(struct stg_files *f, uint32_t uid, const char *path, const uin
 	r = stg_write_file_atomic(fd, name, mf, len, true);
 	if (r == 0 && fsync(fd) < 0)
 		r = -errno;
-	int removed = r == 0 ? stg_catalog_prune(fd, keep) : 0;
+	int removed = r == 0 ? stg_catalog_prune(fd, keep, true) : 0;
 	if (removed < 0)
 		r = removed;
 	if (removed > 0 && fsync(fd) < 0 && r == 0)

@@ -121,12 +121,14 @@ static void test_parts_collide(struct stg_files *f)
 	free(mf);
 }
 
-/* Puts node's part (rank node of 8, flags) of job version jopen as id for
- * uid 3000 with keep; what stg_files_put returns. */
-static int put_part(struct stg_files *f, const char *path, uint64_t id, uint64_t node,
+/* Puts node's part (node 1..3 is rank node - 1 of 3, flags) of job version
+ * jopen as id (time t, sequence number jopen) for uid 3000 with keep; what
+ * stg_files_put returns. */
+static int put_part(struct stg_files *f, const char *path, uint64_t t, uint64_t node,
 		    uint32_t jopen, uint32_t flags, uint32_t keep)
 {
 	size_t len;
+	uint64_t id = t << 20 | jopen;
 	uint8_t *mf = make_manifest_flags(id, 1u << 20, flags, &len);
 	struct stg_manifest m;
 	CHECK_EQ(stg_manifest_decode(mf, len, &m), 0);
@@ -135,8 +137,8 @@ static int put_part(struct stg_files *f, const char *path, uint64_t id, uint64_t
 	snprintf(m.part->job, sizeof(m.part->job), "slurm-8.0");
 	m.part->node = node;
 	m.part->open = jopen;
-	m.part->nranks_job = 8;
-	m.part->ranks[0] = (uint32_t)node;
+	m.part->nranks_job = 3;
+	m.part->ranks[0] = (uint32_t)node - 1;
 	m.part->extents[0] = (struct stg_extent){node * 4096, 4096};
 	len = stg_manifest_encoded_size(&m);
 	mf = malloc(len);
@@ -147,41 +149,53 @@ static int put_part(struct stg_files *f, const char *path, uint64_t id, uint64_t
 	return r;
 }
 
-/* Whether uid 3000 holds id of path. */
-static bool holds(struct stg_files *f, const char *path, uint64_t id)
+/* How many versions uid 3000 holds of path with sequence number jopen. */
+static int parts_of(struct stg_files *f, const char *path, uint32_t jopen)
 {
-	uint8_t *mf;
-	size_t len;
-	if (stg_files_get(f, 3000, path, id, &mf, &len) < 0)
-		return false;
-	free(mf);
-	return true;
+	int n = 0;
+	for (uint64_t t = 1; t < 64; t++) {
+		uint8_t *mf;
+		size_t len;
+		if (stg_files_get(f, 3000, path, t << 20 | jopen, &mf, &len) == 0) {
+			free(mf);
+			n++;
+		}
+	}
+	return n;
 }
 
-/* Retention counts a job version's parts (3 nodes) as one version. */
+/* Retention on a server counts a job version's parts (3 nodes) as one
+ * version, and only once it is complete. */
 static void test_parts_retention(struct stg_files *f)
 {
 	const char *p = "/ckpt/keep.bin";
-	uint64_t id[4][3];
+	uint64_t t = 1;
+	/* Job versions 1-3, keep 2: version 1 goes once version 3 is complete,
+	 * not at its first part. */
 	for (uint32_t jv = 1; jv <= 3; jv++)
-		for (uint64_t node = 1; node <= 3; node++) {
-			id[jv][node - 1] = (jv * 4 + node) << 20 | jv; /* time, then number */
-			CHECK_EQ(put_part(f, p, id[jv][node - 1], node, jv, 0, 2),
-				 jv == 3 && node == 1 ? 3 : 0); /* job version 1 goes at once */
-		}
-	for (uint32_t jv = 1; jv <= 3; jv++)
-		for (int node = 0; node < 3; node++)
-			CHECK(holds(f, p, id[jv][node]) == (jv >= 2));
-	/* Job version 4: node 1 synced its part (open), node 2 closed its
-	 * own. The open part stays (node 1's only copy), job version 2 goes. */
-	uint64_t o1 = 17ull << 20 | 4, c2 = 18ull << 20 | 4;
-	CHECK_EQ(put_part(f, p, o1, 1, 4, STG_MANIFEST_OPEN, 2), 0);
-	CHECK_EQ(put_part(f, p, c2, 2, 4, 0, 2), 3);
-	CHECK(holds(f, p, o1) && holds(f, p, c2) && holds(f, p, id[3][0]));
-	/* Node 1's close of its part (the same number) supersedes its sync. */
-	uint64_t c1 = 19ull << 20 | 4;
-	CHECK_EQ(put_part(f, p, c1, 1, 4, 0, 2), 1);
-	CHECK(!holds(f, p, o1) && holds(f, p, c1) && holds(f, p, c2) && holds(f, p, id[3][2]));
+		for (uint64_t node = 1; node <= 3; node++)
+			CHECK_EQ(put_part(f, p, t++, node, jv, 0, 2), jv == 3 && node == 3 ? 3 : 0);
+	CHECK(parts_of(f, p, 1) == 0 && parts_of(f, p, 2) == 3 && parts_of(f, p, 3) == 3);
+	/* Version 4: node 1 synced its part (open), node 2 closed its own.
+	 * Incomplete, it pushes nothing out; the open part stays (node 1's only
+	 * copy) until node 1's close of it (the same number) comes. */
+	CHECK_EQ(put_part(f, p, t++, 1, 4, STG_MANIFEST_OPEN, 2), 0);
+	CHECK_EQ(put_part(f, p, t++, 2, 4, 0, 2), 0);
+	CHECK(parts_of(f, p, 2) == 3 && parts_of(f, p, 4) == 2);
+	CHECK_EQ(put_part(f, p, t++, 1, 4, 0, 2), 1);
+	CHECK_EQ(parts_of(f, p, 4), 2);
+	CHECK_EQ(put_part(f, p, t++, 3, 4, 0, 2), 3); /* complete: version 2 goes */
+	CHECK(parts_of(f, p, 2) == 0 && parts_of(f, p, 3) == 3 && parts_of(f, p, 4) == 3);
+	/* Version 5 lost two nodes' parts; it goes once 2 complete ones are
+	 * newer. */
+	CHECK_EQ(put_part(f, p, t++, 1, 5, 0, 2), 0);
+	for (uint64_t node = 1; node <= 3; node++)
+		put_part(f, p, t++, node, 6, 0, 2);
+	CHECK(parts_of(f, p, 4) == 3 && parts_of(f, p, 5) == 1 && parts_of(f, p, 6) == 3);
+	for (uint64_t node = 1; node <= 3; node++)
+		put_part(f, p, t++, node, 7, 0, 2);
+	CHECK(parts_of(f, p, 4) == 0 && parts_of(f, p, 5) == 0 && parts_of(f, p, 6) == 3 &&
+	      parts_of(f, p, 7) == 3);
 }
 
 int main(void)
