@@ -426,6 +426,7 @@ static bool same_job_version(int filedirfd, uint64_t id, const struct stg_part *
 
 int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, int64_t mtime_ns)
 {
+	struct stg_part *merged = NULL; /* the part published, when not the caller's */
 	struct stg_manifest m;
 	int r = stg_manifest_init(&m, size, b->rule.chunk_size);
 	if (r < 0)
@@ -482,6 +483,25 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 	m.version = stg_version_mint(newest, replaces, mint_clock());
 	m.flags = (b->open ? STG_MANIFEST_OPEN : 0) | (b->part ? STG_MANIFEST_PART : 0);
 	m.part = (struct stg_part *)b->part;
+	/* Superseding this node's open part of the same job version (a sync
+	 * by another of its ranks): what that one said stays said. */
+	if (b->part && b->replaces) {
+		struct stg_manifest old;
+		if (stg_catalog_read(f.dirfd, b->replaces, &old) == 0) {
+			const struct stg_part *op = old.part;
+			if (op && (old.flags & STG_MANIFEST_OPEN) && op->node == b->part->node &&
+			    op->open == b->part->open && strcmp(op->job, b->part->job) == 0 &&
+			    op->nranks_job == b->part->nranks_job) {
+				r = stg_part_merge(b->part, op, m.size, &merged);
+				m.part = merged ? merged : m.part;
+			}
+			stg_manifest_done(&old);
+		}
+	}
+	if (r < 0) {
+		stg_catalog_unlock(&f);
+		goto out_done;
+	}
 	if (b->replaces)
 		inherit_new(f.dirfd, b->replaces, &m);
 	r = stg_catalog_publish(&f, b->path, &m, sync);
@@ -518,7 +538,8 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 			stg_log_errno(STG_LOG_DEBUG, gr, "collecting chunks");
 	}
 out_done:
-	m.part = NULL; /* the caller's */
+	if (m.part != merged)
+		m.part = NULL; /* the caller's */
 	stg_manifest_done(&m);
 	return r < 0 ? r : (int64_t)m.version;
 }

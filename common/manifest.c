@@ -347,6 +347,50 @@ bool stg_part_equal(const struct stg_part *a, const struct stg_part *b)
 	       memcmp(a->extents, b->extents, a->nextents * sizeof(*a->extents)) == 0;
 }
 
+int stg_part_merge(const struct stg_part *a, const struct stg_part *b, uint64_t size,
+		   struct stg_part **ret)
+{
+	struct stg_part *p;
+	int r = stg_part_new(&p, a->nranks + b->nranks, a->nextents + b->nextents);
+	if (r < 0)
+		return r;
+	memcpy(p->job, a->job, sizeof(p->job));
+	p->node = a->node;
+	p->open = a->open;
+	p->nranks_job = a->nranks_job;
+	/* Both lists are ascending: merged as they go. */
+	uint32_t i = 0, j = 0, n = 0;
+	while (i < a->nranks || j < b->nranks) {
+		uint32_t x = j == b->nranks || (i < a->nranks && a->ranks[i] < b->ranks[j])
+				     ? a->ranks[i++]
+				     : b->ranks[j++];
+		if (n == 0 || p->ranks[n - 1] != x)
+			p->ranks[n++] = x;
+	}
+	p->nranks = n;
+	i = j = n = 0;
+	while (i < a->nextents || j < b->nextents) {
+		struct stg_extent x =
+			j == b->nextents || (i < a->nextents && a->extents[i].off < b->extents[j].off)
+				? a->extents[i++]
+				: b->extents[j++];
+		if (x.off >= size)
+			continue;
+		if (x.len > size - x.off)
+			x.len = size - x.off;
+		struct stg_extent *last = n ? &p->extents[n - 1] : NULL;
+		if (last && x.off <= last->off + last->len) {
+			if (x.off + x.len > last->off + last->len)
+				last->len = x.off + x.len - last->off;
+		} else {
+			p->extents[n++] = x;
+		}
+	}
+	p->nextents = n;
+	*ret = p;
+	return 0;
+}
+
 uint64_t stg_manifest_stored_bytes(const struct stg_manifest *m)
 {
 	uint64_t s = 0;

@@ -117,6 +117,13 @@ void stg_part_free(struct stg_part *p);
 /* Whether p satisfies every rule of the format for a file of size bytes. */
 bool stg_part_valid(const struct stg_part *p, uint64_t size);
 
+/* One part of a's job version and node with the ranks and extents of a and
+ * b (valid ones), extents cut to size bytes: a node's sync superseding an
+ * earlier sync of another rank keeps what that one said. Returns 0 or
+ * -ENOMEM. */
+int stg_part_merge(const struct stg_part *a, const struct stg_part *b, uint64_t size,
+		   struct stg_part **ret);
+
 /* Whether a and b (either may be NULL: no part) say the same. */
 bool stg_part_equal(const struct stg_part *a, const struct stg_part *b);
 

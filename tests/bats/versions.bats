@@ -671,3 +671,43 @@ EOF
 	assert_versions "$CKPT/f" 1
 	[ "$(shim cat "$CKPT/f")" = checkpoint ] || fail "read back: $(shim cat "$CKPT/f")"
 }
+
+@test "B15: shared = job: two ranks of a node fsync in turn, then die before closing: the node's synced part names both" {
+	printf 'shared = job\n' >>"$POLICY"
+	py rank <<'EOF'
+import os, sys, time
+path, rank, t = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def await_(name):
+    deadline = time.time() + float(os.environ.get("STAGEHAND_TEST_WAIT", "600"))
+    while not os.path.exists("%s/%s.%d" % (t, name, rank)):
+        if time.time() > deadline:
+            sys.exit("no %s" % name)
+        time.sleep(0.01)
+fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+open("%s/opened.%d" % (t, rank), "w").close()
+await_("go")
+os.pwrite(fd, bytes([65 + rank]) * 4096, rank * 4096)
+os.fsync(fd)
+open("%s/synced.%d" % (t, rank), "w").close()
+await_("never")  # killed while it holds the file
+EOF
+	mkdir -p "$CKPT"
+	local r pids=()
+	for r in 0 1; do
+		STAGEHAND_JOB=job-9 STAGEHAND_RANK=$r STAGEHAND_RANKS=4 \
+			shim "$PYTHON" "$T/rank.py" "$CKPT/f" "$r" "$T" &
+		pids+=($!)
+		track $!
+	done
+	wait_for "$WAIT" test -e "$T/opened.0" -a -e "$T/opened.1"
+	touch "$T/go.0"
+	wait_for "$WAIT" test -e "$T/synced.0"
+	touch "$T/go.1"
+	wait_for "$WAIT" test -e "$T/synced.1"
+	pkill -9 -f -- "$T/rank.py"
+	wait "${pids[@]}" 2>/dev/null || true
+	# the newest version is node's open part of ranks 0 and 1, both synced
+	run "$STAGEHAND" ls "$CKPT/f"
+	[[ "${lines[-1]}" == *"(fsync'ed, not closed) (job job-9, 1 part, incomplete: missing ranks 2-3 of 4)" ]] ||
+		fail "ls: $output"
+}

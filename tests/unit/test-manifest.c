@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The manifest format: golden bytes, round trip, and every byte validated. */
+#include <stddef.h>
+
 #include "harness.h"
 #include "manifest.h"
 #include "util.h"
@@ -108,6 +110,40 @@ static void check_reencode(const char *name)
 }
 
 /* A part section: round trip, golden bytes, and each field's rules. */
+/* A node's sync superseding another rank's: ranks and extents merged. */
+static void test_part_merge(void)
+{
+	struct stg_part *a, *b, *m;
+	CHECK_EQ(stg_part_new(&a, 2, 2), 0);
+	CHECK_EQ(stg_part_new(&b, 2, 3), 0);
+	snprintf(a->job, sizeof(a->job), "job-1");
+	a->node = 7;
+	a->open = 2;
+	a->nranks_job = 8;
+	memcpy(b, a, offsetof(struct stg_part, ranks));
+	b->nranks = 2;
+	b->nextents = 3;
+	a->ranks[0] = 1, a->ranks[1] = 5;
+	b->ranks[0] = 3, b->ranks[1] = 5;
+	a->extents[0] = (struct stg_extent){0, 100};
+	a->extents[1] = (struct stg_extent){300, 100};
+	b->extents[0] = (struct stg_extent){50, 100};   /* overlaps a's first */
+	b->extents[1] = (struct stg_extent){150, 10};   /* touches the merged one */
+	b->extents[2] = (struct stg_extent){390, 200};  /* cut at the size, 500 */
+	CHECK_EQ(stg_part_merge(a, b, 500, &m), 0);
+	CHECK(strcmp(m->job, "job-1") == 0 && m->node == 7 && m->open == 2 && m->nranks_job == 8);
+	CHECK_EQ(m->nranks, 3);
+	CHECK(m->ranks[0] == 1 && m->ranks[1] == 3 && m->ranks[2] == 5);
+	CHECK_EQ(m->nextents, 2);
+	CHECK(m->extents[0].off == 0 && m->extents[0].len == 160);
+	CHECK(m->extents[1].off == 300 && m->extents[1].len == 200);
+	CHECK(stg_part_valid(m, 500));
+	CHECK(stg_part_equal(m, m) && !stg_part_equal(m, a) && !stg_part_equal(a, NULL));
+	stg_part_free(a);
+	stg_part_free(b);
+	stg_part_free(m);
+}
+
 static void test_part(void)
 {
 	struct stg_manifest m, d;
@@ -358,5 +394,6 @@ int main(void)
 	free(buf);
 
 	test_part();
+	test_part_merge();
 	return harness_done();
 }
