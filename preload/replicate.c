@@ -51,7 +51,9 @@ static bool replicated(const char *path, uint64_t *version)
 	int dirfd = real_openat(shim.cache->files_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
 	if (dirfd < 0)
 		return false;
-	*version = stg_catalog_reminted(dirfd, *version, false);
+	/* A closed version (a close's) or an open one (a sync's). */
+	uint64_t now = stg_catalog_reminted(dirfd, *version, false);
+	*version = now != *version ? now : stg_catalog_reminted(dirfd, *version, true);
 	snprintf(rep, sizeof(rep), "v%020" PRIu64 ".rep", *version);
 	bool done = faccessat(dirfd, rep, F_OK, 0) == 0;
 	real_close(dirfd);

@@ -181,6 +181,27 @@ manifest_ids() {
 		[ -z "$(find "$T/cacheB/files" -name "v*$idA.*")" ] || fail "cache B: $(find "$T/cacheB")"
 	# the servers hold both versions: version 1 is A's checkpoint, 2 B's
 	restores_from_servers "$T/c.conf" 2
+
+	# Node D, at the same instant too, syncs before it closes: its sync's
+	# open version is re-minted past A's and B's ids, and the fsync waits
+	# for it there (durability = replicated).
+	cluster_policy "$T/d.conf" "$T/cacheD" "$CKPT/**" durability=replicated
+	random_file "$T/c3" 300003
+	STAGEHAND_REPLICATE_TIMEOUT=$WAIT STAGEHAND_TEST_CLOCK_NS=$now STAGEHAND_POLICY="$T/d.conf" \
+		run shim "$PYTHON" -c "
+import os, sys
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o644)
+data = open(sys.argv[2], 'rb').read()
+os.write(fd, data[:100000])
+os.fsync(fd)
+os.write(fd, data[100000:])
+os.close(fd)" "$CKPT/f" "$T/c3"
+	[ "$status" -eq 0 ] && [ -z "$output" ] || fail "node D's writer: $output"
+	flushed "$T/d.conf"
+	grep -q "'$CKPT/f' version 1: another node took its id" "$T/cacheD/flusher.log" ||
+		fail "D's flusher log: $(cat "$T/cacheD/flusher.log")"
+	rm -rf "$T/cacheC"
+	restores_from_servers "$T/c.conf" 3
 }
 
 @test "kill -9 of a server in the middle of a flush: the flush completes on the others; restarted, it recovers its chunks" {
