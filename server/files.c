@@ -147,13 +147,17 @@ static int read_version(int filedirfd, uint64_t version, uint8_t **ret_mf, size_
  * put again after a lost reply, or with its mode or mtime amended after
  * close, but never replaced by other content: ids are minted unique by their
  * writers (docs/FORMAT.md, "Version ids"), so other content under a held id
- * is a collision, or a client overwriting history. 0, or -EEXIST. */
+ * is a collision, or a client overwriting history. 0, -EEXIST, or -errno
+ * (the held one cannot be read now). */
 static int may_put(int filedirfd, uint64_t version, const uint8_t *mf, size_t len)
 {
 	struct stg_manifest held, in;
-	if (stg_catalog_read(filedirfd, version, &held) < 0)
-		return 0; /* absent, or unreadable: the put repairs it */
-	int r = stg_manifest_decode(mf, len, &in);
+	int r = stg_catalog_read(filedirfd, version, &held);
+	if (r == -ENOENT || r == -EBADMSG)
+		return 0; /* absent, or corrupt: the put repairs it */
+	if (r < 0)
+		return r; /* no reason to replace what may be another node's */
+	r = stg_manifest_decode(mf, len, &in);
 	if (r < 0) {
 		stg_manifest_done(&held);
 		return r;
