@@ -37,26 +37,27 @@ static inline struct session *part_session(int fd)
 	return s && s->part ? s : NULL;
 }
 
-/* Where a write at off lands (-1: the descriptor's offset, or with O_APPEND
- * the end; AT_END: the end), asked before it; -1 when that cannot be told. */
+/* Notes what a write asked at off (-1: the descriptor's offset; AT_END: the
+ * end) wrote, r > 0 bytes: where it landed is asked after it (the offset it
+ * moved, or the end an append reached, minus r), as O_APPEND makes even a
+ * pwrite append. */
 #define AT_END (-2)
-static int64_t part_start(int fd, int64_t off)
-{
-	if (off >= 0)
-		return off;
-	int fl = real_fcntl(fd, F_GETFL);
-	struct stat st;
-	if (off == AT_END || (fl >= 0 && (fl & O_APPEND)))
-		return real_fstat(fd, &st) == 0 ? st.st_size : -1;
-	return real_lseek(fd, 0, SEEK_CUR);
-}
-
-/* Notes what a write that started at at and returned r wrote. */
-static void part_note(struct session *s, int64_t at, ssize_t r)
+static void part_note(struct session *s, int fd, int64_t off, ssize_t r)
 {
 	if (r <= 0)
 		return;
 	int saved = errno;
+	int fl = real_fcntl(fd, F_GETFL);
+	struct stat st;
+	int64_t at = -1;
+	if (fl < 0)
+		at = -1;
+	else if (off == AT_END || (fl & O_APPEND))
+		at = real_fstat(fd, &st) == 0 ? st.st_size - r : -1;
+	else if (off >= 0)
+		at = off;
+	else if ((at = real_lseek(fd, 0, SEEK_CUR)) >= 0)
+		at -= r;
 	if (at < 0) {
 		s->broken = true;
 		shim_log(STG_LOG_ERROR, "'%s': cannot tell where a write landed", s->path);
@@ -97,9 +98,9 @@ static uint64_t size_of(int fd)
 		struct session *p_ = part_session(fd);                       \
 		if (!p_)                                                     \
 			return call;                                         \
-		int64_t at_ = part_start(fd, off);                           \
+		int64_t off_ = (off); /* before the call moves *outoff */     \
 		ssize_t r_ = call;                                           \
-		part_note(p_, at_, r_);                                      \
+		part_note(p_, fd, off_, r_);                                 \
 		return r_;                                                   \
 	} while (0)
 
@@ -214,15 +215,13 @@ static ssize_t pwritev_common(int fd, const struct iovec *iov, int cnt, off_t of
 	if (s)
 		shim_leave_fast(fd);
 	struct session *p = part_session(fd);
-	/* (RWF_APPEND writes at the end, whatever off says.) */
-	int64_t at = p ? part_start(fd, v2 && (flags & RWF_APPEND) ? AT_END : off) : -1;
 	ssize_t r;
 	if (v2)
 		r = real_pwritev2 ? real_pwritev2(fd, iov, cnt, off, flags) : (errno = ENOSYS, -1);
 	else
 		r = real_pwritev(fd, iov, cnt, off);
-	if (p)
-		part_note(p, at, r);
+	if (p) /* (RWF_APPEND writes at the end, whatever off says) */
+		part_note(p, fd, v2 && (flags & RWF_APPEND) ? AT_END : off, r);
 	return r;
 }
 
@@ -377,10 +376,26 @@ SHIM_EXPORT int ftruncate64(int fd, off_t len)
 	PART_RESIZE(fd, 0, 0, (real_ftruncate64 ? real_ftruncate64 : real_ftruncate)(fd, len));
 }
 
+/* Collapsing or inserting a range moves every byte after it, other nodes'
+ * included, which a part cannot say: refused (EOPNOTSUPP, as a file system
+ * without them answers), and said. */
+static bool part_shift_refused(int fd, int mode)
+{
+	struct session *s = part_session(fd);
+	if (!s || !(mode & (FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE)))
+		return false;
+	shim_log(STG_LOG_ERROR, "'%s' is shared = job: fallocate cannot collapse or insert a range",
+		 s->path);
+	errno = EOPNOTSUPP;
+	return true;
+}
+
 SHIM_EXPORT int fallocate(int fd, int mode, off_t off, off_t len)
 {
 	ENSURE(fallocate);
 	LEAVE_FAST(fd);
+	if (part_shift_refused(fd, mode))
+		return -1;
 	/* Punching or zeroing a range writes zeros there. */
 	PART_RESIZE(fd, off, mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) ? len : 0,
 		    real_fallocate(fd, mode, off, len));
@@ -390,6 +405,8 @@ SHIM_EXPORT int fallocate64(int fd, int mode, off_t off, off_t len)
 {
 	ENSURE(fallocate64);
 	LEAVE_FAST(fd);
+	if (part_shift_refused(fd, mode))
+		return -1;
 	/* Punching or zeroing a range writes zeros there. */
 	PART_RESIZE(fd, off, mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) ? len : 0,
 		    (real_fallocate64 ? real_fallocate64 : real_fallocate)(fd, mode, off, len));

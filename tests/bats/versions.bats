@@ -711,3 +711,34 @@ EOF
 	[[ "${lines[-1]}" == *"(fsync'ed, not closed) (job job-9, 1 part, incomplete: missing ranks 2-3 of 4)" ]] ||
 		fail "ls: $output"
 }
+
+@test "B16: shared = job: ranks of a node in turn, the second appending with pwrite on O_APPEND: its range is where the bytes went" {
+	printf 'shared = job\n' >>"$POLICY"
+	py first <<'EOF'
+import os, sys
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o644)
+os.pwrite(fd, b"A" * 4096, 0)
+os.close(fd)
+EOF
+	py append <<'EOF'
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)
+os.pwrite(fd, b"B" * 4096, 0)  # O_APPEND: at the end, whatever the offset says
+os.close(fd)
+EOF
+	mkdir -p "$CKPT"
+	STAGEHAND_JOB=job-3 STAGEHAND_RANK=0 STAGEHAND_RANKS=2 shim "$PYTHON" "$T/first.py" "$CKPT/f"
+	STAGEHAND_JOB=job-3 STAGEHAND_RANK=1 STAGEHAND_RANKS=2 shim "$PYTHON" "$T/append.py" "$CKPT/f"
+	"$PYTHON" "$T/first.py" "$REF/f"
+	"$PYTHON" "$T/append.py" "$REF/f"
+	# one version of two parts; restored, the parts merge as the file was
+	run "$STAGEHAND" ls "$CKPT/f"
+	[[ "$output" == *"(job job-3, 2 parts)"* ]] || fail "ls: $output"
+	assert_restores "$REF/f" "$CKPT/f"
+	# moving the bytes after a range cannot be said by a part: refused
+	STAGEHAND_JOB=job-3 STAGEHAND_RANK=0 STAGEHAND_RANKS=2 \
+		run shim fallocate --collapse-range --offset 0 --length 4096 "$CKPT/f"
+	[ "$status" -ne 0 ] && [[ "$output" == *"fallocate cannot collapse or insert a range"* ]] ||
+		fail "collapse: $output"
+	assert_restores "$REF/f" "$CKPT/f"
+}
