@@ -73,10 +73,15 @@ static bool read_rank(void)
 static bool read_job_id(void)
 {
 	const char *slurm = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+	const char *restarts = getenv("SLURM_RESTART_COUNT");
 	const char *id = getenv("STAGEHAND_JOB");
 	int n;
 	if (id)
 		n = snprintf(job.id, sizeof(job.id), "%s", id);
+	else if (slurm && restarts && *restarts && strcmp(restarts, "0") != 0)
+		/* A requeued job keeps its id: its open counts start again. */
+		n = snprintf(job.id, sizeof(job.id), "slurm-%s.%s.r%s", slurm, step ? step : "batch",
+			     restarts);
 	else if (slurm)
 		n = snprintf(job.id, sizeof(job.id), "slurm-%s.%s", slurm, step ? step : "batch");
 	else if ((id = getenv("PMIX_NAMESPACE")) || (id = getenv("OMPI_MCA_ess_base_jobid")))

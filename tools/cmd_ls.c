@@ -24,7 +24,8 @@ static void usage(FILE *f)
 		   "of the files below a directory: size, bytes it added to the store,\n"
 		   "chunks it stored itself out of its total, and where it is. The parts\n"
 		   "that the nodes of a parallel job staged of one version (shared = job)\n"
-		   "are one version, marked incomplete while a rank's part is missing.\n");
+		   "are one version, marked incomplete (and why) while a rank's part is\n"
+		   "missing.\n");
 }
 
 struct row {
@@ -225,11 +226,11 @@ static void print_version(const struct stg_policy *p, const struct row *rows,
 			 servers, servers == 1 ? "" : "s");
 	else if (sum.local && p->has_cluster)
 		snprintf(where + strlen(where), sizeof(where) - strlen(where), " (queued)");
-	char job[sizeof(v->missing) + STG_PART_JOB_MAX + 64] = "";
+	char job[sizeof(v->why) + STG_PART_JOB_MAX + 64] = "";
 	if (v->is_job)
 		snprintf(job, sizeof(job), " (job %s, %zu part%s%s%s)", first->part->job, v->nparts,
-			 v->nparts == 1 ? "" : "s", v->complete ? "" : ", incomplete: missing ",
-			 v->complete ? "" : v->missing);
+			 v->nparts == 1 ? "" : "s", v->complete ? "" : ", incomplete: ",
+			 v->complete ? "" : v->why);
 	printf("%-40s %7" PRIu64 " %12" PRIu64 " %12" PRIu64 " %11s  %-19s  %s%s%s%s\n",
 	       sum.path, number, sum.size, sum.stored, chunks, mt, where,
 	       !v->open ? "" : sum.size ? " (fsync'ed, not closed)" : " (created empty)", job,

@@ -445,9 +445,8 @@ static int restore_job_version(struct stg_cache *cache, struct remote *rm,
 			goto out;
 		}
 		if (!v[pick].complete) {
-			tool_error("restore: '%s' version %" PRIu64 " is incomplete: %s (job %s) "
-				   "never reached the servers or this cache", path, number,
-				   v[pick].missing, ms[v[pick].parts[0]].part->job);
+			tool_error("restore: '%s' version %" PRIu64 " is incomplete (job %s): %s",
+				   path, number, ms[v[pick].parts[0]].part->job, v[pick].why);
 			goto out;
 		}
 	} else {
@@ -455,8 +454,8 @@ static int restore_job_version(struct stg_cache *cache, struct remote *rm,
 			if (v[i].complete)
 				pick = i;
 		if (pick != nv - 1)
-			tool_error("restore: '%s' version %" PRIu64 " is incomplete (%s missing)%s",
-				   path, numbers[nv - 1], v[nv - 1].missing,
+			tool_error("restore: '%s' version %" PRIu64 " is incomplete (%s)%s",
+				   path, numbers[nv - 1], v[nv - 1].why,
 				   pick < 0 ? ", and no version is complete" : "");
 		if (pick < 0)
 			goto out;

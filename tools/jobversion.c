@@ -14,27 +14,38 @@ static bool same_version(const struct stg_part *a, const struct stg_part *b)
 	return a->open == b->open && strcmp(a->job, b->job) == 0;
 }
 
-/* Which of the job's ranks no part has, in words ("ranks 2-3, 7 of 8"). */
-static void find_missing(const struct stg_manifest *ms, const size_t *parts, size_t n,
+/* Why a job version is incomplete, in words: which of the job's ranks no
+ * part has ("ranks 2-3, 7 of 8 missing"), or what its parts disagree on. */
+static void find_why(const struct stg_manifest *ms, const size_t *parts, size_t n,
 			 struct job_version *v)
 {
 	uint32_t size = ms[parts[0]].part->nranks_job;
-	uint8_t *have = calloc(size, 1);
+	/* The node that wrote each rank (0: none yet): a rank of two nodes is
+	 * a job id used twice (two runs, one name), never one version. */
+	uint64_t *have = calloc(size, sizeof(*have)), twice = 0;
+	uint32_t twice_rank = 0;
 	if (!have) {
 		v->complete = false;
-		snprintf(v->missing, sizeof(v->missing), "(out of memory counting ranks)");
+		snprintf(v->why, sizeof(v->why), "(out of memory counting ranks)");
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
 		const struct stg_part *p = ms[parts[i]].part;
-		for (uint32_t k = 0; k < p->nranks; k++)
-			if (p->ranks[k] < size)
-				have[p->ranks[k]] = 1;
+		for (uint32_t k = 0; k < p->nranks; k++) {
+			uint32_t r = p->ranks[k];
+			if (r >= size)
+				continue;
+			if (have[r] && have[r] != p->node && !twice) {
+				twice = p->node;
+				twice_rank = r;
+			}
+			have[r] = p->node;
+		}
 		if (p->nranks_job != size)
-			v->missing[0] = '!'; /* parts disagree on the job's size */
+			v->why[0] = '!'; /* parts disagree on the job's size */
 	}
 	size_t len = 0, nmissing = 0;
-	char *out = v->missing;
+	char *out = v->why;
 	bool disagree = out[0] == '!';
 	out[0] = 0;
 	for (uint32_t r = 0; r < size; r++) {
@@ -44,25 +55,29 @@ static void find_missing(const struct stg_manifest *ms, const size_t *parts, siz
 		while (end + 1 < size && !have[end + 1])
 			end++;
 		nmissing += end - r + 1;
-		if (len < sizeof(v->missing) - 40) {
-			int w = end > r ? snprintf(out + len, sizeof(v->missing) - len, "%s%u-%u",
+		if (len < sizeof(v->why) - 40) {
+			int w = end > r ? snprintf(out + len, sizeof(v->why) - len, "%s%u-%u",
 						   len ? ", " : "", r, end)
-					: snprintf(out + len, sizeof(v->missing) - len, "%s%u",
+					: snprintf(out + len, sizeof(v->why) - len, "%s%u",
 						   len ? ", " : "", r);
 			len += (size_t)w;
 		} else if (!strstr(out, "...")) {
-			len += (size_t)snprintf(out + len, sizeof(v->missing) - len, ", ...");
+			len += (size_t)snprintf(out + len, sizeof(v->why) - len, ", ...");
 		}
 		r = end;
 	}
 	free(have);
-	v->complete = nmissing == 0 && !disagree;
+	v->complete = nmissing == 0 && !disagree && !twice;
 	if (disagree)
-		snprintf(v->missing, sizeof(v->missing), "its parts disagree on the job's size");
+		snprintf(v->why, sizeof(v->why), "its parts disagree on the job's size");
+	else if (twice)
+		snprintf(v->why, sizeof(v->why),
+			 "rank %u was written on two nodes (the job's name used by two runs?)",
+			 twice_rank);
 	else if (nmissing) {
-		char tmp[sizeof(v->missing) + 32];
-		snprintf(tmp, sizeof(tmp), "rank%s %s of %u", nmissing > 1 ? "s" : "", out, size);
-		snprintf(v->missing, sizeof(v->missing), "%.*s", (int)sizeof(v->missing) - 1, tmp);
+		char tmp[sizeof(v->why) + 32];
+		snprintf(tmp, sizeof(tmp), "rank%s %s of %u missing", nmissing > 1 ? "s" : "", out, size);
+		snprintf(v->why, sizeof(v->why), "%.*s", (int)sizeof(v->why) - 1, tmp);
 	}
 }
 
@@ -110,7 +125,7 @@ ssize_t job_versions(const struct stg_manifest *ms, const uint64_t *ids, size_t 
 			jv->parts[a] = jv->parts[b];
 			jv->parts[b] = t;
 		}
-		find_missing(ms, jv->parts, jv->nparts, jv);
+		find_why(ms, jv->parts, jv->nparts, jv);
 	}
 	free(taken);
 	/* Ascending by id, as the numbers go. */

@@ -19,7 +19,7 @@ struct job_version {
 	bool is_job;          /* made of parts */
 	bool complete;        /* every rank of the job is in one of the parts */
 	bool open;            /* a part (or the version) was fsync'ed, not closed */
-	char missing[200];    /* when incomplete: which ranks, in words */
+	char why[200];        /* when incomplete, why: "ranks 2-3, 7 of 8 missing" */
 };
 
 /* Groups n manifests (ids[i] the id of ms[i], ascending) into versions,

@@ -1011,7 +1011,7 @@ reference() {
 	flushed "$T/a.conf"
 	rm -rf "$BACK" "$T/cacheC"
 	run "$STAGEHAND" ls --policy "$T/c.conf" "$CKPT/f"
-	[[ "${lines[3]}" == *" 3 "*"(job job-2, "*", incomplete: missing ranks 1, 3 of 4)" ]] ||
+	[[ "${lines[3]}" == *" 3 "*"(job job-2, "*", incomplete: ranks 1, 3 of 4 missing)" ]] ||
 		fail "ls: $output"
 	run "$STAGEHAND" restore --policy "$T/c.conf" --to "$BACK" "$CKPT/f"
 	[ "$status" -eq 0 ] || fail "restore of the newest complete version: $output"
@@ -1021,6 +1021,6 @@ reference() {
 	rm -rf "$BACK"
 	run restore_to "$T/c.conf" 3 "$BACK" "$CKPT/f"
 	[ "$status" -ne 0 ] || fail "an incomplete version restored: $output"
-	[[ "$output" == *"version 3 is incomplete: ranks 1, 3 of 4 (job job-2)"* ]] || fail "$output"
+	[[ "$output" == *"version 3 is incomplete (job job-2): ranks 1, 3 of 4 missing"* ]] || fail "$output"
 	[ ! -e "$BACK$CKPT/f" ]
 }

@@ -708,7 +708,7 @@ EOF
 	wait "${pids[@]}" 2>/dev/null || true
 	# the newest version is node's open part of ranks 0 and 1, both synced
 	run "$STAGEHAND" ls "$CKPT/f"
-	[[ "${lines[-1]}" == *"(fsync'ed, not closed) (job job-9, 1 part, incomplete: missing ranks 2-3 of 4)" ]] ||
+	[[ "${lines[-1]}" == *"(fsync'ed, not closed) (job job-9, 1 part, incomplete: ranks 2-3 of 4 missing)" ]] ||
 		fail "ls: $output"
 }
 
