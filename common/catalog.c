@@ -611,19 +611,18 @@ int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *new
 	return r;
 }
 
-/* The oldest version of a locked entry newer than id (UINT64_MAX: none). */
-static int version_after(int filedirfd, uint64_t id, uint64_t *ret)
+/* Is version id of a locked entry another part of the job's version that
+ * part belongs to, from the same node (its ranks that held the file one
+ * after another)? */
+static bool same_node_part(int filedirfd, uint64_t id, const struct stg_part *part)
 {
-	uint64_t *v;
-	size_t n;
-	int r = stg_catalog_versions(filedirfd, &v, &n);
-	if (r < 0)
-		return r;
-	*ret = UINT64_MAX;
-	for (size_t i = n; i-- > 0 && v[i] > id;)
-		*ret = v[i];
-	free(v);
-	return 0;
+	struct stg_manifest m;
+	if (!part || stg_catalog_read(filedirfd, id, &m) < 0)
+		return false;
+	bool same = m.part && m.part->node == part->node && m.part->open == part->open &&
+		    strcmp(m.part->job, part->job) == 0;
+	stg_manifest_done(&m);
+	return same;
 }
 
 /* Is version id of a locked entry stored as exactly these bytes? */
@@ -640,6 +639,59 @@ static bool stored_as(int filedirfd, uint64_t id, const uint8_t *buf, size_t len
 	return same;
 }
 
+/* Chooses the new id of m (version old of a locked entry) and encodes m
+ * under it into *ret_buf: the first old + k * 2^STG_VERSION_SEQ_BITS that is
+ * free, or that holds exactly that already (a re-minting cut short by a
+ * crash: *ret_written). The node's versions keep their order, so it must
+ * come before the next one, except that the parts of one job's version
+ * from this node may trade places. Returns 0, -ERANGE or -errno. */
+static int choose_id(int filedirfd, uint64_t old, struct stg_manifest *m, uint8_t **ret_buf,
+		     size_t *ret_len, bool *ret_written)
+{
+	const uint64_t step = UINT64_C(1) << STG_VERSION_SEQ_BITS;
+	uint64_t *v;
+	size_t nv, i = 0;
+	int r = stg_catalog_versions(filedirfd, &v, &nv);
+	if (r < 0)
+		return r;
+	while (i < nv && v[i] <= old)
+		i++;
+	*ret_buf = NULL;
+	*ret_written = false;
+	for (uint64_t id = old + step;; id += step) {
+		/* What this id passes over must be parts it may pass. */
+		for (; i < nv && v[i] < id; i++)
+			if (!same_node_part(filedirfd, v[i], m->part))
+				r = -ERANGE;
+		if (r < 0 || id < old) {
+			r = -ERANGE;
+			break;
+		}
+		m->version = id; /* the manifest names its id */
+		size_t len = stg_manifest_encoded_size(m);
+		uint8_t *buf = realloc(*ret_buf, len);
+		if (!buf) {
+			r = -ENOMEM;
+			break;
+		}
+		*ret_buf = buf;
+		*ret_len = len;
+		stg_manifest_encode(m, buf);
+		if (i == nv || v[i] != id)
+			break; /* free */
+		if (stored_as(filedirfd, id, buf, len)) {
+			*ret_written = true;
+			break;
+		}
+	}
+	free(v);
+	if (r < 0) {
+		free(*ret_buf);
+		*ret_buf = NULL;
+	}
+	return r;
+}
+
 int stg_catalog_remint(struct stg_cache *c, const char *path, uint64_t old, uint64_t *ret_new)
 {
 	struct stg_catalog_file f;
@@ -650,27 +702,16 @@ int stg_catalog_remint(struct stg_cache *c, const char *path, uint64_t old, uint
 	r = stg_catalog_read(f.dirfd, old, &m);
 	if (r < 0)
 		goto out_unlock;
-	/* The next id with old's sequence number, if it comes before the
-	 * node's next version (the versions keep their order): no version is
-	 * between old and that one, so it is free. */
-	uint64_t next, id = old + (UINT64_C(1) << STG_VERSION_SEQ_BITS);
-	r = version_after(f.dirfd, old, &next);
-	m.version = id; /* the manifest names its id */
-	size_t len = stg_manifest_encoded_size(&m);
-	uint8_t *buf = r == 0 ? malloc(len) : NULL;
-	if (r == 0 && !buf)
-		r = -ENOMEM;
+	uint8_t *buf;
+	size_t len;
+	bool written;
+	r = choose_id(f.dirfd, old, &m, &buf, &len, &written);
+	if (r == -ERANGE)
+		stg_debug("'%s': no id is free between %" PRIu64 " and the next version", path,
+			  old);
 	if (r < 0)
 		goto out_manifest;
-	stg_manifest_encode(&m, buf);
-	/* A crash after the new id was written left both: finished here. */
-	bool written = id == next && stored_as(f.dirfd, id, buf, len);
-	if (!written && (id < old || id >= next)) {
-		stg_debug("'%s': no id is free between %" PRIu64 " and the next version %" PRIu64,
-			  path, old, next);
-		r = -ERANGE;
-		goto out_buf;
-	}
+	uint64_t id = m.version;
 	char name[40];
 	stg_catalog_manifest_name(id, name);
 	if (!written)
@@ -691,7 +732,6 @@ int stg_catalog_remint(struct stg_cache *c, const char *path, uint64_t old, uint
 		stg_queue_remove(c, f.id, old);
 		*ret_new = id;
 	}
-out_buf:
 	free(buf);
 out_manifest:
 	stg_manifest_done(&m);

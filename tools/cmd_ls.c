@@ -163,19 +163,28 @@ static int merge_remote(const struct stg_policy *p, struct listing *l)
 			.open = rv[i].e.flags & STG_MANIFEST_OPEN,
 			.listed_servers = count,
 		};
-		/* A part: its manifest says which ranks it holds. */
-		struct stg_manifest m;
+		/* A part: its manifest says which ranks it holds (one row for
+		 * each server's, if they differ: remote_get_parts). */
+		struct stg_manifest *parts = NULL;
+		ssize_t np = 1;
 		if (rv[i].e.flags & STG_MANIFEST_PART) {
-			if (remote_get_manifest(&rm, rv[i].path, rv[i].e.version, rv[i].servers,
-						&m) == 0) {
-				row.part = m.part;
-				m.part = NULL;
-				stg_manifest_done(&m);
-			} else {
-				row.corrupt = true;
-			}
+			np = remote_get_parts(&rm, rv[i].path, rv[i].e.version, rv[i].servers,
+					      &parts);
+			row.corrupt = np < 0;
 		}
-		r = add_row(l, &row);
+		for (ssize_t k = 0; k < (np < 1 ? 1 : np) && r == 0; k++) {
+			if (parts) {
+				row.part = parts[k].part;
+				parts[k].part = NULL;
+				row.listed_servers = 1; /* (at least: which, it cannot tell) */
+				if (np == 1)
+					row.listed_servers = count;
+			}
+			r = add_row(l, &row);
+		}
+		for (ssize_t k = 0; k < np && parts; k++)
+			stg_manifest_done(&parts[k]);
+		free(parts);
 	}
 	remote_list_free(rv, n);
 	if (reached < p->nservers)

@@ -404,27 +404,54 @@ static int load_version(struct stg_cache *cache, struct remote *rm,
  * parts grouped (jobversion.h) and a job version's parts merged. */
 static int restore_job_version(struct stg_cache *cache, struct remote *rm,
 			       const struct remote_version *rv, size_t nrv, const char *path,
-			       const uint64_t *ids, size_t n, uint64_t number, const char *to)
+			       const uint64_t *ids_in, size_t n_in, uint64_t number, const char *to)
 {
-	struct stg_manifest *ms = calloc(n, sizeof(*ms));
-	struct source *srcs = calloc(n, sizeof(*srcs));
-	uint64_t *vids = calloc(n, sizeof(*vids)), *numbers = calloc(n, sizeof(*numbers));
-	int *err = calloc(n, sizeof(*err));
+	/* Room for an id to stand for a part on each server (remote_get_parts). */
+	size_t cap = n_in * (rm ? rm->policy->nservers : 1) + 1, n = 0;
+	struct stg_manifest *ms = calloc(cap, sizeof(*ms));
+	struct source *srcs = calloc(cap, sizeof(*srcs));
+	uint64_t *ids = calloc(cap, sizeof(*ids)), *vids = calloc(cap, sizeof(*vids));
+	uint64_t *numbers = calloc(cap, sizeof(*numbers));
+	int *err = calloc(cap, sizeof(*err));
 	struct job_version *v = NULL;
 	ssize_t nv = 0;
 	size_t loaded = 0;
 	int failed = 1;
-	if (!ms || !srcs || !vids || !numbers || !err) {
+	if (!ms || !srcs || !ids || !vids || !numbers || !err) {
 		tool_error("restore: out of memory");
 		goto out;
 	}
 	/* One that cannot be read counts as a whole version: it keeps its
 	 * number, and fails only when it is the one restored. */
-	for (; loaded < n; loaded++) {
-		err[loaded] = load_version(cache, rm, rv, nrv, path, ids[loaded], &ms[loaded],
-					   &srcs[loaded]);
-		if (err[loaded] < 0)
-			ms[loaded] = (struct stg_manifest){0};
+	for (size_t i = 0; i < n_in; i++) {
+		ids[n] = ids_in[i];
+		err[n] = load_version(cache, rm, rv, nrv, path, ids[n], &ms[n], &srcs[n]);
+		if (err[n] < 0)
+			ms[n] = (struct stg_manifest){0};
+		n++;
+		loaded = n;
+		/* A part from the servers: each server's, if they differ. */
+		if (err[n - 1] < 0 || !ms[n - 1].part || !srcs[n - 1].remote ||
+		    __builtin_popcountll(srcs[n - 1].servers) < 2)
+			continue;
+		struct stg_manifest *parts;
+		ssize_t np = remote_get_parts(rm, path, ids[n - 1], srcs[n - 1].servers, &parts);
+		for (ssize_t k = 0; np == 1 && k < np; k++)
+			stg_manifest_done(&parts[k]);
+		if (np == 1)
+			free(parts);
+		if (np < 2)
+			continue; /* the one read already */
+		stg_manifest_done(&ms[n - 1]);
+		for (ssize_t k = 0; k < np; k++) {
+			ids[n - 1 + k] = ids[n - 1];
+			srcs[n - 1 + k] = srcs[n - 1];
+			err[n - 1 + k] = 0;
+			ms[n - 1 + k] = parts[k];
+		}
+		free(parts);
+		n += (size_t)np - 1;
+		loaded = n;
 	}
 	nv = job_versions(ms, ids, n, &v);
 	if (nv < 0) {
@@ -500,6 +527,7 @@ out:
 	job_versions_free(v, nv > 0 ? (size_t)nv : 0);
 	free(ms);
 	free(srcs);
+	free(ids);
 	free(vids);
 	free(numbers);
 	free(err);

@@ -191,6 +191,37 @@ int remote_list(struct remote *rm, const char *prefix, struct remote_version **r
 	return 0;
 }
 
+ssize_t remote_get_parts(struct remote *rm, const char *path, uint64_t version, uint64_t mask,
+			 struct stg_manifest **ret)
+{
+	size_t n = 0;
+	struct stg_manifest *v = calloc(rm->policy->nservers, sizeof(*v));
+	int r = v ? -ENOENT : -ENOMEM;
+	for (size_t i = 0; v && i < rm->policy->nservers; i++) {
+		if (!(mask & (1ull << i)))
+			continue;
+		struct stg_manifest m;
+		int gr = remote_get_manifest(rm, path, version, 1ull << i, &m);
+		if (gr < 0) {
+			r = r == -ENOENT ? gr : r;
+			continue;
+		}
+		bool seen = false;
+		for (size_t k = 0; k < n && !seen; k++)
+			seen = stg_part_equal(v[k].part, m.part);
+		if (seen)
+			stg_manifest_done(&m);
+		else
+			v[n++] = m;
+	}
+	if (n == 0) {
+		free(v);
+		return r;
+	}
+	*ret = v;
+	return (ssize_t)n;
+}
+
 int remote_get_manifest(struct remote *rm, const char *path, uint64_t version, uint64_t mask,
 			struct stg_manifest *ret)
 {

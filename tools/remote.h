@@ -68,6 +68,15 @@ void remote_list_free(struct remote_version *v, size_t n);
 int remote_get_manifest(struct remote *rm, const char *path, uint64_t version, uint64_t mask,
 			struct stg_manifest *ret);
 
+/* The distinct parts of a job's version (docs/CAPTURE.md) that the servers
+ * of mask hold as path's version id, one manifest each: a server that was
+ * down when one node shipped its part under the id may hold another node's
+ * part under it, which that node re-minted (docs/FORMAT.md, "Version ids").
+ * Returns how many (*ret malloc'ed; each manifest released with
+ * stg_manifest_done), or -ENOENT / -errno when none could be read. */
+ssize_t remote_get_parts(struct remote *rm, const char *path, uint64_t version, uint64_t mask,
+			 struct stg_manifest **ret);
+
 /* Rebuilds m's content into fd (from offset 0, size set), fetching chunks
  * from the servers with several threads, each chunk from its replicas in
  * order: a copy that fails verification is reported and the next replica

@@ -1024,3 +1024,42 @@ reference() {
 	[[ "$output" == *"version 3 is incomplete (job job-2): ranks 1, 3 of 4 missing"* ]] || fail "$output"
 	[ ! -e "$BACK$CKPT/f" ]
 }
+
+@test "shared = job: a server down when one node shipped its part takes the other node's under the same id; ls and restore still find both parts" {
+	start_servers 3
+	local c
+	for c in a b c; do
+		cluster_policy "$T/$c.conf" "$T/cache${c^^}" "$CKPT/**" shared=job
+	done
+	mkdir -p "$CKPT"
+	local r
+	for r in 0 1 2 3; do
+		"$PYTHON" "$RANK_WRITER" "$REF/f" "$r" 4 5 1 || fail "reference rank $r"
+	done
+	# Both nodes commit their parts at one instant (a test hook of
+	# common/builder.c), so they mint one id; nothing ships yet.
+	export STAGEHAND_TEST_CLOCK_NS=$(date +%s%N) STAGEHAND_FLUSHER=/bin/true
+	ranks "$T/a.conf" job-5 5 1 0 2 &
+	local a=$!
+	ranks "$T/b.conf" job-5 5 1 1 3 || fail "node B"
+	wait "$a" || fail "node A"
+	unset STAGEHAND_TEST_CLOCK_NS STAGEHAND_FLUSHER
+	# A ships while the server that the path prefers is down; back up, it
+	# takes B's part under that id, which the others refuse: B re-mints.
+	local first
+	first=$("$PROGS/placement" "$CKPT/f" $(server_list | tr -d ' ' | tr ',' ' ') | cut -d' ' -f1)
+	stop_server "$first"
+	flushed "$T/a.conf"
+	start_server "$first"
+	flushed "$T/b.conf"
+	grep -q "another node took its id" "$T/cacheB/flusher.log" ||
+		fail "B's flusher log: $(cat "$T/cacheB/flusher.log")"
+	# An empty node sees one complete version, and restores it whole.
+	run "$STAGEHAND" ls --policy "$T/c.conf" "$CKPT/f"
+	[ "$status" -eq 0 ] && [ "${#lines[@]}" -eq 2 ] && [[ "${lines[1]}" != *incomplete* ]] ||
+		fail "ls: $output"
+	rm -rf "$BACK"
+	run "$STAGEHAND" restore --policy "$T/c.conf" --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore: $output"
+	cmp "$REF/f" "$BACK$CKPT/f" || fail "the restored file is not the checkpoint"
+}

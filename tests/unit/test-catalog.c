@@ -158,6 +158,34 @@ static void test_remint(struct stg_cache *c, const uint8_t *data, size_t n)
 	stg_catalog_unlock(&f);
 	CHECK_EQ(stg_catalog_remint(c, "/ckpt/none", r1, &none), -ENOENT);
 
+	/* Two parts of one job's version from this node minted in the same
+	 * millisecond (their ids a step apart): the first may pass over the
+	 * second, not over a version of another writing. */
+	uint64_t p1 = (uint64_t)stage(c, "/ckpt/p", data, n, NULL);
+	CHECK_EQ(stg_catalog_lock(c, "/ckpt/p", false, &f), 0);
+	CHECK_EQ(stg_catalog_read(f.dirfd, p1, &m), 0);
+	CHECK_EQ(stg_part_new(&m.part, 1, 1), 0);
+	snprintf(m.part->job, sizeof(m.part->job), "job-4");
+	m.part->node = 3;
+	m.part->open = 1;
+	m.part->nranks_job = 2;
+	m.part->extents[0] = (struct stg_extent){0, 100};
+	CHECK_EQ(stg_catalog_publish(&f, "/ckpt/p", &m, false), 0);
+	m.version = p1 + step;
+	m.part->ranks[0] = 1;
+	CHECK_EQ(stg_catalog_publish(&f, "/ckpt/p", &m, false), 0);
+	m.version = p1 + 3 * step; /* another writing's, whole */
+	stg_part_free(m.part);
+	m.part = NULL;
+	CHECK_EQ(stg_catalog_publish(&f, "/ckpt/p", &m, false), 0);
+	stg_manifest_done(&m);
+	stg_catalog_unlock(&f);
+	uint64_t p1b = 0;
+	CHECK_EQ(stg_catalog_remint(c, "/ckpt/p", p1, &p1b), 0);
+	CHECK_EQ(p1b, p1 + 2 * step);
+	CHECK_EQ(stg_catalog_remint(c, "/ckpt/p", p1b, &none), -ERANGE);
+	CHECK_EQ(stg_catalog_remint(c, "/ckpt/p", p1 + step, &none), -ERANGE);
+
 	/* An open version re-minted: its writer, which holds the old id,
 	 * supersedes it under the new one (same number, the open one goes). */
 	uint64_t o = (uint64_t)stage_open(c, "/ckpt/o", data, n, true, 0, NULL);
