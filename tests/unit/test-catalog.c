@@ -6,6 +6,7 @@
 #include "builder.h"
 #include "catalog.h"
 #include "harness.h"
+#include "make-part.h"
 #include "materialize.h"
 #include "queue.h"
 #include "version.h"
@@ -164,12 +165,7 @@ static void test_remint(struct stg_cache *c, const uint8_t *data, size_t n)
 	uint64_t p1 = (uint64_t)stage(c, "/ckpt/p", data, n, NULL);
 	CHECK_EQ(stg_catalog_lock(c, "/ckpt/p", false, &f), 0);
 	CHECK_EQ(stg_catalog_read(f.dirfd, p1, &m), 0);
-	CHECK_EQ(stg_part_new(&m.part, 1, 1), 0);
-	snprintf(m.part->job, sizeof(m.part->job), "job-4");
-	m.part->node = 3;
-	m.part->open = 1;
-	m.part->nranks_job = 2;
-	m.part->extents[0] = (struct stg_extent){0, 100};
+	m.part = make_part("job-4", 3, 1, 2, 0, (struct stg_extent){0, 100});
 	CHECK_EQ(stg_catalog_publish(&f, "/ckpt/p", &m, false), 0);
 	m.version = p1 + step;
 	m.part->ranks[0] = 1;

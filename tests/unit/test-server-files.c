@@ -6,6 +6,7 @@
 #include "catalog.h"
 #include "files.h"
 #include "harness.h"
+#include "make-part.h"
 
 static uint8_t *make_manifest_flags(uint64_t version, uint64_t size, uint32_t flags,
 				    size_t *ret_len)
@@ -102,12 +103,7 @@ static void test_parts_collide(struct stg_files *f)
 	struct stg_manifest m;
 	CHECK_EQ(stg_manifest_decode(mf, len, &m), 0);
 	free(mf);
-	CHECK_EQ(stg_part_new(&m.part, 1, 1), 0);
-	snprintf(m.part->job, sizeof(m.part->job), "slurm-7.0");
-	m.part->node = 11;
-	m.part->open = 1;
-	m.part->nranks_job = 2;
-	m.part->extents[0] = (struct stg_extent){0, 4096};
+	m.part = make_part("slurm-7.0", 11, 1, 2, 0, (struct stg_extent){0, 4096});
 	len = stg_manifest_encoded_size(&m);
 	mf = malloc(len);
 	stg_manifest_encode(&m, mf);
@@ -133,13 +129,8 @@ static int put_part(struct stg_files *f, const char *path, uint64_t t, uint64_t 
 	struct stg_manifest m;
 	CHECK_EQ(stg_manifest_decode(mf, len, &m), 0);
 	free(mf);
-	CHECK_EQ(stg_part_new(&m.part, 1, 1), 0);
-	snprintf(m.part->job, sizeof(m.part->job), "slurm-8.0");
-	m.part->node = node;
-	m.part->open = jopen;
-	m.part->nranks_job = 3;
-	m.part->ranks[0] = (uint32_t)node - 1;
-	m.part->extents[0] = (struct stg_extent){node * 4096, 4096};
+	m.part = make_part("slurm-8.0", node, jopen, 3, (uint32_t)node - 1,
+			   (struct stg_extent){node * 4096, 4096});
 	len = stg_manifest_encoded_size(&m);
 	mf = malloc(len);
 	stg_manifest_encode(&m, mf);
