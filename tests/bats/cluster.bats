@@ -901,11 +901,10 @@ EOP
 	pid=$!
 	track $pid
 	wait_for "$WAIT" grep -q "shipping '$CACHE'" "$T/flusher2.log"
-	local start=$SECONDS
-	run timeout 10 "$FLUSHER" --policy "$POLICY"
+	# (it exits by itself: timeout would kill it with status 124)
+	run timeout "$WAIT" "$FLUSHER" --policy "$POLICY"
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"a flusher (pid $pid) already ships '$CACHE'"* ]] || fail "$output"
-	[ $((SECONDS - start)) -lt 5 ]
 	kill -0 "$pid"
 	# the one running takes new work
 	STAGEHAND_FLUSHER=/bin/true shim cp /etc/hostname "$CKPT/g"

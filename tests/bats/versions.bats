@@ -209,7 +209,7 @@ crash_writer() {
 	read -r pid CRASH_OFFSET <"$said"
 	[ "$pid" -eq $! ]
 	kill -9 "$pid"
-	wait_for 30 pid_gone "$pid"
+	wait_for "$WAIT" pid_gone "$pid"
 }
 
 @test "A6: keep = 3, 3 checkpoints, then a writer killed after 4 fsyncs: the 3 stay, the last fsync restores" {

@@ -125,7 +125,7 @@ cluster_teardown() {
 	local dir
 	for dir in "${T:+$T/}" "${USERDIR:+$USERDIR/}"; do
 		[ -n "$dir" ] || continue
-		if ! wait_for 10 eval "! pgrep -f -- '$dir' >/dev/null"; then
+		if ! wait_for "$WAIT" eval "! pgrep -f -- '$dir' >/dev/null"; then
 			echo "left running by the test:" >&2
 			ps -o pid,args -p "$(pgrep -d, -f -- "$dir")" >&2
 			status=1
@@ -168,7 +168,7 @@ start_server() {
 	disown "${SRV_PID[$i]}"
 	SRV_HOST[$i]="$host"
 	[ "$i" -lt "$NSERVERS" ] || NSERVERS=$((i + 1))
-	wait_for 10 test -s "$T/srv$i.port" || {
+	wait_for "$WAIT" test -s "$T/srv$i.port" || {
 		cat "$T/srv$i.log" >&2
 		return 1
 	}
@@ -190,7 +190,7 @@ start_servers() {
 stop_server() {
 	local i="$1" sig="${2:-TERM}"
 	kill -s "$sig" "${SRV_PID[$i]}" 2>/dev/null || true
-	wait_for 10 pid_gone "${SRV_PID[$i]}" || return 1
+	wait_for "$WAIT" pid_gone "${SRV_PID[$i]}" || return 1
 	SRV_PID[$i]=""
 }
 
@@ -369,7 +369,7 @@ sys.exit('the server never received anything')
 EOP
 	CUT_PID=$!
 	track "$CUT_PID"
-	wait_for 30 test -e "$T/cut.ready"
+	wait_for "$WAIT" test -e "$T/cut.ready"
 }
 
 # Is no flusher holding the flusher lock of a cache?
@@ -387,7 +387,7 @@ stop_flusher() {
 	if [ -n "$pid" ] && ls -l "/proc/$pid/fd" 2>/dev/null | grep -q -- "-> $cache/flusher.lock\$"; then
 		kill -9 "$pid" 2>/dev/null
 	fi
-	wait_for 10 flusher_lock_free "$cache"
+	wait_for "$WAIT" flusher_lock_free "$cache"
 }
 
 # Bytes of segment files in a server's store (apparent sizes).
