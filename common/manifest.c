@@ -79,7 +79,9 @@ size_t stg_manifest_encode(const struct stg_manifest *m, uint8_t *out)
 	/* The PART flag says whether a section follows the entries: it comes
 	 * from m->part alone. */
 	uint32_t flags = (m->flags & ~(uint32_t)STG_MANIFEST_PART) | (m->part ? STG_MANIFEST_PART : 0);
-	stg_put_le16(out + 4, flags ? 2 : 1);
+	/* The oldest format that says it all, so that older readers read
+	 * what they can (format 3 came with PART, 2 with OPEN). */
+	stg_put_le16(out + 4, (flags & STG_MANIFEST_PART) ? 3 : flags ? 2 : 1);
 	stg_put_le16(out + 6, (uint16_t)flags);
 	stg_put_le64(out + 8, m->version);
 	stg_put_le64(out + 16, m->size);
@@ -118,11 +120,13 @@ int stg_manifest_peek_flags(const uint8_t *buf, size_t len)
 	if (len < STG_MANIFEST_HEADER_SIZE || memcmp(buf, STG_MANIFEST_MAGIC, 4) != 0)
 		return -EBADMSG;
 	uint16_t format = stg_get_le16(buf + 4), flags = stg_get_le16(buf + 6);
-	/* Format 1 has no flags; format 2 only the known ones, and at least one
-	 * (a manifest without flags is written as format 1). */
+	/* Format 1 has no flags, format 2 OPEN alone, format 3 PART and maybe
+	 * OPEN: each is written only where the one before cannot say it. */
 	if (format == 1 && flags == 0)
 		return 0;
-	if (format == 2 && flags && !(flags & ~STG_MANIFEST_KNOWN_FLAGS))
+	if (format == 2 && flags == STG_MANIFEST_OPEN)
+		return flags;
+	if (format == 3 && (flags & STG_MANIFEST_PART) && !(flags & ~STG_MANIFEST_KNOWN_FLAGS))
 		return flags;
 	return -EBADMSG;
 }

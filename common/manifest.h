@@ -11,7 +11,7 @@
 #define STG_MANIFEST_MAGIC "SHMF"
 /* Format 2 is format 1 plus header flags; a manifest without flags is
  * written as format 1, so that older readers still read it. */
-#define STG_MANIFEST_FORMAT 2
+#define STG_MANIFEST_FORMAT 3
 #define STG_MANIFEST_HEADER_SIZE 64
 #define STG_MANIFEST_ENTRY_SIZE 48
 #define STG_MANIFEST_TRAILER_SIZE 8

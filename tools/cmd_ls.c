@@ -138,6 +138,8 @@ static int merge_remote(const struct stg_policy *p, struct listing *l)
 		tool_error("ls: cannot list the servers: %s", strerror(-r));
 		return r;
 	}
+	struct remote_session sess; /* for the parts' manifests */
+	remote_session_init(&sess, &rm);
 	for (size_t i = 0; i < n && r == 0; i++) {
 		if (!under(rv[i].path, l->prefix))
 			continue;
@@ -168,7 +170,7 @@ static int merge_remote(const struct stg_policy *p, struct listing *l)
 		struct stg_manifest *parts = NULL;
 		ssize_t np = 1;
 		if (rv[i].e.flags & STG_MANIFEST_PART) {
-			np = remote_get_parts(&rm, rv[i].path, rv[i].e.version, rv[i].servers,
+			np = remote_get_parts(&sess, rv[i].path, rv[i].e.version, rv[i].servers,
 					      &parts);
 			row.corrupt = np < 0;
 		}
@@ -186,6 +188,7 @@ static int merge_remote(const struct stg_policy *p, struct listing *l)
 			stg_manifest_done(&parts[k]);
 		free(parts);
 	}
+	remote_session_done(&sess);
 	remote_list_free(rv, n);
 	if (reached < p->nservers)
 		tool_error("ls: %zu of %zu servers answered", reached, p->nservers);

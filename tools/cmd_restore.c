@@ -413,6 +413,9 @@ static int restore_job_version(struct stg_cache *cache, struct remote *rm,
 	uint64_t *ids = calloc(cap, sizeof(*ids)), *vids = calloc(cap, sizeof(*vids));
 	uint64_t *numbers = calloc(cap, sizeof(*numbers));
 	int *err = calloc(cap, sizeof(*err));
+	struct remote_session sess; /* for the parts' manifests */
+	if (rm)
+		remote_session_init(&sess, rm);
 	struct job_version *v = NULL;
 	ssize_t nv = 0;
 	size_t loaded = 0;
@@ -435,7 +438,7 @@ static int restore_job_version(struct stg_cache *cache, struct remote *rm,
 		    __builtin_popcountll(srcs[n - 1].servers) < 2)
 			continue;
 		struct stg_manifest *parts;
-		ssize_t np = remote_get_parts(rm, path, ids[n - 1], srcs[n - 1].servers, &parts);
+		ssize_t np = remote_get_parts(&sess, path, ids[n - 1], srcs[n - 1].servers, &parts);
 		for (ssize_t k = 0; np == 1 && k < np; k++)
 			stg_manifest_done(&parts[k]);
 		if (np == 1)
@@ -527,6 +530,8 @@ out:
 	job_versions_free(v, nv > 0 ? (size_t)nv : 0);
 	free(ms);
 	free(srcs);
+	if (rm)
+		remote_session_done(&sess);
 	free(ids);
 	free(vids);
 	free(numbers);

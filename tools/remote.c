@@ -191,51 +191,20 @@ int remote_list(struct remote *rm, const char *prefix, struct remote_version **r
 	return 0;
 }
 
-ssize_t remote_get_parts(struct remote *rm, const char *path, uint64_t version, uint64_t mask,
-			 struct stg_manifest **ret)
+/* remote_get_manifest over the connections of s. */
+static int get_manifest(struct remote_session *s, const char *path, uint64_t version,
+			uint64_t mask, struct stg_manifest *ret)
 {
-	size_t n = 0;
-	struct stg_manifest *v = calloc(rm->policy->nservers, sizeof(*v));
-	int r = v ? -ENOENT : -ENOMEM;
-	for (size_t i = 0; v && i < rm->policy->nservers; i++) {
-		if (!(mask & (1ull << i)))
-			continue;
-		struct stg_manifest m;
-		int gr = remote_get_manifest(rm, path, version, 1ull << i, &m);
-		if (gr < 0) {
-			r = r == -ENOENT ? gr : r;
-			continue;
-		}
-		bool seen = false;
-		for (size_t k = 0; k < n && !seen; k++)
-			seen = stg_part_equal(v[k].part, m.part);
-		if (seen)
-			stg_manifest_done(&m);
-		else
-			v[n++] = m;
-	}
-	if (n == 0) {
-		free(v);
-		return r;
-	}
-	*ret = v;
-	return (ssize_t)n;
-}
-
-int remote_get_manifest(struct remote *rm, const char *path, uint64_t version, uint64_t mask,
-			struct stg_manifest *ret)
-{
+	struct remote *rm = s->rm;
 	size_t n = rm->policy->nservers;
 	uint32_t order[STG_CLUSTER_MAX_SERVERS];
 	stg_placement_rank(rm->policy->server_list, n, path, strlen(path), order);
-	struct remote_session s;
-	remote_session_init(&s, rm);
 	int r = -ENOENT;
 	for (size_t k = 0; k < n; k++) {
 		size_t i = order[k];
 		if (mask && !(mask & (1ull << i)))
 			continue;
-		struct stg_conn *c = remote_conn(&s, i);
+		struct stg_conn *c = remote_conn(s, i);
 		if (!c)
 			continue;
 		struct stg_msg req = {.type = STG_MSG_GET_MANIFEST}, rep;
@@ -244,7 +213,7 @@ int remote_get_manifest(struct remote *rm, const char *path, uint64_t version, u
 		req.get_manifest.path_len = (uint32_t)strlen(path);
 		int cr = stg_conn_call(c, &req, STG_MSG_MANIFEST, &rep);
 		if (cr < 0) {
-			remote_fail(&s, i, cr);
+			remote_fail(s, i, cr);
 			if (cr != -ENOENT)
 				r = cr;
 			continue;
@@ -264,8 +233,48 @@ int remote_get_manifest(struct remote *rm, const char *path, uint64_t version, u
 		r = 0;
 		break;
 	}
+	return r;
+}
+
+int remote_get_manifest(struct remote *rm, const char *path, uint64_t version, uint64_t mask,
+			struct stg_manifest *ret)
+{
+	struct remote_session s;
+	remote_session_init(&s, rm);
+	int r = get_manifest(&s, path, version, mask, ret);
 	remote_session_done(&s);
 	return r;
+}
+
+ssize_t remote_get_parts(struct remote_session *s, const char *path, uint64_t version,
+			 uint64_t mask, struct stg_manifest **ret)
+{
+	size_t nservers = s->rm->policy->nservers, n = 0;
+	struct stg_manifest *v = calloc(nservers, sizeof(*v));
+	int r = v ? -ENOENT : -ENOMEM;
+	for (size_t i = 0; v && i < nservers; i++) {
+		if (!(mask & (1ull << i)))
+			continue;
+		struct stg_manifest m;
+		int gr = get_manifest(s, path, version, 1ull << i, &m);
+		if (gr < 0) {
+			r = r == -ENOENT ? gr : r;
+			continue;
+		}
+		bool seen = false;
+		for (size_t k = 0; k < n && !seen; k++)
+			seen = stg_part_equal(v[k].part, m.part);
+		if (seen)
+			stg_manifest_done(&m);
+		else
+			v[n++] = m;
+	}
+	if (n == 0) {
+		free(v);
+		return r;
+	}
+	*ret = v;
+	return (ssize_t)n;
 }
 
 struct fetch {

@@ -72,10 +72,11 @@ int remote_get_manifest(struct remote *rm, const char *path, uint64_t version, u
  * of mask hold as path's version id, one manifest each: a server that was
  * down when one node shipped its part under the id may hold another node's
  * part under it, which that node re-minted (docs/FORMAT.md, "Version ids").
+ * Over the connections of s, kept open for the next call.
  * Returns how many (*ret malloc'ed; each manifest released with
  * stg_manifest_done), or -ENOENT / -errno when none could be read. */
-ssize_t remote_get_parts(struct remote *rm, const char *path, uint64_t version, uint64_t mask,
-			 struct stg_manifest **ret);
+ssize_t remote_get_parts(struct remote_session *s, const char *path, uint64_t version,
+			 uint64_t mask, struct stg_manifest **ret);
 
 /* Rebuilds m's content into fd (from offset 0, size set), fetching chunks
  * from the servers with several threads, each chunk from its replicas in

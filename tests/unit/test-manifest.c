@@ -180,8 +180,18 @@ static void test_part(void)
 	CHECK_EQ(len, 64 + 3 * 48 + 96 + 16 + 4 * 16 + 8);
 	buf = malloc(len);
 	CHECK_EQ(stg_manifest_encode(&m, buf), len);
-	CHECK(harness_golden("manifest-v2-part.bin", buf, len));
+	CHECK(harness_golden("manifest-v3-part.bin", buf, len));
 	CHECK_EQ(stg_manifest_peek_flags(buf, len), STG_MANIFEST_PART);
+	CHECK_EQ(stg_get_le16(buf + 4), 3);
+	/* PART came with format 3: format 2 cannot say it, nor format 3 OPEN
+	 * alone. */
+	buf[4] = 2;
+	CHECK_EQ(stg_manifest_peek_flags(buf, len), -EBADMSG);
+	CHECK_EQ(stg_manifest_decode(buf, len, &d), -EBADMSG);
+	buf[4] = 3;
+	buf[6] = STG_MANIFEST_OPEN;
+	CHECK_EQ(stg_manifest_peek_flags(buf, len), -EBADMSG);
+	buf[6] = STG_MANIFEST_PART;
 	char job[STG_PART_JOB_MAX];
 	uint32_t open = 0;
 	uint64_t node = 0;
@@ -277,7 +287,7 @@ static void test_part(void)
 
 	check_reencode("manifest-v1.bin");
 	check_reencode("manifest-v2-open.bin");
-	check_reencode("manifest-v2-part.bin");
+	check_reencode("manifest-v3-part.bin");
 }
 
 int main(void)
