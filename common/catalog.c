@@ -547,8 +547,25 @@ static int copy_version(struct stg_catalog_file *from, uint64_t version,
 	return r;
 }
 
+static int transfer(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync,
+		    uint32_t keep, bool keep_old);
+
 int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync,
 		       uint32_t keep)
+{
+	return transfer(c, oldpath, newpath, sync, keep, false);
+}
+
+int stg_catalog_link(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync,
+		     uint32_t keep)
+{
+	return transfer(c, oldpath, newpath, sync, keep, true);
+}
+
+/* rename (old goes) or link (old stays, new gets old's newest version as
+ * its next one). */
+static int transfer(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync,
+		    uint32_t keep, bool keep_old)
 {
 	if (strcmp(oldpath, newpath) == 0)
 		return 0;
@@ -578,7 +595,7 @@ int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *new
 	if (r == 0 && (na == 0 || stg_catalog_is_deleted(a.dirfd)))
 		r = -ENOENT;
 	if (r == 0) {
-		if (nb == 0) {
+		if (nb == 0 && !keep_old) {
 			for (size_t i = 0; i < na && r == 0; i++)
 				r = copy_version(&a, va[i], &b, newpath, va[i], sync);
 		} else {
@@ -590,7 +607,7 @@ int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *new
 	}
 	/* The new name is complete before the old one goes: a crash in between
 	 * leaves both, never neither. */
-	for (size_t i = 0; r == 0 && i < na; i++)
+	for (size_t i = 0; r == 0 && !keep_old && i < na; i++)
 		r = stg_catalog_remove_version(a.dirfd, va[i]);
 	/* The new name keeps what its rule keeps, as after any commit (what
 	 * this frees goes at the next collection). */
@@ -599,7 +616,7 @@ int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *new
 		if (pr < 0)
 			stg_debug("pruning '%s': %s", newpath, strerror(-pr));
 	}
-	if (r == 0) {
+	if (r == 0 && !keep_old) {
 		stg_catalog_set_deleted(a.dirfd, false);
 		unlinkat(a.dirfd, PATH_FILE, 0);
 		unlinkat(c->files_fd, ida, AT_REMOVEDIR);

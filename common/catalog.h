@@ -119,6 +119,11 @@ int stg_catalog_foreach(struct stg_cache *c,
 int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync,
 		       uint32_t keep);
 
+/* link(): new gets old's newest version as its next version, old stays.
+ * Returns 0, -ENOENT, or -errno. */
+int stg_catalog_link(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync,
+		     uint32_t keep);
+
 /* Gives version old of path the next free id with its sequence number
  * (old + k * 2^STG_VERSION_SEQ_BITS), below the path's next version so that
  * the node's versions keep their order: what the flusher does when a server

@@ -94,7 +94,7 @@ struct spawn {
 static int intermediate(void *arg)
 {
 	struct spawn *sp = arg;
-	long pid = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+	long pid = real_syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
 	if (pid < 0) {
 		sp->failed = 1;
 		return 0;
@@ -111,31 +111,31 @@ static int intermediate(void *arg)
 			unsigned long mask;
 		} dfl = {SIG_DFL, 0, 0, 0};
 		if (sig != SIGKILL && sig != SIGSTOP)
-			syscall(SYS_rt_sigaction, sig, &dfl, 0, 8);
+			real_syscall(SYS_rt_sigaction, sig, &dfl, 0, 8);
 	}
 	unsigned long none = 0;
-	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, 0, 8);
-	syscall(SYS_setsid);
+	real_syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, 0, 8);
+	real_syscall(SYS_setsid);
 	/* Out of the way first: a source may sit where another one goes (the
 	 * shadow at 4, /dev/null at 3), and dup2 onto itself would keep its
 	 * close-on-exec flag. */
 	long shadow = -1, done_w = -1;
 	if (sp->shadow >= 0) {
-		shadow = syscall(SYS_fcntl, sp->shadow, F_DUPFD, 10);
-		done_w = syscall(SYS_fcntl, sp->done_w, F_DUPFD, 10);
+		shadow = real_syscall(SYS_fcntl, sp->shadow, F_DUPFD, 10);
+		done_w = real_syscall(SYS_fcntl, sp->done_w, F_DUPFD, 10);
 	}
-	long in = syscall(SYS_fcntl, sp->in, F_DUPFD, 10);
-	long err = syscall(SYS_fcntl, sp->err, F_DUPFD, 10);
+	long in = real_syscall(SYS_fcntl, sp->in, F_DUPFD, 10);
+	long err = real_syscall(SYS_fcntl, sp->err, F_DUPFD, 10);
 	if (sp->shadow >= 0) {
-		syscall(SYS_dup2, shadow, 3);
-		syscall(SYS_dup2, done_w, 4);
+		real_syscall(SYS_dup2, shadow, 3);
+		real_syscall(SYS_dup2, done_w, 4);
 	}
-	syscall(SYS_dup2, in, 0);
-	syscall(SYS_dup2, in, 1);
-	syscall(SYS_dup2, err, 2);
-	syscall(SYS_close_range, sp->shadow >= 0 ? 5 : 3, ~0u, 0);
-	syscall(SYS_execve, sp->exe, sp->argv, environ);
-	syscall(SYS_exit_group, 127);
+	real_syscall(SYS_dup2, in, 0);
+	real_syscall(SYS_dup2, in, 1);
+	real_syscall(SYS_dup2, err, 2);
+	real_syscall(SYS_close_range, sp->shadow >= 0 ? 5 : 3, ~0u, 0);
+	real_syscall(SYS_execve, sp->exe, sp->argv, environ);
+	real_syscall(SYS_exit_group, 127);
 	return 0;
 }
 

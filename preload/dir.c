@@ -10,14 +10,7 @@
 #include <unistd.h>
 
 #include "catalog.h"
-#include "internal.h"
-#include "real.h"
-
-#define ENSURE(fn)                   \
-	do {                         \
-		if (!real_##fn)      \
-			shim_real_init(); \
-	} while (0)
+#include "hook.h"
 
 /* The captured names of one open directory stream, served after the real
  * entries run out. */
@@ -118,37 +111,31 @@ static void attach_listing(DIR *d, const char *abs)
 
 SHIM_EXPORT DIR *opendir(const char *path)
 {
-	ENSURE(opendir);
-	DIR *d = real_opendir(path);
-	if (!d || shim_busy || !shim_active() || shim.policy->nrules == 0)
+	DIR *d = REAL(opendir)(path);
+	int saved;
+	if (!d || !shim_enter(&saved))
 		return d;
-	shim_busy++;
-	int saved = errno;
 	char abs[PATH_MAX];
-	if (shim_abspath(AT_FDCWD, path, abs, sizeof(abs)) == 0)
+	if (shim.policy->nrules > 0 && shim_abspath(AT_FDCWD, path, abs, sizeof(abs)) == 0)
 		attach_listing(d, abs);
-	errno = saved;
-	shim_busy--;
+	shim_leave(0, saved);
 	return d;
 }
 
 SHIM_EXPORT DIR *fdopendir(int fd)
 {
-	ENSURE(fdopendir);
-	DIR *d = real_fdopendir(fd);
-	if (!d || shim_busy || !shim_active() || shim.policy->nrules == 0)
+	DIR *d = REAL(fdopendir)(fd);
+	int saved;
+	if (!d || !shim_enter(&saved))
 		return d;
-	shim_busy++;
-	int saved = errno;
 	char link[64], abs[PATH_MAX];
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-	ssize_t n = readlink(link, abs, sizeof(abs) - 1);
+	ssize_t n = shim.policy->nrules > 0 ? readlink(link, abs, sizeof(abs) - 1) : -1;
 	if (n > 0 && abs[0] == '/') {
 		abs[n] = '\0';
 		attach_listing(d, abs);
 	}
-	errno = saved;
-	shim_busy--;
+	shim_leave(0, saved);
 	return d;
 }
 
@@ -201,24 +188,21 @@ static struct dirent64 *next_entry(DIR *d, struct dirent64 *(*real)(DIR *))
 /* On Linux/glibc 64-bit, struct dirent and struct dirent64 have one layout. */
 SHIM_EXPORT struct dirent *readdir(DIR *d)
 {
-	ENSURE(readdir);
 	if (!listings)
-		return real_readdir(d);
-	return (struct dirent *)next_entry(d, (struct dirent64 * (*)(DIR *)) real_readdir);
+		return REAL(readdir)(d);
+	return (struct dirent *)next_entry(d, (struct dirent64 * (*)(DIR *)) REAL(readdir));
 }
 
 SHIM_EXPORT struct dirent64 *readdir64(DIR *d)
 {
-	ENSURE(readdir64);
 	if (!listings)
-		return real_readdir64(d);
-	return next_entry(d, real_readdir64);
+		return REAL(readdir64)(d);
+	return next_entry(d, REAL(readdir64));
 }
 
 SHIM_EXPORT void rewinddir(DIR *d)
 {
-	ENSURE(rewinddir);
-	real_rewinddir(d);
+	REAL(rewinddir)(d);
 	pthread_mutex_lock(&shim.lock);
 	struct listing *l = find(d);
 	if (l)
@@ -228,7 +212,6 @@ SHIM_EXPORT void rewinddir(DIR *d)
 
 SHIM_EXPORT int closedir(DIR *d)
 {
-	ENSURE(closedir);
 	if (listings) {
 		pthread_mutex_lock(&shim.lock);
 		for (struct listing **p = &listings; *p; p = &(*p)->link) {
@@ -241,5 +224,5 @@ SHIM_EXPORT int closedir(DIR *d)
 		}
 		pthread_mutex_unlock(&shim.lock);
 	}
-	return real_closedir(d);
+	return REAL(closedir)(d);
 }

@@ -18,7 +18,7 @@
 #include "builder.h"
 #include "chunk.h"
 #include "pack.h"
-#include "internal.h"
+#include "hook.h"
 #include "log.h"
 #include "real.h"
 #include "util.h"
@@ -366,4 +366,17 @@ void fast_materialize_all(void)
 		if (s->fast)
 			fast_materialize(s, fd);
 	pthread_mutex_unlock(&shim.lock);
+}
+
+void fast_leave(int fd)
+{
+	struct session *s = fdtable_get(fd);
+	int saved;
+	if (!s || !s->fast || !shim_enter(&saved))
+		return;
+	pthread_mutex_lock(&shim.lock);
+	if (s->fast)
+		fast_materialize(s, fd);
+	pthread_mutex_unlock(&shim.lock);
+	shim_leave(0, saved);
 }

@@ -8,54 +8,31 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "real.h"
+#include "hook.h"
 
-#define ENSURE(fn)                   \
-	do {                         \
-		if (!real_##fn)      \
-			shim_real_init(); \
-	} while (0)
-
-/* Returns r as libc would: errno from the failing step, untouched on success. */
-static int finish(int r, int saved)
+/* The close of a captured file's descriptor: its commit's error, or the
+ * close's. */
+static long close_handler(int fd)
 {
-	if (r < 0) {
-		errno = -r;
-		return -1;
-	}
-	errno = saved;
-	return r;
+	int r = session_release_fd(fd);
+	int cr = REAL(close)(fd) < 0 ? -errno : 0;
+	return cr < 0 ? cr : r;
 }
 
 SHIM_EXPORT int close(int fd)
 {
-	ENSURE(close);
 	if (!shim_busy && shim_fd_reserved(fd)) {
 		errno = EBADF; /* not the application's: as if it were not open */
 		return -1;
 	}
-	if (shim_busy || !fdtable_get(fd))
-		return real_close(fd);
-	shim_busy++;
-	int saved = errno;
-	int r = session_release_fd(fd);
-	int cr = real_close(fd) < 0 ? -errno : 0;
-	shim_busy--;
-	return finish(cr < 0 ? cr : r, saved);
+	if (fdtable_get(fd))
+		SHIM_HANDLE(close_handler(fd));
+	return REAL(close)(fd);
 }
 
-SHIM_EXPORT int close_range(unsigned first, unsigned last, int flags)
+/* Commits what the range closes, then closes around the shim's own. */
+static long close_range_handler(unsigned first, unsigned last, int flags)
 {
-	ENSURE(close_range);
-	if (!real_close_range) {
-		errno = ENOSYS;
-		return -1;
-	}
-	if (shim_busy || (flags & CLOSE_RANGE_CLOEXEC))
-		return real_close_range(first, last, flags);
-	shim_busy++;
-	int saved = errno;
 	int r = 0;
 	struct session *s;
 	pthread_mutex_lock(&shim.lock);
@@ -81,14 +58,24 @@ SHIM_EXPORT int close_range(unsigned first, unsigned last, int flags)
 			from = (unsigned)keep[i] + 1;
 			continue;
 		}
-		if (from <= to && real_close_range(from, to, flags) < 0)
+		if (from <= to && REAL(close_range)(from, to, flags) < 0)
 			cr = -errno;
 		if (i < nkeep)
 			from = (unsigned)keep[i] + 1;
 	}
 	free(keep);
-	shim_busy--;
-	return finish(cr < 0 ? cr : r, saved);
+	return cr < 0 ? cr : r;
+}
+
+SHIM_EXPORT int close_range(unsigned first, unsigned last, int flags)
+{
+	if (!REAL(close_range)) {
+		errno = ENOSYS;
+		return -1;
+	}
+	if (!(flags & CLOSE_RANGE_CLOEXEC))
+		SHIM_HANDLE(close_range_handler(first, last, flags));
+	return real_close_range(first, last, flags);
 }
 
 /* newfd now refers to fd's session too. */
@@ -103,9 +90,8 @@ static void track_copy(int fd, int newfd)
 
 SHIM_EXPORT int dup(int fd)
 {
-	ENSURE(dup);
-	shim_leave_fast(fd);
-	int nfd = real_dup(fd);
+	fast_leave(fd);
+	int nfd = REAL(dup)(fd);
 	if (nfd >= 0 && !shim_busy) {
 		if (fdtable_get(nfd))
 			session_discard_fd(nfd);
@@ -115,55 +101,48 @@ SHIM_EXPORT int dup(int fd)
 	return nfd;
 }
 
+/* dup2 closes newfd silently: that close may be a commit. Only if fd is
+ * valid, or dup2 would fail and leave newfd open. */
+static long dup_handler(int fd, int newfd, int flags, bool three)
+{
+	if (REAL(fcntl)(fd, F_GETFD) < 0)
+		return -errno;
+	int r = fdtable_get(newfd) ? session_release_fd(newfd) : 0;
+	int d = three ? REAL(dup3)(fd, newfd, flags) : REAL(dup2)(fd, newfd);
+	if (d < 0)
+		return -errno;
+	if (fdtable_get(fd))
+		track_copy(fd, newfd);
+	return r < 0 ? r : d;
+}
+
 static int dup_onto(int fd, int newfd, int flags, bool three)
 {
 	if (!shim_busy && fd != newfd) {
-		shim_leave_fast(fd);
+		fast_leave(fd);
 		/* Only for a dup2 that will happen: fd must be valid. */
-		if (shim_fd_reserved(newfd) && real_fcntl(fd, F_GETFD) >= 0)
+		if (shim_fd_reserved(newfd) && REAL(fcntl)(fd, F_GETFD) >= 0)
 			shim_fd_evict(newfd);
 	}
-	if (shim_busy || fd == newfd || (!fdtable_get(fd) && !fdtable_get(newfd)))
-		return three ? real_dup3(fd, newfd, flags) : real_dup2(fd, newfd);
-	shim_busy++;
-	int saved = errno;
-	int r = 0;
-	/* dup2 closes newfd silently: that close may be a commit. Only if fd is
-	 * valid, or dup2 would fail and leave newfd open. */
-	if (real_fcntl(fd, F_GETFD) < 0) {
-		r = -errno;
-	} else {
-		if (fdtable_get(newfd))
-			r = session_release_fd(newfd);
-		int d = three ? real_dup3(fd, newfd, flags) : real_dup2(fd, newfd);
-		if (d < 0) {
-			r = -errno;
-		} else {
-			if (fdtable_get(fd))
-				track_copy(fd, newfd);
-			r = r < 0 ? r : d;
-		}
-	}
-	shim_busy--;
-	return finish(r, saved);
+	if (fd != newfd && (fdtable_get(fd) || fdtable_get(newfd)))
+		SHIM_HANDLE(dup_handler(fd, newfd, flags, three));
+	return three ? REAL(dup3)(fd, newfd, flags) : REAL(dup2)(fd, newfd);
 }
 
 SHIM_EXPORT int dup2(int fd, int newfd)
 {
-	ENSURE(dup2);
 	return dup_onto(fd, newfd, 0, false);
 }
 
 SHIM_EXPORT int dup3(int fd, int newfd, int flags)
 {
-	ENSURE(dup3);
 	return dup_onto(fd, newfd, flags, true);
 }
 
 static int fcntl_common(int fd, int cmd, unsigned long arg, int (*real)(int, int, ...))
 {
 	if (!shim_busy && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))
-		shim_leave_fast(fd);
+		fast_leave(fd);
 	int r = real(fd, cmd, arg);
 	if (r >= 0 && !shim_busy && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) {
 		if (fdtable_get(r))
@@ -178,114 +157,89 @@ static int fcntl_common(int fd, int cmd, unsigned long arg, int (*real)(int, int
  * unsigned long and passing it on is what glibc itself does. */
 SHIM_EXPORT int fcntl(int fd, int cmd, ...)
 {
-	ENSURE(fcntl);
 	va_list ap;
 	va_start(ap, cmd);
 	unsigned long arg = va_arg(ap, unsigned long);
 	va_end(ap);
-	return fcntl_common(fd, cmd, arg, real_fcntl);
+	return fcntl_common(fd, cmd, arg, REAL(fcntl));
 }
 
 SHIM_EXPORT int fcntl64(int fd, int cmd, ...)
 {
-	ENSURE(fcntl64);
 	va_list ap;
 	va_start(ap, cmd);
 	unsigned long arg = va_arg(ap, unsigned long);
 	va_end(ap);
-	return fcntl_common(fd, cmd, arg, real_fcntl64 ? real_fcntl64 : real_fcntl);
+	return fcntl_common(fd, cmd, arg, REAL(fcntl64) ? real_fcntl64 : real_fcntl);
 }
 
 /* fsync() of a captured file is a commit point, like close(). */
 static int sync_common(int fd, int (*real)(int))
 {
 	struct session *s = fdtable_get(fd);
-	if (shim_busy || !s || s->readonly)
-		return real(fd);
-	shim_busy++;
-	int saved = errno;
-	int r = session_commit(s, fd, false);
-	shim_busy--;
-	return finish(r, saved);
+	if (s && !s->readonly)
+		SHIM_HANDLE(session_commit(s, fd, false));
+	return real(fd);
 }
 
 SHIM_EXPORT int fsync(int fd)
 {
-	ENSURE(fsync);
-	return sync_common(fd, real_fsync);
+	return sync_common(fd, REAL(fsync));
 }
 
 SHIM_EXPORT int fdatasync(int fd)
 {
-	ENSURE(fdatasync);
-	return sync_common(fd, real_fdatasync);
+	return sync_common(fd, REAL(fdatasync));
 }
 
 static void *mmap_common(void *addr, size_t len, int prot, int flags, int fd, off_t off,
 			 void *(*real)(void *, size_t, int, int, int, off_t))
 {
 	if (!shim_busy && fd >= 0)
-		shim_leave_fast(fd);
+		fast_leave(fd);
 	void *p = real(addr, len, prot, flags, fd, off);
-	if (p != MAP_FAILED && !shim_busy && fd >= 0 && (prot & PROT_WRITE) &&
-	    (flags & MAP_TYPE) != MAP_PRIVATE && fdtable_get(fd)) {
-		int saved = errno;
-		shim_busy++;
-		session_mapped(fd, p, len);
+	int saved;
+	if (p != MAP_FAILED && fd >= 0 && (prot & PROT_WRITE) &&
+	    (flags & MAP_TYPE) != MAP_PRIVATE && fdtable_get(fd) && shim_enter(&saved)) {
+		mapping_add(fd, p, len);
 		/* shared = job: a mapping may write anywhere in it. */
 		struct session *ps = fdtable_get(fd);
 		if (ps && ps->part && off >= 0)
 			part_wrote(ps, (uint64_t)off, len);
-		shim_busy--;
-		errno = saved;
+		shim_leave(0, saved);
 	}
 	return p;
 }
 
 SHIM_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-	ENSURE(mmap);
-	return mmap_common(addr, len, prot, flags, fd, off, real_mmap);
+	return mmap_common(addr, len, prot, flags, fd, off, REAL(mmap));
 }
 
 SHIM_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-	ENSURE(mmap64);
-	return mmap_common(addr, len, prot, flags, fd, off, real_mmap64 ? real_mmap64 : real_mmap);
+	return mmap_common(addr, len, prot, flags, fd, off, REAL(mmap64) ? real_mmap64 : real_mmap);
 }
 
 SHIM_EXPORT int munmap(void *addr, size_t len)
 {
-	ENSURE(munmap);
-	int r = real_munmap(addr, len);
-	if (r == 0 && !shim_busy && shim.ready) {
-		int saved = errno;
-		shim_busy++;
-		int cr = session_unmapped(addr, len, false);
-		shim_busy--;
-		return finish(cr < 0 ? cr : 0, saved);
-	}
+	int r = REAL(munmap)(addr, len);
+	if (r == 0 && shim.ready)
+		SHIM_HANDLE(mapping_remove(addr, len, false));
 	return r;
 }
 
 SHIM_EXPORT int msync(void *addr, size_t len, int flags)
 {
-	ENSURE(msync);
-	int r = real_msync(addr, len, flags);
-	if (r == 0 && !shim_busy && shim.ready && (flags & MS_SYNC)) {
-		int saved = errno;
-		shim_busy++;
-		int cr = session_unmapped(addr, len, true);
-		shim_busy--;
-		return finish(cr < 0 ? cr : 0, saved);
-	}
+	int r = REAL(msync)(addr, len, flags);
+	if (r == 0 && shim.ready && (flags & MS_SYNC))
+		SHIM_HANDLE(mapping_remove(addr, len, true));
 	return r;
 }
 
 SHIM_EXPORT mode_t umask(mode_t mask)
 {
-	ENSURE(umask);
-	mode_t old = real_umask(mask);
+	mode_t old = REAL(umask)(mask);
 	shim.umask = mask & 0777;
 	return old;
 }

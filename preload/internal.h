@@ -63,19 +63,6 @@ void shim_fdguard_after_fork(void);
 /* Moves *fd up among the shim's own numbers and reserves it. */
 int shim_move_high(int *fd);
 
-/* Turns a -errno result into libc's -1/errno. */
-static inline int shim_ret(int r)
-{
-	if (r < 0) {
-		extern int *__errno_location(void);
-		*__errno_location() = -r;
-		return -1;
-	}
-	return r;
-}
-
-#define SHIM_EXPORT __attribute__((visibility("default")))
-
 /* ---- path.c: resolving and matching the application's paths ---- */
 
 /* Makes path absolute (relative to dirfd) and normalized into out. */
@@ -141,14 +128,6 @@ void session_discard_fd(int fd);
 /* The descriptor of a session with the lowest number, or -1 (caller holds
  * shim.lock). */
 int session_any_fd(const struct session *s);
-
-/* Records a writable shared mapping of fd's session; munmap commits. */
-void session_mapped(int fd, void *addr, size_t len);
-/* Forgets every mapping record of s (it is going away). */
-void session_forget_maps(struct session *s);
-/* Forgets mappings inside [addr, addr+len), committing sessions left with
- * neither descriptors nor mappings; with sync_only, commits without forgetting. */
-int session_unmapped(void *addr, size_t len, bool sync_only);
 
 /* A stat of an open session's shadow, made to look like the captured file. */
 void session_fix_stat(struct session *s, struct stat *st);
@@ -280,9 +259,18 @@ void fast_materialize_all(void);
 
 /* Ends the fast path of fd's session, if it has one (before any call the
  * fast path does not handle). */
-void shim_leave_fast(int fd);
+void fast_leave(int fd);
 
-/* ---- mapping.c ---- */
+/* ---- mapping.c: writable shared mappings of captured files ---- */
+
+/* Records a writable shared mapping of fd's session; munmap commits. */
+void mapping_add(int fd, void *addr, size_t len);
+/* Forgets every mapping record of s (it is going away). */
+void mapping_forget(struct session *s);
+/* Forgets mappings inside [addr, addr+len), committing sessions left with
+ * neither descriptors nor mappings; with sync_only, commits without forgetting. */
+int mapping_remove(void *addr, size_t len, bool sync_only);
+
 
 /* At exit: commits files whose last descriptor was closed while a shared
  * writable mapping stayed (exit unmaps it). */

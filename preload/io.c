@@ -13,15 +13,8 @@
 #include <linux/falloc.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "hook.h"
 #include "log.h"
-#include "real.h"
-
-#define ENSURE(fn)                        \
-	do {                              \
-		if (!real_##fn)           \
-			shim_real_init(); \
-	} while (0)
 
 static inline struct session *fast_session(int fd)
 {
@@ -47,16 +40,16 @@ static void part_note(struct session *s, int fd, int64_t off, ssize_t r)
 	if (r <= 0)
 		return;
 	int saved = errno;
-	int fl = real_fcntl(fd, F_GETFL);
+	int fl = REAL(fcntl)(fd, F_GETFL);
 	struct stat st;
 	int64_t at = -1;
 	if (fl < 0)
 		at = -1;
 	else if (off == AT_END || (fl & O_APPEND))
-		at = real_fstat(fd, &st) == 0 ? st.st_size - r : -1;
+		at = REAL(fstat)(fd, &st) == 0 ? st.st_size - r : -1;
 	else if (off >= 0)
 		at = off;
-	else if ((at = real_lseek(fd, 0, SEEK_CUR)) >= 0)
+	else if ((at = REAL(lseek)(fd, 0, SEEK_CUR)) >= 0)
 		at -= r;
 	if (at < 0) {
 		s->broken = true;
@@ -70,7 +63,7 @@ static void part_note(struct session *s, int fd, int64_t off, ssize_t r)
 static uint64_t size_of(int fd)
 {
 	struct stat st;
-	return real_fstat(fd, &st) == 0 ? (uint64_t)st.st_size : 0;
+	return REAL(fstat)(fd, &st) == 0 ? (uint64_t)st.st_size : 0;
 }
 
 /* A call that may resize fd's file or zero a range of it ([off, off + len),
@@ -104,21 +97,6 @@ static uint64_t size_of(int fd)
 		return r_;                                                   \
 	} while (0)
 
-void shim_leave_fast(int fd)
-{
-	struct session *s = fast_session(fd);
-	if (!s)
-		return;
-	int saved = errno;
-	shim_busy++;
-	pthread_mutex_lock(&shim.lock);
-	if (s->fast)
-		fast_materialize(s, fd);
-	pthread_mutex_unlock(&shim.lock);
-	shim_busy--;
-	errno = saved;
-}
-
 /* Runs the fast path for a write of iov at off (-1: the descriptor's offset).
  * Returns what the write returns, or FAST_OFF for "do the real call". */
 static ssize_t fast_io(struct session *s, int fd, const struct iovec *iov, int cnt, int64_t off)
@@ -129,31 +107,23 @@ static ssize_t fast_io(struct session *s, int fd, const struct iovec *iov, int c
 		s->broken = true;
 		return FAST_OFF;
 	}
-	shim_busy++;
-	int saved = errno;
+	int saved;
+	if (!shim_enter(&saved))
+		return FAST_OFF;
 	ssize_t r = fast_write(s, iov, cnt, off);
 	if (r == FAST_OFF) {
 		pthread_mutex_lock(&shim.lock);
 		if (s->fast)
 			fast_materialize(s, fd);
 		pthread_mutex_unlock(&shim.lock);
-	}
-	shim_busy--;
-	if (r == FAST_OFF) {
-		errno = saved;
+		shim_leave(0, saved);
 		return FAST_OFF;
 	}
-	if (r < 0) {
-		errno = (int)-r;
-		return -1;
-	}
-	errno = saved;
-	return r;
+	return shim_leave(r, saved);
 }
 
 __attribute__((noinline)) static ssize_t write_slow(int fd, const void *buf, size_t n)
 {
-	ENSURE(write);
 	struct session *s = fast_session(fd);
 	if (__builtin_expect(s != NULL, 0)) {
 		struct iovec iov = {(void *)buf, n};
@@ -161,7 +131,7 @@ __attribute__((noinline)) static ssize_t write_slow(int fd, const void *buf, siz
 		if (r != FAST_OFF)
 			return r;
 	}
-	PART_WRITE(fd, -1, real_write(fd, buf, n));
+	PART_WRITE(fd, -1, REAL(write)(fd, buf, n));
 }
 
 static ssize_t pwrite_common(int fd, const void *buf, size_t n, off_t off,
@@ -179,26 +149,23 @@ static ssize_t pwrite_common(int fd, const void *buf, size_t n, off_t off,
 
 __attribute__((noinline)) static ssize_t pwrite_slow(int fd, const void *buf, size_t n, off_t off)
 {
-	ENSURE(pwrite);
-	return pwrite_common(fd, buf, n, off, real_pwrite);
+	return pwrite_common(fd, buf, n, off, REAL(pwrite));
 }
 
 __attribute__((noinline)) static ssize_t pwrite64_slow(int fd, const void *buf, size_t n, off_t off)
 {
-	ENSURE(pwrite64);
-	return pwrite_common(fd, buf, n, off, real_pwrite64 ? real_pwrite64 : real_pwrite);
+	return pwrite_common(fd, buf, n, off, REAL(pwrite64) ? real_pwrite64 : real_pwrite);
 }
 
 __attribute__((noinline)) static ssize_t writev_slow(int fd, const struct iovec *iov, int cnt)
 {
-	ENSURE(writev);
 	struct session *s = fast_session(fd);
 	if (__builtin_expect(s != NULL, 0) && cnt >= 0) {
 		ssize_t r = fast_io(s, fd, iov, cnt, -1);
 		if (r != FAST_OFF)
 			return r;
 	}
-	PART_WRITE(fd, -1, real_writev(fd, iov, cnt));
+	PART_WRITE(fd, -1, REAL(writev)(fd, iov, cnt));
 }
 
 static ssize_t pwritev_common(int fd, const struct iovec *iov, int cnt, off_t off, int flags,
@@ -213,13 +180,13 @@ static ssize_t pwritev_common(int fd, const struct iovec *iov, int cnt, off_t of
 			return r;
 	}
 	if (s)
-		shim_leave_fast(fd);
+		fast_leave(fd);
 	struct session *p = part_session(fd);
 	ssize_t r;
 	if (v2)
-		r = real_pwritev2 ? real_pwritev2(fd, iov, cnt, off, flags) : (errno = ENOSYS, -1);
+		r = REAL(pwritev2) ? REAL(pwritev2)(fd, iov, cnt, off, flags) : (errno = ENOSYS, -1);
 	else
-		r = real_pwritev(fd, iov, cnt, off);
+		r = REAL(pwritev)(fd, iov, cnt, off);
 	if (p) /* (RWF_APPEND writes at the end, whatever off says) */
 		part_note(p, fd, v2 && (flags & RWF_APPEND) ? AT_END : off, r);
 	return r;
@@ -227,25 +194,21 @@ static ssize_t pwritev_common(int fd, const struct iovec *iov, int cnt, off_t of
 
 SHIM_EXPORT ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
 {
-	ENSURE(pwritev);
 	return pwritev_common(fd, iov, cnt, off, 0, false);
 }
 
 SHIM_EXPORT ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off_t off)
 {
-	ENSURE(pwritev);
 	return pwritev_common(fd, iov, cnt, off, 0, false);
 }
 
 SHIM_EXPORT ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
 {
-	ENSURE(pwritev2);
 	return pwritev_common(fd, iov, cnt, off, flags, true);
 }
 
 SHIM_EXPORT ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
 {
-	ENSURE(pwritev2);
 	return pwritev_common(fd, iov, cnt, off, flags, true);
 }
 
@@ -261,119 +224,104 @@ static off_t lseek_common(int fd, off_t off, int whence, off_t (*real)(int, off_
 			}
 			return (off_t)r;
 		}
-		shim_leave_fast(fd);
+		fast_leave(fd);
 	}
 	return real(fd, off, whence);
 }
 
 __attribute__((noinline)) static off_t lseek_slow(int fd, off_t off, int whence)
 {
-	ENSURE(lseek);
-	return lseek_common(fd, off, whence, real_lseek);
+	return lseek_common(fd, off, whence, REAL(lseek));
 }
 
 __attribute__((noinline)) static off_t lseek64_slow(int fd, off_t off, int whence)
 {
-	ENSURE(lseek64);
-	return lseek_common(fd, off, whence, real_lseek64 ? real_lseek64 : real_lseek);
+	return lseek_common(fd, off, whence, REAL(lseek64) ? real_lseek64 : real_lseek);
 }
 
 /* Calls that need the content in the shadow: end the fast path, then go. */
 #define LEAVE_FAST(fd)                                               \
 	do {                                                         \
-		if (__builtin_expect(fast_session(fd) != NULL, 0) && !shim_busy) \
-			shim_leave_fast(fd);                         \
+		if (__builtin_expect(fast_session(fd) != NULL, 0)) \
+			fast_leave(fd);                         \
 	} while (0)
 
 __attribute__((noinline)) static ssize_t read_slow(int fd, void *buf, size_t n)
 {
-	ENSURE(read);
 	LEAVE_FAST(fd);
-	return real_read(fd, buf, n);
+	return REAL(read)(fd, buf, n);
 }
 
 SHIM_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 {
-	ENSURE(__read_chk);
 	LEAVE_FAST(fd);
-	return real___read_chk(fd, buf, n, buflen);
+	return REAL(__read_chk)(fd, buf, n, buflen);
 }
 
 __attribute__((noinline)) static ssize_t pread_slow(int fd, void *buf, size_t n, off_t off)
 {
-	ENSURE(pread);
 	LEAVE_FAST(fd);
-	return real_pread(fd, buf, n, off);
+	return REAL(pread)(fd, buf, n, off);
 }
 
 __attribute__((noinline)) static ssize_t pread64_slow(int fd, void *buf, size_t n, off_t off)
 {
-	ENSURE(pread64);
 	LEAVE_FAST(fd);
-	return (real_pread64 ? real_pread64 : real_pread)(fd, buf, n, off);
+	return (REAL(pread64) ? real_pread64 : real_pread)(fd, buf, n, off);
 }
 
 SHIM_EXPORT ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
 {
-	ENSURE(__pread_chk);
 	LEAVE_FAST(fd);
-	return real___pread_chk(fd, buf, n, off, buflen);
+	return REAL(__pread_chk)(fd, buf, n, off, buflen);
 }
 
 SHIM_EXPORT ssize_t __pread64_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
 {
-	ENSURE(__pread64_chk);
 	LEAVE_FAST(fd);
-	return real___pread64_chk(fd, buf, n, off, buflen);
+	return REAL(__pread64_chk)(fd, buf, n, off, buflen);
 }
 
 __attribute__((noinline)) static ssize_t readv_slow(int fd, const struct iovec *iov, int cnt)
 {
-	ENSURE(readv);
 	LEAVE_FAST(fd);
-	return real_readv(fd, iov, cnt);
+	return REAL(readv)(fd, iov, cnt);
 }
 
 SHIM_EXPORT ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off)
 {
-	ENSURE(preadv);
 	LEAVE_FAST(fd);
-	return real_preadv(fd, iov, cnt, off);
+	return REAL(preadv)(fd, iov, cnt, off);
 }
 
 SHIM_EXPORT ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off_t off)
 {
-	ENSURE(preadv);
 	LEAVE_FAST(fd);
-	return real_preadv(fd, iov, cnt, off);
+	return REAL(preadv)(fd, iov, cnt, off);
 }
 
 SHIM_EXPORT ssize_t preadv2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
 {
-	ENSURE(preadv2);
 	LEAVE_FAST(fd);
-	return real_preadv2 ? real_preadv2(fd, iov, cnt, off, flags) : (errno = ENOSYS, -1);
+	return REAL(preadv2) ? REAL(preadv2)(fd, iov, cnt, off, flags) : (errno = ENOSYS, -1);
 }
 
 SHIM_EXPORT ssize_t preadv64v2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
 {
-	ENSURE(preadv2);
 	LEAVE_FAST(fd);
-	return real_preadv2 ? real_preadv2(fd, iov, cnt, off, flags) : (errno = ENOSYS, -1);
+	return REAL(preadv2) ? REAL(preadv2)(fd, iov, cnt, off, flags) : (errno = ENOSYS, -1);
 }
 
 SHIM_EXPORT int ftruncate(int fd, off_t len)
 {
-	ENSURE(ftruncate);
 	LEAVE_FAST(fd);
-	PART_RESIZE(fd, 0, 0, real_ftruncate(fd, len));
+	PART_RESIZE(fd, 0, 0, REAL(ftruncate)(fd, len));
 }
 
 SHIM_EXPORT int ftruncate64(int fd, off_t len)
 {
-	ENSURE(ftruncate64);
 	LEAVE_FAST(fd);
-	PART_RESIZE(fd, 0, 0, (real_ftruncate64 ? real_ftruncate64 : real_ftruncate)(fd, len));
+	PART_RESIZE(fd, 0, 0, (REAL(ftruncate64) ? real_ftruncate64 : real_ftruncate)(fd, len));
 }
 
 /* Collapsing or inserting a range moves every byte after it, other nodes'
@@ -392,77 +340,68 @@ static bool part_shift_refused(int fd, int mode)
 
 SHIM_EXPORT int fallocate(int fd, int mode, off_t off, off_t len)
 {
-	ENSURE(fallocate);
 	LEAVE_FAST(fd);
 	if (part_shift_refused(fd, mode))
 		return -1;
 	/* Punching or zeroing a range writes zeros there. */
 	PART_RESIZE(fd, off, mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) ? len : 0,
-		    real_fallocate(fd, mode, off, len));
+		    REAL(fallocate)(fd, mode, off, len));
 }
 
 SHIM_EXPORT int fallocate64(int fd, int mode, off_t off, off_t len)
 {
-	ENSURE(fallocate64);
 	LEAVE_FAST(fd);
 	if (part_shift_refused(fd, mode))
 		return -1;
 	/* Punching or zeroing a range writes zeros there. */
 	PART_RESIZE(fd, off, mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) ? len : 0,
-		    (real_fallocate64 ? real_fallocate64 : real_fallocate)(fd, mode, off, len));
+		    (REAL(fallocate64) ? real_fallocate64 : real_fallocate)(fd, mode, off, len));
 }
 
 SHIM_EXPORT int posix_fallocate(int fd, off_t off, off_t len)
 {
-	ENSURE(posix_fallocate);
 	LEAVE_FAST(fd);
-	PART_RESIZE(fd, 0, 0, real_posix_fallocate(fd, off, len));
+	PART_RESIZE(fd, 0, 0, REAL(posix_fallocate)(fd, off, len));
 }
 
 SHIM_EXPORT int posix_fallocate64(int fd, off_t off, off_t len)
 {
-	ENSURE(posix_fallocate64);
 	LEAVE_FAST(fd);
-	PART_RESIZE(fd, 0, 0, (real_posix_fallocate64 ? real_posix_fallocate64 : real_posix_fallocate)(fd, off, len));
+	PART_RESIZE(fd, 0, 0, (REAL(posix_fallocate64) ? real_posix_fallocate64 : real_posix_fallocate)(fd, off, len));
 }
 
 SHIM_EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n)
 {
-	ENSURE(sendfile);
 	LEAVE_FAST(out);
 	LEAVE_FAST(in);
-	PART_WRITE(out, -1, real_sendfile(out, in, off, n));
+	PART_WRITE(out, -1, REAL(sendfile)(out, in, off, n));
 }
 
 SHIM_EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t n)
 {
-	ENSURE(sendfile64);
 	LEAVE_FAST(out);
 	LEAVE_FAST(in);
-	PART_WRITE(out, -1, (real_sendfile64 ? real_sendfile64 : real_sendfile)(out, in, off, n));
+	PART_WRITE(out, -1, (REAL(sendfile64) ? real_sendfile64 : real_sendfile)(out, in, off, n));
 }
 
 SHIM_EXPORT ssize_t copy_file_range(int in, off_t *inoff, int out, off_t *outoff, size_t n,
 				    unsigned flags)
 {
-	ENSURE(copy_file_range);
 	LEAVE_FAST(out);
 	LEAVE_FAST(in);
-	PART_WRITE(out, outoff ? *outoff : -1, real_copy_file_range(in, inoff, out, outoff, n, flags));
+	PART_WRITE(out, outoff ? *outoff : -1, REAL(copy_file_range)(in, inoff, out, outoff, n, flags));
 }
 
 SHIM_EXPORT ssize_t splice(int in, off_t *inoff, int out, off_t *outoff, size_t n, unsigned flags)
 {
-	ENSURE(splice);
 	LEAVE_FAST(out);
 	LEAVE_FAST(in);
-	PART_WRITE(out, outoff ? *outoff : -1, real_splice(in, inoff, out, outoff, n, flags));
+	PART_WRITE(out, outoff ? *outoff : -1, REAL(splice)(in, inoff, out, outoff, n, flags));
 }
 
 /* stdio writes through internal calls the shim cannot see. */
 SHIM_EXPORT FILE *fdopen(int fd, const char *mode)
 {
-	ENSURE(fdopen);
 	LEAVE_FAST(fd);
 	struct session *p = part_session(fd);
 	if (p && mode && strpbrk(mode, "wa+")) {
@@ -471,155 +410,14 @@ SHIM_EXPORT FILE *fdopen(int fd, const char *mode)
 		errno = EINVAL;
 		return NULL;
 	}
-	return real_fdopen(fd, mode);
-}
-
-/* ---- a new program or process: the shadows must hold everything ---- */
-
-static void before_exec(void)
-{
-	if (shim.ready && !shim_busy) {
-		int saved = errno;
-		shim_busy++;
-		fast_materialize_all();
-		shim_busy--;
-		errno = saved;
-	}
-}
-
-SHIM_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
-{
-	ENSURE(execve);
-	before_exec();
-	return real_execve(path, argv, envp);
-}
-
-SHIM_EXPORT int execv(const char *path, char *const argv[])
-{
-	ENSURE(execv);
-	before_exec();
-	return real_execv(path, argv);
-}
-
-SHIM_EXPORT int execvp(const char *file, char *const argv[])
-{
-	ENSURE(execvp);
-	before_exec();
-	return real_execvp(file, argv);
-}
-
-SHIM_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
-{
-	ENSURE(execvpe);
-	before_exec();
-	return real_execvpe(file, argv, envp);
-}
-
-SHIM_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
-{
-	ENSURE(fexecve);
-	before_exec();
-	return real_fexecve(fd, argv, envp);
-}
-
-/* The execl family, rebuilt on execv*: collects the NULL-terminated list
- * into argv (MAX_EXECL_ARGS + 1 slots). Returns false when it is too long. */
-#define MAX_EXECL_ARGS 4096
-static bool collect_args(const char *first, va_list *ap, char **argv)
-{
-	argv[0] = (char *)first;
-	for (int n = 1; argv[n - 1]; n++) {
-		if (n > MAX_EXECL_ARGS)
-			return false;
-		argv[n] = va_arg(*ap, char *);
-	}
-	return true;
-}
-
-SHIM_EXPORT int execl(const char *path, const char *arg, ...)
-{
-	ENSURE(execv);
-	char *argv[MAX_EXECL_ARGS + 1];
-	va_list ap;
-	va_start(ap, arg);
-	bool ok = collect_args(arg, &ap, argv);
-	va_end(ap);
-	if (!ok) {
-		errno = E2BIG;
-		return -1;
-	}
-	before_exec();
-	return real_execv(path, argv);
-}
-
-SHIM_EXPORT int execlp(const char *file, const char *arg, ...)
-{
-	ENSURE(execvp);
-	char *argv[MAX_EXECL_ARGS + 1];
-	va_list ap;
-	va_start(ap, arg);
-	bool ok = collect_args(arg, &ap, argv);
-	va_end(ap);
-	if (!ok) {
-		errno = E2BIG;
-		return -1;
-	}
-	before_exec();
-	return real_execvp(file, argv);
-}
-
-SHIM_EXPORT int execle(const char *path, const char *arg, ...)
-{
-	ENSURE(execve);
-	char *argv[MAX_EXECL_ARGS + 1];
-	va_list ap;
-	va_start(ap, arg);
-	bool ok = collect_args(arg, &ap, argv);
-	char *const *envp = ok ? va_arg(ap, char *const *) : NULL;
-	va_end(ap);
-	if (!ok) {
-		errno = E2BIG;
-		return -1;
-	}
-	before_exec();
-	return real_execve(path, argv, envp);
-}
-
-SHIM_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
-			    const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
-{
-	ENSURE(posix_spawn);
-	before_exec();
-	return real_posix_spawn(pid, path, fa, attr, argv, envp);
-}
-
-SHIM_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
-			     const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
-{
-	ENSURE(posix_spawnp);
-	before_exec();
-	return real_posix_spawnp(pid, file, fa, attr, argv, envp);
-}
-
-SHIM_EXPORT int system(const char *cmd)
-{
-	ENSURE(system);
-	before_exec();
-	return real_system(cmd);
-}
-
-SHIM_EXPORT FILE *popen(const char *cmd, const char *type)
-{
-	ENSURE(popen);
-	before_exec();
-	return real_popen(cmd, type);
+	return REAL(fdopen)(fd, mode);
 }
 
 SHIM_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 {
 	/* Not a captured file (nearly always): straight on, a tail call. */
 	if (__builtin_expect(!fdtable_peek(fd) && real_write != NULL, 1))
-		return real_write(fd, buf, n);
+		return REAL(write)(fd, buf, n);
 	return write_slow(fd, buf, n);
 }
 
@@ -627,7 +425,7 @@ SHIM_EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 {
 	/* Not a captured file (nearly always): straight on, a tail call. */
 	if (__builtin_expect(!fdtable_peek(fd) && real_pwrite != NULL, 1))
-		return real_pwrite(fd, buf, n, off);
+		return REAL(pwrite)(fd, buf, n, off);
 	return pwrite_slow(fd, buf, n, off);
 }
 
@@ -635,7 +433,7 @@ SHIM_EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
 {
 	/* Not a captured file (nearly always): straight on, a tail call. */
 	if (__builtin_expect(!fdtable_peek(fd) && real_pwrite64 != NULL, 1))
-		return real_pwrite64(fd, buf, n, off);
+		return REAL(pwrite64)(fd, buf, n, off);
 	return pwrite64_slow(fd, buf, n, off);
 }
 
@@ -643,7 +441,7 @@ SHIM_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
 {
 	/* Not a captured file (nearly always): straight on, a tail call. */
 	if (__builtin_expect(!fdtable_peek(fd) && real_writev != NULL, 1))
-		return real_writev(fd, iov, cnt);
+		return REAL(writev)(fd, iov, cnt);
 	return writev_slow(fd, iov, cnt);
 }
 
@@ -651,7 +449,7 @@ SHIM_EXPORT ssize_t read(int fd, void *buf, size_t n)
 {
 	/* Not a captured file (nearly always): straight on, a tail call. */
 	if (__builtin_expect(!fdtable_peek(fd) && real_read != NULL, 1))
-		return real_read(fd, buf, n);
+		return REAL(read)(fd, buf, n);
 	return read_slow(fd, buf, n);
 }
 
@@ -659,7 +457,7 @@ SHIM_EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t off)
 {
 	/* Not a captured file (nearly always): straight on, a tail call. */
 	if (__builtin_expect(!fdtable_peek(fd) && real_pread != NULL, 1))
-		return real_pread(fd, buf, n, off);
+		return REAL(pread)(fd, buf, n, off);
 	return pread_slow(fd, buf, n, off);
 }
 
@@ -667,7 +465,7 @@ SHIM_EXPORT ssize_t pread64(int fd, void *buf, size_t n, off_t off)
 {
 	/* Not a captured file (nearly always): straight on, a tail call. */
 	if (__builtin_expect(!fdtable_peek(fd) && real_pread64 != NULL, 1))
-		return real_pread64(fd, buf, n, off);
+		return REAL(pread64)(fd, buf, n, off);
 	return pread64_slow(fd, buf, n, off);
 }
 
@@ -675,7 +473,7 @@ SHIM_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
 {
 	/* Not a captured file (nearly always): straight on, a tail call. */
 	if (__builtin_expect(!fdtable_peek(fd) && real_readv != NULL, 1))
-		return real_readv(fd, iov, cnt);
+		return REAL(readv)(fd, iov, cnt);
 	return readv_slow(fd, iov, cnt);
 }
 
@@ -683,7 +481,7 @@ SHIM_EXPORT off_t lseek(int fd, off_t off, int whence)
 {
 	/* Not a captured file (nearly always): straight on, a tail call. */
 	if (__builtin_expect(!fdtable_peek(fd) && real_lseek != NULL, 1))
-		return real_lseek(fd, off, whence);
+		return REAL(lseek)(fd, off, whence);
 	return lseek_slow(fd, off, whence);
 }
 
@@ -691,6 +489,6 @@ SHIM_EXPORT off_t lseek64(int fd, off_t off, int whence)
 {
 	/* Not a captured file (nearly always): straight on, a tail call. */
 	if (__builtin_expect(!fdtable_peek(fd) && real_lseek64 != NULL, 1))
-		return real_lseek64(fd, off, whence);
+		return REAL(lseek64)(fd, off, whence);
 	return lseek64_slow(fd, off, whence);
 }

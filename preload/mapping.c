@@ -17,7 +17,7 @@ struct mapping {
 static struct mapping *maps;
 static size_t nmaps, capmaps;
 
-void session_mapped(int fd, void *addr, size_t len)
+void mapping_add(int fd, void *addr, size_t len)
 {
 	pthread_mutex_lock(&shim.lock);
 	struct session *s = fdtable_get(fd);
@@ -48,7 +48,7 @@ static int commit_orphan(struct session *s)
 	return r;
 }
 
-void session_forget_maps(struct session *s)
+void mapping_forget(struct session *s)
 {
 	pthread_mutex_lock(&shim.lock);
 	for (size_t i = 0; i < nmaps;) {
@@ -61,7 +61,7 @@ void session_forget_maps(struct session *s)
 	pthread_mutex_unlock(&shim.lock);
 }
 
-int session_unmapped(void *addr, size_t len, bool sync_only)
+int mapping_remove(void *addr, size_t len, bool sync_only)
 {
 	uintptr_t a = (uintptr_t)addr, b = a + len;
 	int result = 0;

@@ -11,15 +11,8 @@
 #include <utime.h>
 
 #include "catalog.h"
-#include "internal.h"
-#include "real.h"
+#include "hook.h"
 #include "util.h"
-
-#define ENSURE(fn)                        \
-	do {                              \
-		if (!real_##fn)           \
-			shim_real_init(); \
-	} while (0)
 
 /* glibc declares these path arguments nonnull, but Linux accepts NULL for
  * utimensat (meaning dirfd itself): test it where the compiler cannot assume. */
@@ -124,106 +117,99 @@ static int change_fd(int fd, const struct change *c)
 	return amend(s->path, s->rule, c);
 }
 
-/* Runs a change by name or descriptor; returns what the hook returns, or 1
- * for "make the real call". */
-static int run(int dirfd, const char *path, int fd, const struct change *c)
+/* A change by name or descriptor: SHIM_PASS when the real call should make
+ * it, else 0 or -errno. */
+static long change(int dirfd, const char *path, int fd, const struct change *c)
 {
-	if (shim_busy || !shim_active())
-		return 1;
-	shim_busy++;
-	int saved = errno;
 	int r = path ? change_path(dirfd, path, c) : change_fd(fd, c);
-	shim_busy--;
-	if (r == 1)
-		return 1;
-	if (r < 0) {
-		errno = -r;
-		return -1;
-	}
-	errno = saved;
-	return 0;
+	return r == 1 ? SHIM_PASS : r;
 }
 
 SHIM_EXPORT int chmod(const char *path, mode_t mode)
 {
-	ENSURE(chmod);
 	struct change c = {.has_mode = true, .mode = mode};
-	int r = run(AT_FDCWD, path, -1, &c);
-	return r == 1 ? real_chmod(path, mode) : r;
+	SHIM_HANDLE(change(AT_FDCWD, path, -1, &c));
+	return REAL(chmod)(path, mode);
 }
 
 SHIM_EXPORT int fchmodat(int dirfd, const char *path, mode_t mode, int flags)
 {
-	ENSURE(fchmodat);
 	struct change c = {.has_mode = true, .mode = mode};
-	int r = !absent(path) && path[0] ? run(dirfd, path, -1, &c) : 1;
-	return r == 1 ? real_fchmodat(dirfd, path, mode, flags) : r;
+	if (!absent(path) && path[0])
+		SHIM_HANDLE(change(dirfd, path, -1, &c));
+	return REAL(fchmodat)(dirfd, path, mode, flags);
 }
 
 SHIM_EXPORT int fchmod(int fd, mode_t mode)
 {
-	ENSURE(fchmod);
 	struct change c = {.has_mode = true, .mode = mode};
-	int r = fdtable_get(fd) ? run(-1, NULL, fd, &c) : 1;
-	return r == 1 ? real_fchmod(fd, mode) : r;
+	if (fdtable_get(fd))
+		SHIM_HANDLE(change(-1, NULL, fd, &c));
+	return REAL(fchmod)(fd, mode);
 }
 
 SHIM_EXPORT int futimens(int fd, const struct timespec t[2])
 {
-	ENSURE(futimens);
 	struct change c = {0};
 	from_timespec(t, &c);
-	int r = fdtable_get(fd) ? run(-1, NULL, fd, &c) : 1;
-	return r == 1 ? real_futimens(fd, t) : r;
+	if (fdtable_get(fd))
+		SHIM_HANDLE(change(-1, NULL, fd, &c));
+	return REAL(futimens)(fd, t);
 }
 
 SHIM_EXPORT int utimensat(int dirfd, const char *path, const struct timespec t[2], int flags)
 {
-	ENSURE(utimensat);
 	struct change c = {0};
 	from_timespec(t, &c);
-	int r;
-	if (absent(path)) /* utimensat(fd, NULL, ...): the descriptor itself */
-		r = fdtable_get(dirfd) ? run(-1, NULL, dirfd, &c) : 1;
-	else if (!path[0] && (flags & AT_EMPTY_PATH))
-		r = fdtable_get(dirfd) ? run(-1, NULL, dirfd, &c) : 1;
-	else
-		r = run(dirfd, path, -1, &c);
-	return r == 1 ? real_utimensat(dirfd, path, t, flags) : r;
+	/* utimensat(fd, NULL, ...) and AT_EMPTY_PATH: the descriptor itself */
+	if (absent(path) || (!path[0] && (flags & AT_EMPTY_PATH))) {
+		if (fdtable_get(dirfd))
+			SHIM_HANDLE(change(-1, NULL, dirfd, &c));
+	} else {
+		SHIM_HANDLE(change(dirfd, path, -1, &c));
+	}
+	return REAL(utimensat)(dirfd, path, t, flags);
 }
 
 SHIM_EXPORT int utime(const char *path, const struct utimbuf *t)
 {
-	ENSURE(utime);
 	struct change c = {.has_mtime = true};
 	c.mtime_ns = t ? (int64_t)t->modtime * 1000000000 : stg_now_ns();
-	int r = run(AT_FDCWD, path, -1, &c);
-	return r == 1 ? real_utime(path, t) : r;
+	SHIM_HANDLE(change(AT_FDCWD, path, -1, &c));
+	return REAL(utime)(path, t);
 }
 
 SHIM_EXPORT int utimes(const char *path, const struct timeval t[2])
 {
-	ENSURE(utimes);
 	struct change c = {0};
 	from_timeval(t, &c);
-	int r = run(AT_FDCWD, path, -1, &c);
-	return r == 1 ? real_utimes(path, t) : r;
+	SHIM_HANDLE(change(AT_FDCWD, path, -1, &c));
+	return REAL(utimes)(path, t);
 }
 
 SHIM_EXPORT int lutimes(const char *path, const struct timeval t[2])
 {
-	ENSURE(lutimes);
 	struct change c = {0};
 	from_timeval(t, &c);
-	int r = run(AT_FDCWD, path, -1, &c);
-	return r == 1 ? real_lutimes(path, t) : r;
+	SHIM_HANDLE(change(AT_FDCWD, path, -1, &c));
+	return REAL(lutimes)(path, t);
+}
+
+/* futimesat is utimes relative to a directory. */
+SHIM_EXPORT int futimesat(int dirfd, const char *path, const struct timeval t[2])
+{
+	struct change c = {0};
+	from_timeval(t, &c);
+	if (!absent(path))
+		SHIM_HANDLE(change(dirfd, path, -1, &c));
+	return REAL(futimesat)(dirfd, path, t);
 }
 
 SHIM_EXPORT int futimes(int fd, const struct timeval t[2])
 {
-	ENSURE(futimes);
 	struct change c = {0};
 	from_timeval(t, &c);
-	int r = fdtable_get(fd) ? run(-1, NULL, fd, &c) : 1;
-	return r == 1 ? real_futimes(fd, t) : r;
+	if (fdtable_get(fd))
+		SHIM_HANDLE(change(-1, NULL, fd, &c));
+	return REAL(futimes)(fd, t);
 }

@@ -11,22 +11,15 @@
 #include "builder.h"
 #include "catalog.h"
 #include "gc.h"
-#include "internal.h"
+#include "hook.h"
 #include "log.h"
 #include "materialize.h"
-#include "real.h"
 #include "util.h"
 
 #ifndef RENAME_NOREPLACE
 #define RENAME_NOREPLACE (1 << 0)
 #define RENAME_EXCHANGE (1 << 1)
 #endif
-
-#define ENSURE(fn)                   \
-	do {                         \
-		if (!real_##fn)      \
-			shim_real_init(); \
-	} while (0)
 
 static bool session_open_for(const char *abs)
 {
@@ -81,19 +74,19 @@ static int export_pinned(const char *from, const char *to)
 		return r == -EBADMSG ? -EIO : r;
 	char tmp[PATH_MAX + 32];
 	snprintf(tmp, sizeof(tmp), "%s.stagehand.%d", to, (int)getpid());
-	int fd = real_open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, m.mode);
+	int fd = REAL(open)(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, m.mode);
 	if (fd < 0) {
 		r = -errno;
 		goto out_done;
 	}
 	r = stg_materialize(shim.cache, &m, fd, NULL, NULL, NULL);
-	if (r == 0 && real_fsync(fd) < 0)
+	if (r == 0 && REAL(fsync)(fd) < 0)
 		r = -errno;
-	real_close(fd);
-	if (r == 0 && real_rename(tmp, to) < 0)
+	REAL(close)(fd);
+	if (r == 0 && REAL(rename)(tmp, to) < 0)
 		r = -errno;
 	if (r < 0)
-		real_unlink(tmp);
+		REAL(unlink)(tmp);
 out_done:
 	stg_manifest_done(&m);
 	return r == -EBADMSG ? -EIO : r;
@@ -102,17 +95,17 @@ out_done:
 /* Stages a real file as the next version of a captured path. */
 static int import_real(const char *realpath, const char *abs, const struct stg_path_rule *rule)
 {
-	int fd = real_open(realpath, O_RDONLY | O_CLOEXEC);
+	int fd = REAL(open)(realpath, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	struct stat st;
 	int64_t v = -errno;
-	if (real_fstat(fd, &st) == 0)
+	if (REAL(fstat)(fd, &st) == 0)
 		v = stg_commit_fd(shim.cache, abs, rule, fd, (uint64_t)st.st_size,
 				  st.st_mode & 07777,
 				  (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
 				  false, 0, NULL);
-	real_close(fd);
+	REAL(close)(fd);
 	if (v < 0)
 		return (int)v;
 	return replicate_after_commit(abs, rule, v);
@@ -181,13 +174,9 @@ static int move_subtree(const char *from, const char *to)
 	return r;
 }
 
-static int rename_common(int od, const char *op, int nd, const char *np, unsigned flags)
+/* SHIM_PASS when the real rename should do it, else 0 or -errno. */
+static long rename_handler(int od, const char *op, int nd, const char *np, unsigned flags)
 {
-	ENSURE(renameat2);
-	if (shim_busy)
-		goto real;
-	shim_busy++;
-	int saved = errno;
 	char oabs[PATH_MAX], nabs[PATH_MAX];
 	const struct stg_path_rule *ro = shim_resolve(od, op, oabs, sizeof(oabs));
 	const struct stg_path_rule *rn = shim_resolve(nd, np, nabs, sizeof(nabs));
@@ -203,7 +192,7 @@ static int rename_common(int od, const char *op, int nd, const char *np, unsigne
 		if (flags & RENAME_EXCHANGE) {
 			r = -EINVAL; /* not supported for captured files */
 		} else if ((flags & RENAME_NOREPLACE) &&
-			   ((rn && captured_exists(nabs)) || real_lstat(nabs, &st) == 0)) {
+			   ((rn && captured_exists(nabs)) || REAL(lstat)(nabs, &st) == 0)) {
 			r = -EEXIST;
 		} else if (rn) {
 			struct stg_file_state s;
@@ -218,7 +207,7 @@ static int rename_common(int od, const char *op, int nd, const char *np, unsigne
 				session_renamed(oabs, nabs);
 				share_forget(nabs, NULL);
 				share_forget(oabs, nabs);
-				if (real_unlink(oabs) < 0 && errno != ENOENT)
+				if (REAL(unlink)(oabs) < 0 && errno != ENOENT)
 					stg_debug("rename: leaving real '%s'", oabs);
 			}
 		} else if (session_open_for(oabs)) {
@@ -228,16 +217,16 @@ static int rename_common(int od, const char *op, int nd, const char *np, unsigne
 			if (r == 0)
 				r = mark_deleted(oabs);
 			if (r == 0)
-				real_unlink(oabs);
+				REAL(unlink)(oabs);
 		}
-	} else if (real_lstat(ro ? oabs : op, &st) == 0 && S_ISDIR(st.st_mode)) {
-		r = real_renameat2 ? real_renameat2(od, op, nd, np, flags) : real_renameat(od, op, nd, np);
+	} else if (REAL(lstat)(ro ? oabs : op, &st) == 0 && S_ISDIR(st.st_mode)) {
+		r = REAL(renameat2) ? REAL(renameat2)(od, op, nd, np, flags) : REAL(renameat)(od, op, nd, np);
 		r = r < 0 ? -errno : 0;
 		char o2[PATH_MAX], n2[PATH_MAX];
 		if (r == 0 && shim_abspath(od, op, o2, sizeof(o2)) == 0 &&
 		    shim_abspath(nd, np, n2, sizeof(n2)) == 0)
 			move_subtree(o2, n2);
-	} else if (rn && real_fstatat(od, op, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+	} else if (rn && REAL(fstatat)(od, op, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
 		   !(flags & RENAME_EXCHANGE)) {
 		/* A plain file moved into the captured area becomes a version. */
 		char src[PATH_MAX];
@@ -246,22 +235,18 @@ static int rename_common(int od, const char *op, int nd, const char *np, unsigne
 			r = -EEXIST;
 		if (r == 0)
 			r = import_real(src, nabs, rn);
-		if (r == 0 && real_unlink(src) < 0)
+		if (r == 0 && REAL(unlink)(src) < 0)
 			r = -errno;
 	}
-	shim_busy--;
-	if (r == 1)
-		goto real;
-	if (r < 0) {
-		errno = -r;
-		return -1;
-	}
-	errno = saved;
-	return 0;
-real:
-	if (flags || !real_renameat)
-		return real_renameat2 ? real_renameat2(od, op, nd, np, flags) : (errno = ENOSYS, -1);
-	return real_renameat(od, op, nd, np);
+	return r == 1 ? SHIM_PASS : r;
+}
+
+static int rename_common(int od, const char *op, int nd, const char *np, unsigned flags)
+{
+	SHIM_HANDLE(rename_handler(od, op, nd, np, flags));
+	if (flags || !REAL(renameat))
+		return REAL(renameat2) ? REAL(renameat2)(od, op, nd, np, flags) : (errno = ENOSYS, -1);
+	return REAL(renameat)(od, op, nd, np);
 }
 
 SHIM_EXPORT int rename(const char *oldpath, const char *newpath)
@@ -279,104 +264,130 @@ SHIM_EXPORT int renameat2(int od, const char *op, int nd, const char *np, unsign
 	return rename_common(od, op, nd, np, flags);
 }
 
-/* 1 when the real call should run, else 0 or -errno. */
-static int unlink_captured(int dirfd, const char *path)
+/* SHIM_PASS when the real call should run, else 0 or -errno. */
+static long unlink_handler(int dirfd, const char *path)
 {
 	char abs[PATH_MAX];
 	if (!shim_resolve(dirfd, path, abs, sizeof(abs)))
-		return 1;
+		return SHIM_PASS;
 	background_wait(abs);
 	if (!captured_exists(abs))
-		return 1;
+		return SHIM_PASS;
 	int r = mark_deleted(abs);
 	session_unlinked(abs);
 	share_forget(abs, NULL); /* its writers in other processes, too */
-	if (r == 0 && real_unlink(abs) < 0 && errno != ENOENT)
+	if (r == 0 && REAL(unlink)(abs) < 0 && errno != ENOENT)
 		r = -errno;
 	return r;
 }
 
-static int unlink_common(int dirfd, const char *path, int flags, int (*real)(void))
+/* What this process has written to abs so far becomes its newest version
+ * (as fsync would make it), so that a link takes it. */
+static int commit_written(const char *abs)
 {
-	(void)real;
-	if (shim_busy || (flags & AT_REMOVEDIR))
-		return -2;
-	shim_busy++;
-	int saved = errno;
-	int r = unlink_captured(dirfd, path);
-	shim_busy--;
-	if (r == 1)
-		return -2;
-	if (r < 0) {
-		errno = -r;
-		return -1;
+	pthread_mutex_lock(&shim.lock);
+	struct session *s = session_find_path(abs);
+	int fd = s && !s->readonly ? session_any_fd(s) : -1;
+	pthread_mutex_unlock(&shim.lock);
+	return fd >= 0 ? session_commit(s, fd, false) : 0;
+}
+
+/* link() onto or from a captured path. A captured file's second name gets a
+ * copy of its content now, its newest version: writes made later through
+ * one name do not show through the other, as they would with a hard link
+ * (docs/CAPTURE.md). A captured file cannot get a name outside the captured
+ * area (EXDEV: callers copy instead); a real file linked into it becomes a
+ * version there, the real file staying. */
+static long link_handler(int od, const char *op, int nd, const char *np)
+{
+	char oabs[PATH_MAX], nabs[PATH_MAX];
+	const struct stg_path_rule *ro = shim_resolve(od, op, oabs, sizeof(oabs));
+	const struct stg_path_rule *rn = shim_resolve(nd, np, nabs, sizeof(nabs));
+	if (!ro && !rn)
+		return SHIM_PASS;
+	if (ro)
+		background_wait(oabs);
+	if (rn)
+		background_wait(nabs);
+	struct stat st;
+	if (ro && captured_exists(oabs)) {
+		if (!rn)
+			return -EXDEV;
+		if (captured_exists(nabs) || REAL(lstat)(nabs, &st) == 0)
+			return -EEXIST;
+		int r = commit_written(oabs);
+		if (r == 0)
+			r = stg_catalog_link(shim.cache, oabs, nabs, sync_for(rn), rn->keep);
+		if (r == 0)
+			r = replicate_after_commit(nabs, rn, 0);
+		return r;
 	}
-	errno = saved;
-	return 0;
+	char src[PATH_MAX];
+	if (!rn || REAL(fstatat)(od, op, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+	    shim_abspath(od, op, src, sizeof(src)) < 0)
+		return SHIM_PASS;
+	if (captured_exists(nabs) || REAL(lstat)(nabs, &st) == 0)
+		return -EEXIST;
+	return import_real(src, nabs, rn);
+}
+
+SHIM_EXPORT int link(const char *oldpath, const char *newpath)
+{
+	SHIM_HANDLE(link_handler(AT_FDCWD, oldpath, AT_FDCWD, newpath));
+	return REAL(link)(oldpath, newpath);
+}
+
+SHIM_EXPORT int linkat(int od, const char *op, int nd, const char *np, int flags)
+{
+	/* AT_EMPTY_PATH links a descriptor (an O_TMPFILE one): real. */
+	if (!(flags & AT_EMPTY_PATH))
+		SHIM_HANDLE(link_handler(od, op, nd, np));
+	return REAL(linkat)(od, op, nd, np, flags);
 }
 
 SHIM_EXPORT int unlink(const char *path)
 {
-	ENSURE(unlink);
-	int r = unlink_common(AT_FDCWD, path, 0, NULL);
-	return r == -2 ? real_unlink(path) : r;
+	SHIM_HANDLE(unlink_handler(AT_FDCWD, path));
+	return REAL(unlink)(path);
 }
 
 SHIM_EXPORT int unlinkat(int dirfd, const char *path, int flags)
 {
-	ENSURE(unlinkat);
-	int r = unlink_common(dirfd, path, flags, NULL);
-	return r == -2 ? real_unlinkat(dirfd, path, flags) : r;
+	if (!(flags & AT_REMOVEDIR))
+		SHIM_HANDLE(unlink_handler(dirfd, path));
+	return REAL(unlinkat)(dirfd, path, flags);
 }
 
 SHIM_EXPORT int remove(const char *path)
 {
-	ENSURE(remove);
-	int r = unlink_common(AT_FDCWD, path, 0, NULL);
-	return r == -2 ? real_remove(path) : r;
+	SHIM_HANDLE(unlink_handler(AT_FDCWD, path));
+	return REAL(remove)(path);
 }
 
-static int truncate_common(const char *path, off_t len)
+/* A captured file truncated by name: through a descriptor of its own. */
+static long truncate_handler(const char *path, off_t len)
 {
-	ENSURE(truncate);
-	if (shim_busy)
-		return real_truncate(path, len);
-	shim_busy++;
-	int saved = errno;
 	char abs[PATH_MAX];
 	const struct stg_path_rule *rule = shim_resolve(AT_FDCWD, path, abs, sizeof(abs));
-	int r = 1;
-	if (rule && captured_exists(abs)) {
-		int fd = session_open(abs, rule, O_WRONLY, 0, false);
-		if (fd == SESSION_PASS) {
-			r = 1;
-		} else if (fd < 0) {
-			r = fd;
-		} else {
-			r = ftruncate(fd, len) < 0 ? -errno : 0;
-			int cr = session_release_fd(fd);
-			real_close(fd);
-			if (r == 0)
-				r = cr;
-		}
-	}
-	shim_busy--;
-	if (r == 1)
-		return real_truncate(path, len);
-	if (r < 0) {
-		errno = -r;
-		return -1;
-	}
-	errno = saved;
-	return 0;
+	if (!rule || !captured_exists(abs))
+		return SHIM_PASS;
+	int fd = session_open(abs, rule, O_WRONLY, 0, false);
+	if (fd == SESSION_PASS || fd < 0)
+		return fd == SESSION_PASS ? SHIM_PASS : fd;
+	int r = ftruncate(fd, len) < 0 ? -errno : 0;
+	int cr = session_release_fd(fd);
+	REAL(close)(fd);
+	return r < 0 ? r : cr;
 }
 
 SHIM_EXPORT int truncate(const char *path, off_t len)
 {
-	return truncate_common(path, len);
+	SHIM_HANDLE(truncate_handler(path, len));
+	return REAL(truncate)(path, len);
 }
 
 SHIM_EXPORT int truncate64(const char *path, off_t len)
 {
-	return truncate_common(path, len);
+	SHIM_HANDLE(truncate_handler(path, len));
+	return REAL(truncate)(path, len);
 }

@@ -7,59 +7,42 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "hook.h"
 #include "log.h"
-#include "real.h"
 
 /* The kernel handed out fd, so any entry the table still has for it is stale:
  * the descriptor was closed where the shim could not see it. */
 static void forget_stale(int fd)
 {
-	if (fd >= 0 && fdtable_get(fd))
+	int saved;
+	if (fd >= 0 && fdtable_get(fd) && shim_enter(&saved)) {
 		session_discard_fd(fd);
+		shim_leave(0, saved);
+	}
 }
 
-/* Drops a descriptor of a session the shim just handed out elsewhere. */
-static void close_quietly(int fd)
+static long open_handler(int dirfd, const char *path, int flags, mode_t mode)
 {
-	session_release_fd(fd);
-	real_close(fd);
+	/* An O_TMPFILE descriptor has no name to capture. */
+	if ((flags & O_TMPFILE) == O_TMPFILE)
+		return SHIM_PASS;
+	char abs[PATH_MAX];
+	const struct stg_path_rule *rule = shim_resolve(dirfd, path, abs, sizeof(abs));
+	if (!rule)
+		return SHIM_PASS;
+	/* O_PATH only locates: a captured file is located as a read-only one
+	 * (coreutils probes destinations with O_PATH|O_DIRECTORY). */
+	if (flags & O_PATH)
+		flags = O_RDONLY | (flags & (O_CLOEXEC | O_DIRECTORY | O_NOFOLLOW));
+	int fd = session_open(abs, rule, flags, mode, true);
+	return fd == SESSION_PASS ? SHIM_PASS : fd;
 }
 
 static int open_common(int dirfd, const char *path, int flags, mode_t mode)
 {
-	if (!real_openat)
-		shim_real_init();
-	if (shim_busy)
-		return real_openat(dirfd, path, flags, mode);
-	shim_busy++;
-	int saved = errno;
-	char abs[PATH_MAX];
-	const struct stg_path_rule *rule = NULL;
-	/* An O_TMPFILE descriptor has no name to capture. */
-	if ((flags & O_TMPFILE) != O_TMPFILE)
-		rule = shim_resolve(dirfd, path, abs, sizeof(abs));
-	/* O_PATH only locates: a captured file is located as a read-only one
-	 * (coreutils probes destinations with O_PATH|O_DIRECTORY). */
-	int sflags = rule && (flags & O_PATH)
-			     ? O_RDONLY | (flags & (O_CLOEXEC | O_DIRECTORY | O_NOFOLLOW))
-			     : flags;
-	int fd = rule ? session_open(abs, rule, sflags, mode, true) : SESSION_PASS;
-	if (fd == SESSION_PASS) {
-		fd = real_openat(dirfd, path, flags, mode);
-		if (fd >= 0) {
-			forget_stale(fd);
-			errno = saved; /* what the shim looked up on the way is not news */
-		}
-		shim_busy--;
-		return fd;
-	}
-	shim_busy--;
-	if (fd < 0) {
-		errno = -fd;
-		return -1;
-	}
-	errno = saved;
+	SHIM_HANDLE(open_handler(dirfd, path, flags, mode));
+	int fd = REAL(openat)(dirfd, path, flags, mode);
+	forget_stale(fd);
 	return fd;
 }
 
@@ -168,89 +151,77 @@ static bool stdio_refused(const struct stg_path_rule *rule, const char *abs, int
 	return true;
 }
 
-static FILE *fopen_common(const char *path, const char *mode, FILE *(*real)(const char *, const char *))
+/* The captured file fopen() opens, through its descriptor: SHIM_PASS when
+ * path is not captured, else the descriptor or -errno. */
+static long fopen_handler(const char *path, const char *mode)
 {
-	if (!real)
-		shim_real_init();
-	real = real ? real : real_fopen;
-	if (shim_busy || !mode)
-		return real(path, mode);
-	shim_busy++;
-	int saved = errno;
-	char abs[PATH_MAX];
 	int flags = fopen_flags(mode);
+	char abs[PATH_MAX];
 	const struct stg_path_rule *rule =
 		flags < 0 ? NULL : shim_resolve(AT_FDCWD, path, abs, sizeof(abs));
-	int fd = stdio_refused(rule, abs, flags) ? -EINVAL
-	       : rule				  ? session_open(abs, rule, flags, 0666, false)
-						  : SESSION_PASS;
-	FILE *f;
-	if (fd == SESSION_PASS) {
+	if (!rule)
+		return SHIM_PASS;
+	if (stdio_refused(rule, abs, flags))
+		return -EINVAL;
+	int fd = session_open(abs, rule, flags, 0666, false);
+	return fd == SESSION_PASS ? SHIM_PASS : fd;
+}
+
+static FILE *fopen_common(const char *path, const char *mode, FILE *(*real)(const char *, const char *))
+{
+	int saved;
+	if (!mode || !shim_enter(&saved))
+		return real(path, mode);
+	long fd = fopen_handler(path, mode);
+	FILE *f = NULL;
+	if (fd == SHIM_PASS) {
+		shim_leave(0, saved);
 		f = real(path, mode);
-		if (f) {
+		if (f)
 			forget_stale(fileno(f));
-			errno = saved;
-		}
-	} else if (fd < 0) {
-		errno = -fd;
-		f = NULL;
-	} else {
+		return f;
+	}
+	if (fd >= 0) {
 		/* fdopen() ignores 'x' and 'w''s truncation: open() did both. */
-		f = fdopen(fd, mode);
+		f = fdopen((int)fd, mode);
 		if (!f) {
 			int e = errno;
-			session_discard_fd(fd);
-			real_close(fd);
-			errno = e;
-		} else {
-			errno = saved;
+			session_discard_fd((int)fd);
+			REAL(close)((int)fd);
+			fd = -e;
 		}
 	}
-	shim_busy--;
+	shim_leave(fd < 0 ? fd : 0, saved);
 	return f;
 }
 
 SHIM_EXPORT FILE *fopen(const char *path, const char *mode)
 {
-	return fopen_common(path, mode, real_fopen);
+	return fopen_common(path, mode, REAL(fopen));
 }
 
 SHIM_EXPORT FILE *fopen64(const char *path, const char *mode)
 {
-	return fopen_common(path, mode, real_fopen64);
+	return fopen_common(path, mode, REAL(fopen64));
+}
+
+/* stdio's buffer goes into the shadow first, then the commit reads it;
+ * fclose() closes the descriptor internally, where the shim cannot see. The
+ * first failure is the answer. */
+static long fclose_handler(FILE *f, int fd)
+{
+	int fr = fflush(f) == 0 ? 0 : -errno;
+	int r = session_release_fd(fd);
+	int cr = REAL(fclose)(f) == 0 ? 0 : -errno;
+	return fr < 0 ? fr : cr < 0 ? cr : r;
 }
 
 SHIM_EXPORT int fclose(FILE *f)
 {
-	if (!real_fclose)
-		shim_real_init();
 	int fd = f ? fileno(f) : -1;
-	if (shim_busy || fd < 0 || !fdtable_get(fd))
-		return real_fclose(f);
-	shim_busy++;
-	int saved = errno;
-	/* stdio's buffer goes into the shadow first, then the commit reads it;
-	 * fclose() closes the descriptor internally, where the shim cannot see. */
-	int fr = fflush(f);
-	int fe = errno;
-	int r = session_release_fd(fd);
-	int cr = real_fclose(f);
-	int ce = errno;
-	shim_busy--;
-	if (fr != 0) {
-		errno = fe;
-		return EOF;
-	}
-	if (cr != 0) {
-		errno = ce;
-		return EOF;
-	}
-	if (r < 0) {
-		errno = -r;
-		return EOF;
-	}
-	errno = saved;
-	return 0;
+	if (fd >= 0 && fdtable_get(fd))
+		SHIM_HANDLE(fclose_handler(f, fd));
+	return REAL(fclose)(f);
 }
 
 /* freopen onto a captured path: the stream keeps its FILE (stdout stays
@@ -258,56 +229,36 @@ SHIM_EXPORT int fclose(FILE *f)
 static FILE *freopen_common(const char *path, const char *mode, FILE *f,
 			    FILE *(*real)(const char *, const char *, FILE *))
 {
-	if (!real)
-		shim_real_init();
-	real = real ? real : real_freopen;
-	if (shim_busy || !path || !mode || !f)
+	int saved;
+	int target = f ? fileno(f) : -1;
+	if (!path || !mode || target < 0 || !shim_enter(&saved))
 		return real(path, mode, f);
-	shim_busy++;
-	int saved = errno;
-	char abs[PATH_MAX];
-	int flags = fopen_flags(mode);
-	int target = fileno(f);
-	const struct stg_path_rule *rule =
-		flags < 0 || target < 0 ? NULL : shim_resolve(AT_FDCWD, path, abs, sizeof(abs));
-	int fd = stdio_refused(rule, abs, flags) ? -EINVAL
-	       : rule				  ? session_open(abs, rule, flags, 0666, false)
-						  : SESSION_PASS;
-	FILE *ret = f;
-	if (fd == SESSION_PASS) {
-		shim_busy--;
-		return real(path, mode, f);
-	}
-	if (fd < 0) {
-		errno = -fd;
-		ret = NULL;
-	} else {
+	long fd = fopen_handler(path, mode);
+	if (fd >= 0)
 		fflush(f);
-		/* dup2 over the old descriptor closes it, which may commit a
-		 * captured file it was: go through the hook for that. */
-		shim_busy--;
-		int d = dup2(fd, target);
-		shim_busy++;
-		int e = errno;
-		close_quietly(fd);
-		if (d < 0) {
-			errno = e;
-			ret = NULL;
-		} else {
-			clearerr(f);
-			errno = saved;
-		}
+	if (shim_leave(fd, saved) == SHIM_PASS)
+		return real(path, mode, f);
+	if (fd < 0)
+		return NULL;
+	/* dup2 over the old descriptor closes it, which may commit a captured
+	 * file it was: through the hooks, as the session moves to target. */
+	int d = dup2((int)fd, target);
+	int e = errno;
+	close((int)fd);
+	if (d < 0) {
+		errno = e;
+		return NULL;
 	}
-	shim_busy--;
-	return ret;
+	clearerr(f);
+	return f;
 }
 
 SHIM_EXPORT FILE *freopen(const char *path, const char *mode, FILE *f)
 {
-	return freopen_common(path, mode, f, real_freopen);
+	return freopen_common(path, mode, f, REAL(freopen));
 }
 
 SHIM_EXPORT FILE *freopen64(const char *path, const char *mode, FILE *f)
 {
-	return freopen_common(path, mode, f, real_freopen64);
+	return freopen_common(path, mode, f, REAL(freopen64));
 }

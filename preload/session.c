@@ -949,7 +949,7 @@ int session_release_fd(int fd)
 	pthread_mutex_unlock(&shim.lock);
 	r = session_commit(s, fd, true);
 	if (s->nmaps > 0)
-		session_forget_maps(s); /* no descriptor to keep: commit now */
+		mapping_forget(s); /* no descriptor to keep: commit now */
 	session_free(s);
 	return r;
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* stat, statx and access: captured files report their current version. */
+/* stat, statx and the access family: captured files report their current
+ * version. */
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -7,14 +8,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "real.h"
-
-#define ENSURE(fn)                   \
-	do {                         \
-		if (!real_##fn)      \
-			shim_real_init(); \
-	} while (0)
+#include "hook.h"
 
 /* 1 with *st filled when abspath is a captured file this process has open or
  * the catalog holds, 0 when the real file system should answer, -errno. */
@@ -24,7 +18,7 @@ static int captured_stat(const char *abspath, struct stat *st)
 	pthread_mutex_lock(&shim.lock);
 	struct session *s = session_find_path(abspath);
 	int fd = s ? session_any_fd(s) : -1;
-	if (s && fd >= 0 && real_fstat(fd, st) == 0) {
+	if (s && fd >= 0 && REAL(fstat)(fd, st) == 0) {
 		session_fix_stat(s, st);
 		pthread_mutex_unlock(&shim.lock);
 		return 1;
@@ -33,35 +27,29 @@ static int captured_stat(const char *abspath, struct stat *st)
 	return view_stat(abspath, st);
 }
 
+/* (dirfd, path) as a captured file: 0 with *st filled, -errno, or SHIM_PASS
+ * when the real file system should answer. */
+static long stat_handler(int dirfd, const char *path, struct stat *st)
+{
+	char abs[PATH_MAX];
+	if (!shim_resolve(dirfd, path, abs, sizeof(abs)))
+		return SHIM_PASS;
+	int r = captured_stat(abs, st);
+	return r == 0 ? SHIM_PASS : r < 0 ? r : 0;
+}
+
 /* The common path of every path-based stat. */
 static int stat_at(int dirfd, const char *path, struct stat *st, int flags)
 {
-	ENSURE(fstatat);
-	if (shim_busy)
-		return real_fstatat(dirfd, path, st, flags);
-	if (path && !path[0] && (flags & AT_EMPTY_PATH))
+	if (!shim_busy && path && !path[0] && (flags & AT_EMPTY_PATH))
 		return fstat(dirfd, st);
-	shim_busy++;
-	int saved = errno;
-	char abs[PATH_MAX];
-	int r = 0;
-	if (shim_resolve(dirfd, path, abs, sizeof(abs)))
-		r = captured_stat(abs, st);
-	shim_busy--;
-	if (r == 0)
-		return real_fstatat(dirfd, path, st, flags);
-	if (r < 0) {
-		errno = -r;
-		return -1;
-	}
-	errno = saved;
-	return 0;
+	SHIM_HANDLE(stat_handler(dirfd, path, st));
+	return REAL(fstatat)(dirfd, path, st, flags);
 }
 
 SHIM_EXPORT int fstat(int fd, struct stat *st)
 {
-	ENSURE(fstat);
-	int r = real_fstat(fd, st);
+	int r = REAL(fstat)(fd, st);
 	struct session *s;
 	if (r == 0 && !shim_busy && (s = fdtable_get(fd)))
 		session_fix_stat(s, st);
@@ -179,83 +167,74 @@ static void to_statx(const struct stat *st, unsigned mask, struct statx *stx)
 	stx->stx_dev_minor = minor(st->st_dev);
 }
 
+static long statx_handler(int dirfd, const char *path, unsigned mask, struct statx *stx)
+{
+	struct stat st;
+	long r = stat_handler(dirfd, path, &st);
+	if (r == 0)
+		to_statx(&st, mask, stx);
+	return r;
+}
+
 SHIM_EXPORT int statx(int dirfd, const char *path, int flags, unsigned mask, struct statx *stx)
 {
-	ENSURE(statx);
-	if (!real_statx) {
+	if (!REAL(statx)) {
 		errno = ENOSYS;
 		return -1;
 	}
-	if (shim_busy)
-		return real_statx(dirfd, path, flags, mask, stx);
-	struct session *s;
 	if (!path[0] && (flags & AT_EMPTY_PATH)) {
-		int r = real_statx(dirfd, path, flags, mask, stx);
-		if (r == 0 && (s = fdtable_get(dirfd))) {
-			struct stat st;
-			if (real_fstat(dirfd, &st) == 0) {
-				session_fix_stat(s, &st);
-				to_statx(&st, mask, stx);
-			}
+		int r = REAL(statx)(dirfd, path, flags, mask, stx);
+		struct session *s;
+		struct stat st;
+		if (r == 0 && !shim_busy && (s = fdtable_get(dirfd)) && REAL(fstat)(dirfd, &st) == 0) {
+			session_fix_stat(s, &st);
+			to_statx(&st, mask, stx);
 		}
 		return r;
 	}
-	shim_busy++;
-	int saved = errno;
-	char abs[PATH_MAX];
-	struct stat st;
-	int r = 0;
-	if (shim_resolve(dirfd, path, abs, sizeof(abs)))
-		r = captured_stat(abs, &st);
-	shim_busy--;
-	if (r == 0)
-		return real_statx(dirfd, path, flags, mask, stx);
-	if (r < 0) {
-		errno = -r;
-		return -1;
-	}
-	to_statx(&st, mask, stx);
-	errno = saved;
-	return 0;
+	SHIM_HANDLE(statx_handler(dirfd, path, mask, stx));
+	return REAL(statx)(dirfd, path, flags, mask, stx);
 }
 
-static int access_at(int dirfd, const char *path, int mode, int flags)
+/* A captured file is the caller's own: its owner bits decide, and for root
+ * only execution needs a bit. */
+static long access_handler(int dirfd, const char *path, int mode, bool effective)
 {
-	ENSURE(faccessat);
-	if (shim_busy)
-		return real_faccessat(dirfd, path, mode, flags);
-	shim_busy++;
-	int saved = errno;
-	char abs[PATH_MAX];
 	struct stat st;
-	int r = 0;
-	if (shim_resolve(dirfd, path, abs, sizeof(abs)))
-		r = captured_stat(abs, &st);
-	shim_busy--;
-	if (r == 0)
-		return real_faccessat(dirfd, path, mode, flags);
-	if (r < 0) {
-		errno = -r;
-		return -1;
-	}
-	/* The file is the caller's own: the owner bits decide, as for root nothing. */
-	uid_t uid = (flags & AT_EACCESS) ? geteuid() : getuid();
-	if (uid != 0 && (((mode & R_OK) && !(st.st_mode & S_IRUSR)) ||
-			 ((mode & W_OK) && !(st.st_mode & S_IWUSR)) ||
-			 ((mode & X_OK) && !(st.st_mode & S_IXUSR)))) {
-		errno = EACCES;
-		return -1;
-	}
-	errno = saved;
+	long r = stat_handler(dirfd, path, &st);
+	if (r != 0)
+		return r;
+	uid_t uid = effective ? geteuid() : getuid();
+	mode_t x = uid == 0 ? (S_IXUSR | S_IXGRP | S_IXOTH) : S_IXUSR;
+	if (((mode & X_OK) && !(st.st_mode & x)) ||
+	    (uid != 0 && (((mode & R_OK) && !(st.st_mode & S_IRUSR)) ||
+			  ((mode & W_OK) && !(st.st_mode & S_IWUSR)))))
+		return -EACCES;
 	return 0;
 }
 
 SHIM_EXPORT int access(const char *path, int mode)
 {
-	return access_at(AT_FDCWD, path, mode, 0);
+	SHIM_HANDLE(access_handler(AT_FDCWD, path, mode, false));
+	return REAL(access)(path, mode);
 }
 
 SHIM_EXPORT int faccessat(int dirfd, const char *path, int mode, int flags)
 {
-	return access_at(dirfd, path, mode, flags);
+	SHIM_HANDLE(access_handler(dirfd, path, mode, flags & AT_EACCESS));
+	return REAL(faccessat)(dirfd, path, mode, flags);
+}
+
+/* glibc answers these with an internal stat the shim cannot see (GNU sort
+ * checks its inputs with euidaccess). */
+SHIM_EXPORT int euidaccess(const char *path, int mode)
+{
+	SHIM_HANDLE(access_handler(AT_FDCWD, path, mode, true));
+	return REAL(euidaccess)(path, mode);
+}
+
+SHIM_EXPORT int eaccess(const char *path, int mode)
+{
+	SHIM_HANDLE(access_handler(AT_FDCWD, path, mode, true));
+	return REAL(eaccess)(path, mode);
 }

@@ -4,70 +4,71 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
-#include "internal.h"
-#include "real.h"
+#include "hook.h"
 
-/* 1 when path names a captured file (then it has no attributes), 0 to ask the
- * real file system, -errno. */
-static int captured(const char *path)
+/* A captured file has none: none (the answer to give), SHIM_PASS for the
+ * real file system, or -errno. */
+static long no_attrs(const char *path, long none)
 {
-	if (!real_getxattr)
-		shim_real_init();
-	if (shim_busy)
-		return 0;
-	shim_busy++;
 	char abs[PATH_MAX];
-	int r = 0;
-	if (shim_resolve(AT_FDCWD, path, abs, sizeof(abs))) {
-		pthread_mutex_lock(&shim.lock);
-		bool open = session_find_path(abs) != NULL;
-		pthread_mutex_unlock(&shim.lock);
-		struct stat st;
-		r = open ? 1 : view_stat(abs, &st);
-	}
-	shim_busy--;
-	return r;
-}
-
-static ssize_t get_common(const char *path, const char *name, void *value, size_t size,
-			  ssize_t (*real)(const char *, const char *, void *, size_t))
-{
-	int r = captured(path);
-	if (r == 0)
-		return real(path, name, value, size);
-	errno = r < 0 ? -r : ENODATA;
-	return -1;
-}
-
-static ssize_t list_common(const char *path, char *list, size_t size,
-			   ssize_t (*real)(const char *, char *, size_t))
-{
-	int r = captured(path);
-	if (r == 0)
-		return real(path, list, size);
-	if (r < 0) {
-		errno = -r;
-		return -1;
-	}
-	return 0;
+	if (!shim_resolve(AT_FDCWD, path, abs, sizeof(abs)))
+		return SHIM_PASS;
+	pthread_mutex_lock(&shim.lock);
+	bool open = session_find_path(abs) != NULL;
+	pthread_mutex_unlock(&shim.lock);
+	struct stat st;
+	int r = open ? 1 : view_stat(abs, &st);
+	return r == 0 ? SHIM_PASS : r < 0 ? r : none;
 }
 
 SHIM_EXPORT ssize_t getxattr(const char *path, const char *name, void *value, size_t size)
 {
-	return get_common(path, name, value, size, real_getxattr);
+	SHIM_HANDLE(no_attrs(path, -ENODATA));
+	return REAL(getxattr)(path, name, value, size);
 }
 
 SHIM_EXPORT ssize_t lgetxattr(const char *path, const char *name, void *value, size_t size)
 {
-	return get_common(path, name, value, size, real_lgetxattr);
+	SHIM_HANDLE(no_attrs(path, -ENODATA));
+	return REAL(lgetxattr)(path, name, value, size);
 }
 
 SHIM_EXPORT ssize_t listxattr(const char *path, char *list, size_t size)
 {
-	return list_common(path, list, size, real_listxattr);
+	SHIM_HANDLE(no_attrs(path, 0));
+	return REAL(listxattr)(path, list, size);
 }
 
 SHIM_EXPORT ssize_t llistxattr(const char *path, char *list, size_t size)
 {
-	return list_common(path, list, size, real_llistxattr);
+	SHIM_HANDLE(no_attrs(path, 0));
+	return REAL(llistxattr)(path, list, size);
+}
+
+/* Versions keep no attributes: setting one fails as on a file system
+ * without them, rather than being lost. */
+SHIM_EXPORT int setxattr(const char *path, const char *name, const void *value, size_t size,
+			 int flags)
+{
+	SHIM_HANDLE(no_attrs(path, -ENOTSUP));
+	return REAL(setxattr)(path, name, value, size, flags);
+}
+
+SHIM_EXPORT int lsetxattr(const char *path, const char *name, const void *value, size_t size,
+			  int flags)
+{
+	SHIM_HANDLE(no_attrs(path, -ENOTSUP));
+	return REAL(lsetxattr)(path, name, value, size, flags);
+}
+
+SHIM_EXPORT int removexattr(const char *path, const char *name)
+{
+	SHIM_HANDLE(no_attrs(path, -ENODATA));
+	return REAL(removexattr)(path, name);
+}
+
+SHIM_EXPORT int lremovexattr(const char *path, const char *name)
+{
+	SHIM_HANDLE(no_attrs(path, -ENODATA));
+	return REAL(lremovexattr)(path, name);
 }
