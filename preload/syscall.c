@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* libc's generic syscall(): the Rust standard library and crates reach newer
  * system calls through it (statx, renameat2, openat2, copy_file_range...).
- * Every number the shim handles goes to the hook of the libc function that
- * makes that call, so a captured path looks the same either way; any other
- * number goes straight on. */
+ * A call the shim handles that names a captured path or descriptor goes to
+ * the hook of the libc function making that call, so a captured file looks
+ * the same either way. Every other call goes straight to the kernel: callers
+ * use syscall() to get past interposed libc functions (UCX's memory hooks
+ * call syscall(SYS_mmap) from inside their mmap), and must get just that. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -44,80 +46,115 @@ static long openat2_call(int dirfd, const char *path, const struct open_how *how
 	return openat(dirfd, path, (int)how->flags, (mode_t)how->mode);
 }
 
-/* true with *ret set when nr is a call the shim handles. */
+/* Does (dirfd, path) name something below a captured path? */
+static bool captured_path(int dirfd, const char *path)
+{
+	int saved;
+	if (!path || !shim_enter(&saved))
+		return false;
+	char abs[PATH_MAX];
+	bool r = shim_resolve(dirfd, path, abs, sizeof(abs)) != NULL;
+	shim_leave(0, saved);
+	return r;
+}
+
+/* A captured file's descriptor, or one of the shim's own. */
+static bool captured_fd(long fd)
+{
+	return fd >= 0 && fd <= INT32_MAX && (fdtable_peek((int)fd) || shim_fd_reserved((int)fd));
+}
+
+/* true with *ret set when nr is a call the shim handles on a captured path
+ * or descriptor. */
 static bool route(long nr, const long *a, long *ret)
 {
 #define P(i) ((const char *)a[i])
 #define I(i) ((int)a[i])
+#define AT(d, p) if (!captured_path(d, p)) return false
+#define AT2(d1, p1, d2, p2) if (!captured_path(d1, p1) && !captured_path(d2, p2)) return false
+#define FD(f) if (!captured_fd(f)) return false
+#define FD2(f1, f2) if (!captured_fd(f1) && !captured_fd(f2)) return false
 	switch (nr) {
-	case SYS_open: *ret = open(P(0), I(1), (mode_t)a[2]); break;
-	case SYS_openat: *ret = openat(I(0), P(1), I(2), (mode_t)a[3]); break;
-	case SYS_openat2: *ret = openat2_call(I(0), P(1), (const struct open_how *)a[2], (size_t)a[3]); break;
-	case SYS_creat: *ret = creat(P(0), (mode_t)a[1]); break;
-	case SYS_close: *ret = close(I(0)); break;
-	case SYS_close_range: *ret = close_range((unsigned)a[0], (unsigned)a[1], I(2)); break;
-	case SYS_dup: *ret = dup(I(0)); break;
-	case SYS_dup2: *ret = dup2(I(0), I(1)); break;
-	case SYS_dup3: *ret = dup3(I(0), I(1), I(2)); break;
-	case SYS_fcntl: *ret = fcntl(I(0), I(1), a[2]); break;
-	case SYS_stat: *ret = stat(P(0), (struct stat *)a[1]); break;
-	case SYS_lstat: *ret = lstat(P(0), (struct stat *)a[1]); break;
-	case SYS_fstat: *ret = fstat(I(0), (struct stat *)a[1]); break;
-	case SYS_newfstatat: *ret = fstatat(I(0), P(1), (struct stat *)a[2], I(3)); break;
-	case SYS_statx: *ret = statx(I(0), P(1), I(2), (unsigned)a[3], (struct statx *)a[4]); break;
-	case SYS_access: *ret = access(P(0), I(1)); break;
-	case SYS_faccessat: *ret = faccessat(I(0), P(1), I(2), 0); break;
-	case SYS_faccessat2: *ret = faccessat(I(0), P(1), I(2), I(3)); break;
-	case SYS_rename: *ret = rename(P(0), P(1)); break;
-	case SYS_renameat: *ret = renameat(I(0), P(1), I(2), P(3)); break;
-	case SYS_renameat2: *ret = renameat2(I(0), P(1), I(2), P(3), (unsigned)a[4]); break;
-	case SYS_link: *ret = link(P(0), P(1)); break;
-	case SYS_linkat: *ret = linkat(I(0), P(1), I(2), P(3), I(4)); break;
-	case SYS_unlink: *ret = unlink(P(0)); break;
-	case SYS_unlinkat: *ret = unlinkat(I(0), P(1), I(2)); break;
-	case SYS_truncate: *ret = truncate(P(0), (off_t)a[1]); break;
-	case SYS_chmod: *ret = chmod(P(0), (mode_t)a[1]); break;
-	case SYS_fchmod: *ret = fchmod(I(0), (mode_t)a[1]); break;
-	case SYS_fchmodat: *ret = fchmodat(I(0), P(1), (mode_t)a[2], 0); break;
-	case SYS_utimensat: *ret = utimensat(I(0), P(1), (const struct timespec *)a[2], I(3)); break;
-	case SYS_getxattr: *ret = getxattr(P(0), P(1), (void *)a[2], (size_t)a[3]); break;
-	case SYS_lgetxattr: *ret = lgetxattr(P(0), P(1), (void *)a[2], (size_t)a[3]); break;
-	case SYS_listxattr: *ret = listxattr(P(0), (char *)a[1], (size_t)a[2]); break;
-	case SYS_llistxattr: *ret = llistxattr(P(0), (char *)a[1], (size_t)a[2]); break;
-	case SYS_write: *ret = write(I(0), (const void *)a[1], (size_t)a[2]); break;
-	case SYS_pwrite64: *ret = pwrite(I(0), (const void *)a[1], (size_t)a[2], (off_t)a[3]); break;
-	case SYS_writev: *ret = writev(I(0), (const struct iovec *)a[1], I(2)); break;
-	case SYS_pwritev: *ret = pwritev(I(0), (const struct iovec *)a[1], I(2), (off_t)a[3]); break;
-	case SYS_read: *ret = read(I(0), (void *)a[1], (size_t)a[2]); break;
-	case SYS_pread64: *ret = pread(I(0), (void *)a[1], (size_t)a[2], (off_t)a[3]); break;
-	case SYS_readv: *ret = readv(I(0), (const struct iovec *)a[1], I(2)); break;
-	case SYS_preadv: *ret = preadv(I(0), (const struct iovec *)a[1], I(2), (off_t)a[3]); break;
-	case SYS_lseek: *ret = lseek(I(0), (off_t)a[1], I(2)); break;
-	case SYS_fsync: *ret = fsync(I(0)); break;
-	case SYS_fdatasync: *ret = fdatasync(I(0)); break;
-	case SYS_ftruncate: *ret = ftruncate(I(0), (off_t)a[1]); break;
-	case SYS_fallocate: *ret = fallocate(I(0), I(1), (off_t)a[2], (off_t)a[3]); break;
-	case SYS_sendfile: *ret = sendfile(I(0), I(1), (off_t *)a[2], (size_t)a[3]); break;
+	case SYS_open: AT(AT_FDCWD, P(0)); *ret = open(P(0), I(1), (mode_t)a[2]); break;
+	case SYS_openat: AT(I(0), P(1)); *ret = openat(I(0), P(1), I(2), (mode_t)a[3]); break;
+	case SYS_openat2: AT(I(0), P(1)); *ret = openat2_call(I(0), P(1), (const struct open_how *)a[2], (size_t)a[3]); break;
+	case SYS_creat: AT(AT_FDCWD, P(0)); *ret = creat(P(0), (mode_t)a[1]); break;
+	case SYS_close: FD(a[0]); *ret = close(I(0)); break;
+	case SYS_close_range: if (!shim.ready) return false; *ret = close_range((unsigned)a[0], (unsigned)a[1], I(2)); break;
+	case SYS_dup: FD(a[0]); *ret = dup(I(0)); break;
+	case SYS_dup2: FD2(a[0], a[1]); *ret = dup2(I(0), I(1)); break;
+	case SYS_dup3: FD2(a[0], a[1]); *ret = dup3(I(0), I(1), I(2)); break;
+	case SYS_fcntl: FD(a[0]); *ret = fcntl(I(0), I(1), a[2]); break;
+	case SYS_stat: AT(AT_FDCWD, P(0)); *ret = stat(P(0), (struct stat *)a[1]); break;
+	case SYS_lstat: AT(AT_FDCWD, P(0)); *ret = lstat(P(0), (struct stat *)a[1]); break;
+	case SYS_fstat: FD(a[0]); *ret = fstat(I(0), (struct stat *)a[1]); break;
+	case SYS_newfstatat: AT(I(0), P(1)); *ret = fstatat(I(0), P(1), (struct stat *)a[2], I(3)); break;
+	case SYS_statx: AT(I(0), P(1)); *ret = statx(I(0), P(1), I(2), (unsigned)a[3], (struct statx *)a[4]); break;
+	case SYS_access: AT(AT_FDCWD, P(0)); *ret = access(P(0), I(1)); break;
+	case SYS_faccessat: AT(I(0), P(1)); *ret = faccessat(I(0), P(1), I(2), 0); break;
+	case SYS_faccessat2: AT(I(0), P(1)); *ret = faccessat(I(0), P(1), I(2), I(3)); break;
+	case SYS_rename: AT2(AT_FDCWD, P(0), AT_FDCWD, P(1)); *ret = rename(P(0), P(1)); break;
+	case SYS_renameat: AT2(I(0), P(1), I(2), P(3)); *ret = renameat(I(0), P(1), I(2), P(3)); break;
+	case SYS_renameat2: AT2(I(0), P(1), I(2), P(3)); *ret = renameat2(I(0), P(1), I(2), P(3), (unsigned)a[4]); break;
+	case SYS_link: AT2(AT_FDCWD, P(0), AT_FDCWD, P(1)); *ret = link(P(0), P(1)); break;
+	case SYS_linkat: AT2(I(0), P(1), I(2), P(3)); *ret = linkat(I(0), P(1), I(2), P(3), I(4)); break;
+	case SYS_unlink: AT(AT_FDCWD, P(0)); *ret = unlink(P(0)); break;
+	case SYS_unlinkat: AT(I(0), P(1)); *ret = unlinkat(I(0), P(1), I(2)); break;
+	case SYS_truncate: AT(AT_FDCWD, P(0)); *ret = truncate(P(0), (off_t)a[1]); break;
+	case SYS_chmod: AT(AT_FDCWD, P(0)); *ret = chmod(P(0), (mode_t)a[1]); break;
+	case SYS_fchmod: FD(a[0]); *ret = fchmod(I(0), (mode_t)a[1]); break;
+	case SYS_fchmodat: AT(I(0), P(1)); *ret = fchmodat(I(0), P(1), (mode_t)a[2], 0); break;
+	case SYS_utimensat:
+		/* (a NULL path: dirfd itself) */
+		if (!(a[1] ? captured_path(I(0), P(1)) : captured_fd(a[0])))
+			return false;
+		*ret = utimensat(I(0), P(1), (const struct timespec *)a[2], I(3)); break;
+	case SYS_getxattr: AT(AT_FDCWD, P(0)); *ret = getxattr(P(0), P(1), (void *)a[2], (size_t)a[3]); break;
+	case SYS_lgetxattr: AT(AT_FDCWD, P(0)); *ret = lgetxattr(P(0), P(1), (void *)a[2], (size_t)a[3]); break;
+	case SYS_listxattr: AT(AT_FDCWD, P(0)); *ret = listxattr(P(0), (char *)a[1], (size_t)a[2]); break;
+	case SYS_llistxattr: AT(AT_FDCWD, P(0)); *ret = llistxattr(P(0), (char *)a[1], (size_t)a[2]); break;
+	case SYS_write: FD(a[0]); *ret = write(I(0), (const void *)a[1], (size_t)a[2]); break;
+	case SYS_pwrite64: FD(a[0]); *ret = pwrite(I(0), (const void *)a[1], (size_t)a[2], (off_t)a[3]); break;
+	case SYS_writev: FD(a[0]); *ret = writev(I(0), (const struct iovec *)a[1], I(2)); break;
+	case SYS_pwritev: FD(a[0]); *ret = pwritev(I(0), (const struct iovec *)a[1], I(2), (off_t)a[3]); break;
+	case SYS_read: FD(a[0]); *ret = read(I(0), (void *)a[1], (size_t)a[2]); break;
+	case SYS_pread64: FD(a[0]); *ret = pread(I(0), (void *)a[1], (size_t)a[2], (off_t)a[3]); break;
+	case SYS_readv: FD(a[0]); *ret = readv(I(0), (const struct iovec *)a[1], I(2)); break;
+	case SYS_preadv: FD(a[0]); *ret = preadv(I(0), (const struct iovec *)a[1], I(2), (off_t)a[3]); break;
+	case SYS_lseek: FD(a[0]); *ret = lseek(I(0), (off_t)a[1], I(2)); break;
+	case SYS_fsync: FD(a[0]); *ret = fsync(I(0)); break;
+	case SYS_fdatasync: FD(a[0]); *ret = fdatasync(I(0)); break;
+	case SYS_ftruncate: FD(a[0]); *ret = ftruncate(I(0), (off_t)a[1]); break;
+	case SYS_fallocate: FD(a[0]); *ret = fallocate(I(0), I(1), (off_t)a[2], (off_t)a[3]); break;
+	case SYS_sendfile: FD2(a[0], a[1]); *ret = sendfile(I(0), I(1), (off_t *)a[2], (size_t)a[3]); break;
 	case SYS_copy_file_range:
+		FD2(a[0], a[2]);
 		*ret = copy_file_range(I(0), (off_t *)a[1], I(2), (off_t *)a[3], (size_t)a[4],
 				       (unsigned)a[5]);
 		break;
 	case SYS_splice:
+		FD2(a[0], a[2]);
 		*ret = splice(I(0), (off_t *)a[1], I(2), (off_t *)a[3], (size_t)a[4], (unsigned)a[5]);
 		break;
 	case SYS_mmap: {
+		/* (munmap and msync go straight on: a mapping of a captured
+		 * file is then committed at its close, not at the munmap) */
+		if ((a[3] & MAP_ANONYMOUS) || !captured_fd(a[4]))
+			return false;
 		void *p = mmap((void *)a[0], (size_t)a[1], I(2), I(3), I(4), (off_t)a[5]);
 		*ret = p == MAP_FAILED ? -1 : (long)p;
 		break;
 	}
-	case SYS_munmap: *ret = munmap((void *)a[0], (size_t)a[1]); break;
-	case SYS_msync: *ret = msync((void *)a[0], (size_t)a[1], I(2)); break;
-	case SYS_execve: *ret = execve(P(0), (char *const *)a[1], (char *const *)a[2]); break;
+	case SYS_execve: if (!shim.ready) return false; *ret = execve(P(0), (char *const *)a[1], (char *const *)a[2]); break;
 	default: return false;
 	}
 	return true;
 #undef P
 #undef I
+#undef AT
+#undef AT2
+#undef FD
+#undef FD2
 }
 
 /* Reading six arguments whatever the call takes is what glibc's syscall()
