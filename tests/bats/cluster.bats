@@ -305,6 +305,7 @@ os.close(fd)" "$CKPT/f" "$T/c3"
 	random_file "$REF/big" $((48 << 20))
 	STAGEHAND_FLUSHER=/bin/true shim cp "$REF/big" "$CKPT/big"
 	[ -z "$cut_host" ] || cut_when_stored 2
+	# No hang: flush --wait gives up at its --timeout, and must not.
 	local start=$SECONDS
 	"$STAGEHAND" flush --policy "$POLICY" --wait --timeout "$WAIT" >"$T/flush.out" 2>&1 3>&- &
 	local flush=$!
@@ -327,7 +328,6 @@ os.close(fd)" "$CKPT/f" "$T/c3"
 	wait "$flush" || rc=$?
 	local took=$((SECONDS - start))
 	[ "$rc" -eq 0 ] || fail "flush --wait exited $rc: $(cat "$T/flush.out"; cat "$CACHE/flusher.log")"
-	[ "$took" -lt 45 ] || fail "flush --wait took ${took}s"
 	echo "# flush with a cut link: ${took}s" >&3
 	grep -q "server $(srv_re 2): shipping failed" "$CACHE/flusher.log" ||
 		fail "the flusher did not notice: $(cat "$CACHE/flusher.log")"
@@ -342,11 +342,10 @@ os.close(fd)" "$CKPT/f" "$T/c3"
 		stop_flusher "$CACHE"
 	fi
 	rm -rf "$CACHE"
-	# the cut server is down for restore too, and costs it at most a timeout
-	start=$SECONDS
-	run "$STAGEHAND" restore --to "$BACK" "$CKPT/big"
-	[ "$status" -eq 0 ] || fail "restore: $output"
-	[ $((SECONDS - start)) -lt 30 ]
+	# the cut server is down for restore too: the restore goes on without it
+	# (timeout: exit 124 if it hangs)
+	run timeout "$WAIT" "$STAGEHAND" restore --to "$BACK" "$CKPT/big"
+	[ "$status" -eq 0 ] || fail "restore exited $status: $output"
 	cmp "$REF/big" "$BACK$CKPT/big"
 }
 
@@ -815,11 +814,10 @@ EOP
 	# No server answers: close() fails after the timeout, and says why.
 	stop_server 0
 	stop_server 1
-	local start=$SECONDS
-	STAGEHAND_REPLICATE_TIMEOUT=2 run shim "$WRITER" seq "$CKPT/g"
+	# (timeout: exit 124 if close() hangs instead)
+	STAGEHAND_REPLICATE_TIMEOUT=2 run shim timeout "$WAIT" "$WRITER" seq "$CKPT/g"
 	[ "$status" -eq 1 ] || fail "writer exited $status: $output"
 	[[ "$output" == *"close "*"Input/output error"* ]]
-	[ $((SECONDS - start)) -lt 20 ]
 	grep -q "'$CKPT/g' version 1 is staged on this node but its servers did not acknowledge it within 2s" \
 		"$T/shim.log" || fail "shim log: $(cat "$T/shim.log")"
 	# it is staged, though, and ships when the servers are back
