@@ -532,14 +532,23 @@ int stg_catalog_foreach(struct stg_cache *c,
 	return r;
 }
 
+/* Publishes from's version under topath as newversion. A link's copy is a
+ * closed version of its own (the writer goes on under the old name only),
+ * and one node's part of a shared = job version cannot stand alone. */
 static int copy_version(struct stg_catalog_file *from, uint64_t version,
 			struct stg_catalog_file *to, const char *topath, uint64_t newversion,
-			bool sync)
+			bool sync, bool link)
 {
 	struct stg_manifest m;
 	int r = stg_catalog_read(from->dirfd, version, &m);
 	if (r < 0)
 		return r;
+	if (link && (m.flags & STG_MANIFEST_PART)) {
+		stg_manifest_done(&m);
+		return -EOPNOTSUPP;
+	}
+	if (link)
+		m.flags &= ~(uint32_t)STG_MANIFEST_OPEN;
 	/* The version moves, and what it stored with it: the old name's go. */
 	m.version = newversion;
 	r = stg_catalog_publish(to, topath, &m, sync);
@@ -597,12 +606,12 @@ static int transfer(struct stg_cache *c, const char *oldpath, const char *newpat
 	if (r == 0) {
 		if (nb == 0 && !keep_old) {
 			for (size_t i = 0; i < na && r == 0; i++)
-				r = copy_version(&a, va[i], &b, newpath, va[i], sync);
+				r = copy_version(&a, va[i], &b, newpath, va[i], sync, false);
 		} else {
 			r = copy_version(&a, va[na - 1], &b, newpath,
 					 stg_version_mint(stg_catalog_newest_known(b.dirfd), 0,
 							  stg_now_ns()),
-					 sync);
+					 sync, keep_old);
 		}
 	}
 	/* The new name is complete before the old one goes: a crash in between

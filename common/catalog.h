@@ -119,8 +119,9 @@ int stg_catalog_foreach(struct stg_cache *c,
 int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync,
 		       uint32_t keep);
 
-/* link(): new gets old's newest version as its next version, old stays.
- * Returns 0, -ENOENT, or -errno. */
+/* link(): new gets old's newest version as its next version, closed; old
+ * stays. Returns 0, -ENOENT, -EOPNOTSUPP (the newest version is one node's
+ * part of a shared = job version), or -errno. */
 int stg_catalog_link(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync,
 		     uint32_t keep);
 

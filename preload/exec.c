@@ -50,8 +50,9 @@ SHIM_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 	return REAL(fexecve)(fd, argv, envp);
 }
 
-/* The execl family, rebuilt on execv*: collects the NULL-terminated list
- * into argv (MAX_EXECL_ARGS + 1 slots). Returns false when it is too long. */
+/* The execl family, rebuilt on the hooked execv, execvp and execve: collects
+ * the NULL-terminated list into argv (MAX_EXECL_ARGS + 1 slots). Returns
+ * false when it is too long. */
 #define MAX_EXECL_ARGS 4096
 static bool collect_args(const char *first, va_list *ap, char **argv)
 {
@@ -71,12 +72,7 @@ SHIM_EXPORT int execl(const char *path, const char *arg, ...)
 	va_start(ap, arg);
 	bool ok = collect_args(arg, &ap, argv);
 	va_end(ap);
-	if (!ok) {
-		errno = E2BIG;
-		return -1;
-	}
-	before_exec();
-	return REAL(execv)(path, argv);
+	return ok ? execv(path, argv) : (errno = E2BIG, -1);
 }
 
 SHIM_EXPORT int execlp(const char *file, const char *arg, ...)
@@ -86,12 +82,7 @@ SHIM_EXPORT int execlp(const char *file, const char *arg, ...)
 	va_start(ap, arg);
 	bool ok = collect_args(arg, &ap, argv);
 	va_end(ap);
-	if (!ok) {
-		errno = E2BIG;
-		return -1;
-	}
-	before_exec();
-	return REAL(execvp)(file, argv);
+	return ok ? execvp(file, argv) : (errno = E2BIG, -1);
 }
 
 SHIM_EXPORT int execle(const char *path, const char *arg, ...)
@@ -102,12 +93,7 @@ SHIM_EXPORT int execle(const char *path, const char *arg, ...)
 	bool ok = collect_args(arg, &ap, argv);
 	char *const *envp = ok ? va_arg(ap, char *const *) : NULL;
 	va_end(ap);
-	if (!ok) {
-		errno = E2BIG;
-		return -1;
-	}
-	before_exec();
-	return REAL(execve)(path, argv, envp);
+	return ok ? execve(path, argv, envp) : (errno = E2BIG, -1);
 }
 
 SHIM_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,

@@ -318,6 +318,8 @@ static long link_handler(int od, const char *op, int nd, const char *np)
 		int r = commit_written(oabs);
 		if (r == 0)
 			r = stg_catalog_link(shim.cache, oabs, nabs, sync_for(rn), rn->keep);
+		if (r == -EOPNOTSUPP)
+			shim_log(STG_LOG_ERROR, "'%s' is shared = job: it cannot be linked", oabs);
 		if (r == 0)
 			r = replicate_after_commit(nabs, rn, 0);
 		return r;

@@ -23,26 +23,20 @@
 #include "hook.h"
 #include "log.h"
 
-/* openat2() with resolve restrictions cannot be applied to a captured path,
- * which lives in the cache: refused loudly there, real elsewhere. */
+/* openat2() of a captured path. Its resolve restrictions cannot be applied
+ * to a file that lives in the cache: refused loudly. */
 static long openat2_call(int dirfd, const char *path, const struct open_how *how, size_t size)
 {
 	if (size < sizeof(*how)) {
 		errno = EINVAL;
 		return -1;
 	}
-	char abs[PATH_MAX];
-	int saved;
-	if (how->resolve && shim_enter(&saved)) {
-		bool captured = shim_resolve(dirfd, path, abs, sizeof(abs)) != NULL;
-		if (captured)
-			shim_log(STG_LOG_ERROR, "'%s': openat2 with RESOLVE_ flags is not supported "
-				 "on captured paths", abs);
-		if (shim_leave(captured ? -EOPNOTSUPP : 0, saved) < 0)
-			return -1;
+	if (how->resolve) {
+		shim_log(STG_LOG_ERROR, "'%s': openat2 with RESOLVE_ flags is not supported "
+			 "on captured paths", path);
+		errno = EOPNOTSUPP;
+		return -1;
 	}
-	if (how->resolve)
-		return REAL(syscall)(SYS_openat2, dirfd, path, how, size);
 	return openat(dirfd, path, (int)how->flags, (mode_t)how->mode);
 }
 

@@ -87,6 +87,15 @@ setup() {
 	[[ "$output" == *"servers:  none configured"* ]]
 }
 
+@test "every bats file of tests/bats is one of the suite's tests (tests/meson.build)" {
+	local f name missing=""
+	for f in "$BATS_TEST_DIRNAME"/*.bats; do
+		name=$(basename "$f" .bats)
+		grep -q "^    '$name',\$" "$BATS_TEST_DIRNAME/../meson.build" || missing="$missing $name"
+	done
+	[ -z "$missing" ] || { echo "not run by meson test:$missing" >&2; false; }
+}
+
 @test "the shim exports exactly the functions of hooks.def" {
 	want=$(sed -n 's/^HOOK(\([A-Za-z0-9_]*\),.*/\1/p' "$BATS_TEST_DIRNAME/../../preload/hooks.def" | sort)
 	got=$(nm -D --defined-only "$SHIM" | awk '$2 ~ /^[TtWwiV]$/ {print $3}' | sed 's/@.*//' | sort)

@@ -56,6 +56,25 @@ assert open(d + "/b", "rb").read() == b"first" * 1000
 	[ "$status" -ne 0 ]
 }
 
+@test "link of a file still being written: the new name holds what was written, closed; later writes stay with the old name" {
+	tshim python3 -c '
+import os, sys
+d = sys.argv[1]
+f = open(d + "/a", "wb")
+f.write(b"X" * 1000)
+f.flush()
+os.link(d + "/a", d + "/b")
+f.write(b"Y" * 10)
+f.close()
+assert open(d + "/b", "rb").read() == b"X" * 1000
+assert open(d + "/a", "rb").read() == b"X" * 1000 + b"Y" * 10
+' "$CKPT"
+	run "$STAGEHAND" ls "$CKPT/"
+	[ "$status" -eq 0 ] || fail "ls: $output"
+	[[ "$output" != *"not closed"* ]] || fail "a version left open: $output"
+	[ "$(version_count "$CKPT/b")" = 1 ] || fail "$("$STAGEHAND" ls "$CKPT/b")"
+}
+
 @test "extended attributes: a captured file has none, and setting one fails (ENOTSUP) rather than being lost" {
 	echo x >"$T/plain"
 	if ! python3 -c 'import os, sys; os.setxattr(sys.argv[1], "user.k", b"v")' "$T/plain" 2>/dev/null; then
