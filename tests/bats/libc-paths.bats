@@ -1,9 +1,9 @@
 #!/usr/bin/env bats
 # SPDX-License-Identifier: MIT
 # libc calls that name a path, beyond open and stat, see captured files as a
-# file system would show them (docs/CAPTURE.md, "Every libc call that names a
-# path"): each runs on the reference directory without the shim and on the
-# captured one with it, and must give the same result.
+# file system would show them (docs/CAPTURE.md, "Hooked calls"): each runs
+# on the reference directory without the shim and on the captured one with
+# it, and must give the same result.
 
 load lib/common
 load lib/capture
