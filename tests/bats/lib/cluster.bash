@@ -12,7 +12,8 @@
 #                             --transport (not passed for tcp, their default)
 #   STAGEHAND_TEST_HOSTS      listen addresses, space separated (default
 #                             127.0.0.1): server I listens on host I mod count
-#   STAGEHAND_TEST_WAIT       the deadline of waits that only need time ($WAIT)
+#   STAGEHAND_TEST_WAIT       the deadline of waits that only need time ($WAIT,
+#                             lib/common.bash)
 #   STAGEHAND_TEST_CUT_HOST   an address for the server alone whose link a
 #                             test cuts, by dropping its packets (cut_prepare)
 #                             instead of downing a veth into a network
@@ -25,40 +26,7 @@ SERVER="$STAGEHAND_BUILD/server/stagehand-server"
 FLUSHER="$STAGEHAND_BUILD/flusher/stagehand-flusher"
 WRITER="$PROGS/writer"
 TRANSPORT="${STAGEHAND_TEST_TRANSPORT:-tcp}"
-# The deadline, in seconds, of every wait for something that only needs time
-# (a flush, a drain, a collection): generous, so that a slow or busy machine
-# (the RDMA guest runs under software emulation) fails nothing. A test that
-# checks that something does *not* hang bounds it on its own terms.
-WAIT="${STAGEHAND_TEST_WAIT:-600}"
 read -r -a HOSTS <<<"${STAGEHAND_TEST_HOSTS:-127.0.0.1}"
-
-# Prints a failure reason on stderr (bats shows it with the failing test).
-fail() {
-	echo "FAIL: $*" >&2
-	return 1
-}
-
-# wait_for SECS CMD ARGS...: runs CMD every 50 ms until it succeeds; fails
-# (naming CMD) when it has not after SECS seconds.
-wait_for() {
-	local secs="$1" deadline
-	shift
-	deadline=$(($(date +%s%N) + secs * 1000000000))
-	until "$@"; do
-		if [ "$(date +%s%N)" -ge "$deadline" ]; then
-			echo "FAIL: timed out after ${secs}s waiting for: $*" >&2
-			return 1
-		fi
-		sleep 0.05
-	done
-}
-
-# Is a process gone (or a zombie)?
-pid_gone() {
-	local st
-	st=$(ps -o stat= -p "$1" 2>/dev/null) || return 0
-	[[ "$st" == Z* ]]
-}
 
 cluster_setup() {
 	common_setup
@@ -90,7 +58,10 @@ cluster_setup() {
 	CUT_DEVS=()
 	CUT_PID=""
 	USERDIR="" NETNS="" HOSTVETH=""
-	unset STAGEHAND_REPLICATE_TIMEOUT STAGEHAND_FLUSHER
+	unset STAGEHAND_FLUSHER
+	# durability = replicated: close() waits for the servers at most this
+	# long (300 s by default)
+	export STAGEHAND_REPLICATE_TIMEOUT="$WAIT"
 }
 
 # Remembers a background process of the test, for cluster_teardown. Its
@@ -217,8 +188,12 @@ srv_re() {
 # cluster_policy FILE CACHE GLOB [KEY=VALUE...]: a policy whose [cluster] lists
 # every server started; KEY=VALUE pairs starting with "cluster." go to
 # [cluster] (replicas, timeout, secret_file), the others to the path rule.
+# The timeout, the seconds a server may take to answer before it counts as
+# down, is the suite's generous deadline (at most the 3600 the policy allows)
+# unless a test sets a shorter one: a busy server is not a dead one.
 cluster_policy() {
-	local file="$1" cache="$2" glob="$3" kv replicas=2 timeout=10 secret="$SECRET"
+	local file="$1" cache="$2" glob="$3" kv replicas=2 secret="$SECRET"
+	local timeout=$((WAIT < 3600 ? WAIT : 3600))
 	shift 3
 	CACHES+=("$cache")
 	local rule="chunk_size = 64K
