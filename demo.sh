@@ -27,8 +27,14 @@ for i in 1 2 3; do
 		--store "$work/server$i" --secret-file "$work/secret" 2>"$work/server$i.log" &
 	servers+=($!)
 done
+# Each server writes its port once it listens: waited for while it runs, with
+# a generous deadline, so that a slow or busy machine is no failure.
+deadline=$((SECONDS + 600))
 for i in 1 2 3; do
-	for _ in $(seq 100); do [ -s "$work/port$i" ] && break; sleep 0.05; done
+	until [ -s "$work/port$i" ] || ! kill -0 "${servers[$((i - 1))]}" 2>/dev/null ||
+		[ "$SECONDS" -ge "$deadline" ]; do
+		sleep 0.05
+	done
 	[ -s "$work/port$i" ] || { cat "$work/server$i.log"; exit 1; }
 done
 cat >"$work/policy.conf" <<EOP

@@ -137,8 +137,9 @@ guest_main() {
 	ip route add 10.0.0.1 dev veth1 src 10.0.0.2 table 101
 	rdma link add rxe0 type rxe netdev veth0
 	rdma link add rxe1 type rxe netdev veth1
-	local d port ok=0
-	for _ in $(seq 1 100); do
+	# A generous deadline: under emulation on a busy host this takes a while.
+	local d port ok=0 deadline=$((SECONDS + 600))
+	while [ "$SECONDS" -lt "$deadline" ]; do
 		ok=1
 		for d in rxe0 rxe1; do
 			port=/sys/class/infiniband/$d/ports/1

@@ -113,8 +113,8 @@ setup() {
 	local tmp
 	tmp=$(mktemp -d /tmp/sd.XXXXXX)
 	run env TMPDIR="$tmp" "$root/demo.sh"
-	# what it stopped is gone soon (a generous deadline, not a race)
-	local pids deadline=$((SECONDS + 60))
+	# what it stopped is gone soon (the suite's generous deadline, not a race)
+	local pids deadline=$((SECONDS + WAIT))
 	while pids=$(pgrep -f "stagehand-(server|flusher).*$tmp/") && [ "$SECONDS" -lt "$deadline" ]; do
 		sleep 0.1
 	done

@@ -14,6 +14,26 @@ random_file() {
 	head -c "$2" /dev/urandom >"$1"
 }
 
+# input_read PID INODE: sets READ to how far a process has read the file
+# INODE on its standard input (0 before it opened it there), or to a huge
+# number once it has exited (or is a zombie). Shell builtins only: no
+# process started while the one watched runs.
+input_read() {
+	local pid="$1" ino="$2" st k v pos=0 on=""
+	READ=999999999999
+	{ read -r _ _ st _ <"/proc/$pid/stat"; } 2>/dev/null && [ "$st" != Z ] || return 0
+	{
+		while read -r k v; do
+			case "$k" in
+			pos:) pos=$v ;;
+			ino:) on=$v ;;
+			esac
+		done <"/proc/$pid/fdinfo/0"
+	} 2>/dev/null
+	READ=0
+	[ "$on" != "$ino" ] || READ=$pos
+}
+
 @test "kill -9 at 50 random points while writing version N+1: version N intact, nothing partial" {
 	random_file "$REF/a" $((6 * 1024 * 1024))
 	random_file "$REF/b" $((6 * 1024 * 1024 + 4321))
@@ -21,25 +41,38 @@ random_file() {
 	[ "$(version_count "$CKPT/f")" -eq 1 ]
 	completed=0
 	killed=0
+	local size ino target deadline
+	size=$(stat -c %s "$REF/b")
+	ino=$(stat -c %i "$REF/b")
 	for i in $(seq 1 50); do
 		before=$(version_count "$CKPT/f")
-		# dd writes in 2 KiB pieces, then close() commits: the kill lands
-		# while writing, during the commit, or after it.
+		# dd reads and writes in 2 KiB pieces (its input on its standard
+		# input), then close() commits. The kill lands at a random point
+		# of its progress, whatever this machine's speed: once dd has read
+		# a random amount of its input (up to a quarter more than there
+		# is: then once it has exited), so before it writes, while it
+		# writes, during the commit, or after.
+		target=$(((RANDOM * 32768 + RANDOM) % (size + size / 4)))
 		LD_PRELOAD="$SHIM" dd if="$REF/b" of="$CKPT/f" bs=2k status=none &
 		pid=$!
-		sleep "$(printf '0.%03d' $((RANDOM % 50)))"
+		deadline=$((SECONDS + WAIT))
+		until input_read "$pid" "$ino" && [ "$READ" -ge "$target" ]; do
+			[ "$SECONDS" -lt "$deadline" ] || fail "dd never read $target bytes"
+		done
 		kill -9 "$pid" 2>/dev/null || true
 		wait "$pid" || killed=$((killed + 1))
 		after=$(version_count "$CKPT/f")
 		[ "$after" -eq "$before" ] || [ "$after" -eq $((before + 1)) ]
 		[ "$after" -eq "$before" ] || completed=$((completed + 1))
-		# version 1 is always a, every listed version is a or b entire
+		# version 1 is always a, the newest is a or b entire
 		assert_restores "$REF/a" "$CKPT/f" 1
-		for v in $("$STAGEHAND" ls "$CKPT/f" | awk 'NR > 1 && $2 > 1 {print $2}'); do
-			assert_restores "$REF/b" "$CKPT/f" "$v"
-		done
+		[ "$after" -eq 1 ] || assert_restores "$REF/b" "$CKPT/f"
 	done
 	echo "# $killed killed, $completed completed" >&3
+	# and every version listed after all the kills is a or b entire
+	for v in $("$STAGEHAND" ls "$CKPT/f" | awk 'NR > 1 && $2 > 1 {print $2}'); do
+		assert_restores "$REF/b" "$CKPT/f" "$v"
+	done
 	# what a reader sees is a whole version
 	shim cat "$CKPT/f" >"$T/seen"
 	cmp -s "$T/seen" "$REF/a" || cmp -s "$T/seen" "$REF/b"
@@ -258,14 +291,15 @@ print('ok')"
 	assert_restores "$REF/a" "$CKPT/g"
 }
 
-# Polls until a path has n versions (a background commit), for at most 60 s.
+# has_versions PATH N: PATH has at least N versions.
+has_versions() {
+	[ "$(version_count "$1")" -ge "$2" ]
+}
+
+# Waits until a path has n versions (a background commit), before the
+# suite's generous deadline.
 wait_versions() {
-	local i
-	for i in $(seq 1 600); do
-		[ "$(version_count "$1")" -ge "$2" ] && return 0
-		sleep 0.1
-	done
-	return 1
+	wait_for "$WAIT" has_versions "$1" "$2"
 }
 
 @test "durability = async: close returns, the commit completes in the background after exit" {

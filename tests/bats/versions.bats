@@ -8,10 +8,6 @@ load lib/common
 load lib/capture
 load lib/cluster
 
-# capture.bash's tshim: only a hang detector, far above what a slow machine
-# takes.
-CAPTURE_TIMEOUT=120
-
 # Every test gets cluster_setup: without servers it is common_setup plus an
 # empty list of what to kill, and cluster_teardown then checks that nothing
 # the test started (a writer it killed) is left running.
@@ -354,7 +350,7 @@ def say(what):
     open(os.path.join(sync, "%s.%d" % (what, rank)), "w").close()
 
 def wait(*names):
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + float(os.environ.get("STAGEHAND_TEST_WAIT", "600"))
     while not all(os.path.exists(os.path.join(sync, x)) for x in names):
         if time.monotonic() > deadline:
             sys.exit("rank %d: timed out waiting for %s" % (rank, names))
@@ -510,7 +506,7 @@ two_writers() {
 			'd, role, sync = sys.argv[1], sys.argv[2], sys.argv[3]' \
 			'def step(name): open(os.path.join(sync, name), "w").close()' \
 			'def await_(name):' \
-			'    deadline = time.monotonic() + 600' \
+			'    deadline = time.monotonic() + float(os.environ.get("STAGEHAND_TEST_WAIT", "600"))' \
 			'    while not os.path.exists(os.path.join(sync, name)):' \
 			'        if time.monotonic() > deadline: sys.exit("timed out waiting for " + name)' \
 			'        time.sleep(0.01)'

@@ -7,8 +7,10 @@
 #
 #   tests/rdma/run.sh [--timeout SECS] [GUEST OPTIONS...]
 #
-#   --timeout SECS  bound on the whole guest run (default $RDMA_VM_TIMEOUT,
-#                   else 1800)
+#   --timeout SECS  bound on the whole guest run, only to stop a guest that
+#                   hangs (default $RDMA_VM_TIMEOUT, else 14400: every wait of
+#                   the tests has a deadline of its own, generous for a slow
+#                   or busy machine, and the emulation is slow)
 #   GUEST OPTIONS   passed to tests/rdma/guest.sh: --transport rdma|tcp|auto,
 #                   --filter REGEX, bats files (see its --help); the build
 #                   directory is $STAGEHAND_BUILD, else <repo>/build
@@ -25,7 +27,7 @@ usage() {
 	exit "${1:-2}"
 }
 
-timeout="${RDMA_VM_TIMEOUT:-1800}"
+timeout="${RDMA_VM_TIMEOUT:-14400}"
 case "${1:-}" in
 -h | --help) usage 0 ;;
 --timeout)

@@ -12,7 +12,8 @@
 #                             --transport (not passed for tcp, their default)
 #   STAGEHAND_TEST_HOSTS      listen addresses, space separated (default
 #                             127.0.0.1): server I listens on host I mod count
-#   STAGEHAND_TEST_WAIT       the deadline of waits that only need time ($WAIT)
+#   STAGEHAND_TEST_WAIT       the deadline of waits that only need time ($WAIT,
+#                             lib/common.bash)
 #   STAGEHAND_TEST_CUT_HOST   an address for the server alone whose link a
 #                             test cuts, by dropping its packets (cut_prepare)
 #                             instead of downing a veth into a network
@@ -25,40 +26,7 @@ SERVER="$STAGEHAND_BUILD/server/stagehand-server"
 FLUSHER="$STAGEHAND_BUILD/flusher/stagehand-flusher"
 WRITER="$PROGS/writer"
 TRANSPORT="${STAGEHAND_TEST_TRANSPORT:-tcp}"
-# The deadline, in seconds, of every wait for something that only needs time
-# (a flush, a drain, a collection): generous, so that a slow or busy machine
-# (the RDMA guest runs under software emulation) fails nothing. A test that
-# checks that something does *not* hang bounds it on its own terms.
-WAIT="${STAGEHAND_TEST_WAIT:-600}"
 read -r -a HOSTS <<<"${STAGEHAND_TEST_HOSTS:-127.0.0.1}"
-
-# Prints a failure reason on stderr (bats shows it with the failing test).
-fail() {
-	echo "FAIL: $*" >&2
-	return 1
-}
-
-# wait_for SECS CMD ARGS...: runs CMD every 50 ms until it succeeds; fails
-# (naming CMD) when it has not after SECS seconds.
-wait_for() {
-	local secs="$1" deadline
-	shift
-	deadline=$(($(date +%s%N) + secs * 1000000000))
-	until "$@"; do
-		if [ "$(date +%s%N)" -ge "$deadline" ]; then
-			echo "FAIL: timed out after ${secs}s waiting for: $*" >&2
-			return 1
-		fi
-		sleep 0.05
-	done
-}
-
-# Is a process gone (or a zombie)?
-pid_gone() {
-	local st
-	st=$(ps -o stat= -p "$1" 2>/dev/null) || return 0
-	[[ "$st" == Z* ]]
-}
 
 cluster_setup() {
 	common_setup
@@ -90,7 +58,10 @@ cluster_setup() {
 	CUT_DEVS=()
 	CUT_PID=""
 	USERDIR="" NETNS="" HOSTVETH=""
-	unset STAGEHAND_REPLICATE_TIMEOUT STAGEHAND_FLUSHER
+	unset STAGEHAND_FLUSHER
+	# durability = replicated: close() waits for the servers at most this
+	# long (300 s by default)
+	export STAGEHAND_REPLICATE_TIMEOUT="$WAIT"
 }
 
 # Remembers a background process of the test, for cluster_teardown. Its
@@ -217,8 +188,12 @@ srv_re() {
 # cluster_policy FILE CACHE GLOB [KEY=VALUE...]: a policy whose [cluster] lists
 # every server started; KEY=VALUE pairs starting with "cluster." go to
 # [cluster] (replicas, timeout, secret_file), the others to the path rule.
+# The timeout, the seconds a server may take to answer before it counts as
+# down, is the suite's generous deadline (at most the 3600 the policy allows)
+# unless a test sets a shorter one: a busy server is not a dead one.
 cluster_policy() {
-	local file="$1" cache="$2" glob="$3" kv replicas=2 timeout=10 secret="$SECRET"
+	local file="$1" cache="$2" glob="$3" kv replicas=2 secret="$SECRET"
+	local timeout=$((WAIT < 3600 ? WAIT : 3600))
 	shift 3
 	CACHES+=("$cache")
 	local rule="chunk_size = 64K
@@ -317,32 +292,28 @@ cut_again() {
 	tc -batch "$T/cut.tc"
 }
 
-# cut_when_stored I: starts a watcher in the background (CUT_PID) that
-# applies the cut cut_prepare readied as soon as server I has stored data
-# past its segment header, if the cache's queue still holds work then; it
-# fails if the flush was over first, or server I received nothing in 30 s.
-# Returns once the watcher runs. Under emulation (the RDMA guest) starting a
-# process takes up to a second while a flush runs, and the whole flush about
-# 3 s: hence one process polling every 5 ms, with tc already started and
-# waiting for its commands (and its kernel modules loaded by cut_prepare),
-# instead of a loop of commands in the shell.
+# cut_when_stored I: starts a watcher in the background (CUT_PID) that, as
+# soon as server I has stored data past its segment header, stops server I
+# (SIGSTOP: from then on it answers nothing, and the flush cannot be over
+# before the flusher gave up on it, however long tc takes), checks that the
+# cache's queue still holds work, applies the cut cut_prepare readied and
+# lets server I go on (SIGCONT), silent behind the cut. It fails if the flush
+# was over first, or server I received nothing before the suite's deadline.
+# Returns once the watcher runs. One process polling every 5 ms, with tc
+# already started (and its kernel modules loaded by cut_prepare), instead of
+# a loop of commands in the shell: under emulation (the RDMA guest) starting
+# a process takes up to a second while a flush runs, and the whole flush
+# about 3 s.
 cut_when_stored() {
 	rm -f "$T/cut.ready"
-	"$PYTHON" - "$T/srv$1/segments" "$CACHE/queue" "$T/cut.tc" "$T/cut.ready" <<'EOP' 3>&- &
-import os, subprocess, sys, time
+	"$PYTHON" - "$T/srv$1/segments" "$CACHE/queue" "$T/cut.tc" "$T/cut.ready" \
+		"${SRV_PID[$1]}" "$WAIT" <<'EOP' 3>&- &
+import os, signal, subprocess, sys, time
 
 segments, queue, batch, ready = sys.argv[1:5]
+server, wait = int(sys.argv[5]), float(sys.argv[6])
 commands = open(batch, 'rb').read()
 tc = subprocess.Popen(['tc', '-batch', '-'], stdin=subprocess.PIPE)
-# ready once tc waits for its commands
-start = time.monotonic()
-while time.monotonic() < start + 10:
-    try:
-        if open('/proc/%d/wchan' % tc.pid).read() == 'pipe_read':
-            break
-    except OSError:
-        break
-    time.sleep(0.01)
 open(ready, 'w').close()
 
 
@@ -352,17 +323,21 @@ def cut(what):
     return tc.wait()
 
 
-deadline = time.monotonic() + 30
+deadline = time.monotonic() + wait
 while time.monotonic() < deadline:
     try:
         stored = sum(e.stat().st_size for e in os.scandir(segments) if e.name.endswith('.seg'))
     except FileNotFoundError:
         stored = 0
     if stored > 4096:
+        os.kill(server, signal.SIGSTOP)
         if not os.listdir(queue):
+            os.kill(server, signal.SIGCONT)
             cut(b'')
             sys.exit('the flush was over before the link was cut')
-        sys.exit(cut(commands))
+        rc = cut(commands)
+        os.kill(server, signal.SIGCONT)
+        sys.exit(rc)
     time.sleep(0.005)
 cut(b'')
 sys.exit('the server never received anything')
@@ -405,11 +380,21 @@ segment_bytes() {
 
 # Sum of segment_bytes over the servers started.
 total_segment_bytes() {
-	local i total=0
+	local i dirs=()
 	for ((i = 0; i < NSERVERS; i++)); do
-		total=$((total + $(segment_bytes "$i")))
+		[ ! -d "$T/srv$i/segments" ] || dirs+=("$T/srv$i/segments")
 	done
-	echo "$total"
+	[ ${#dirs[@]} -gt 0 ] || {
+		echo 0
+		return
+	}
+	find "${dirs[@]}" -name '*.seg' -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }'
+}
+
+# Has the flusher of a cache ended its pass over the queue with nothing left
+# (what it does after shipping, eviction included, is done)?
+flusher_idle() {
+	grep -qx 'activity idle' "$1/flusher.state" 2>/dev/null
 }
 
 # Is the queue of a cache empty?

@@ -8,6 +8,13 @@ STAGEHAND="$STAGEHAND_BUILD/tools/stagehand"
 PROGS="$STAGEHAND_BUILD/tests/progs"
 # Debian's interpreter, where python3-numpy and python3-h5py live.
 PYTHON=/usr/bin/python3
+# The deadline, in seconds, of every wait for something that only needs time
+# (a background commit, a flush, a drain, a collection, a process leaving) and
+# of every limit that only catches a hang: generous, so that a slow or busy
+# machine (the RDMA guest runs under software emulation) fails nothing. No
+# test bounds how long something takes, only whether it happens.
+WAIT="${STAGEHAND_TEST_WAIT:-600}"
+export STAGEHAND_TEST_WAIT="$WAIT"
 
 # Writes the default policy: everything below $CKPT is captured, 64 KiB chunks
 # so that small files still have several, all versions kept.
@@ -33,10 +40,42 @@ common_setup() {
 	write_policy
 	export STAGEHAND_POLICY="$POLICY"
 	unset STAGEHAND_LOG STAGEHAND_LOG_FILE
+	# A process opening a file another one writes through the fast path
+	# waits for its handover at most this long (30 s by default): as long
+	# as any other wait here.
+	export STAGEHAND_SHARE_TIMEOUT="$WAIT"
 	[ -f "$SHIM" ] || {
 		echo "libstagehand.so not found at $SHIM (set STAGEHAND_BUILD)" >&2
 		return 1
 	}
+}
+
+# Prints a failure reason on stderr (bats shows it with the failing test).
+fail() {
+	echo "FAIL: $*" >&2
+	return 1
+}
+
+# wait_for SECS CMD ARGS...: runs CMD every 50 ms until it succeeds; fails
+# (naming CMD) when it has not after SECS seconds.
+wait_for() {
+	local secs="$1" deadline
+	shift
+	deadline=$(($(date +%s%N) + secs * 1000000000))
+	until "$@"; do
+		if [ "$(date +%s%N)" -ge "$deadline" ]; then
+			echo "FAIL: timed out after ${secs}s waiting for: $*" >&2
+			return 1
+		fi
+		sleep 0.05
+	done
+}
+
+# Is a process gone (or a zombie)?
+pid_gone() {
+	local st
+	st=$(ps -o stat= -p "$1" 2>/dev/null) || return 0
+	[[ "$st" == Z* ]]
 }
 
 # Runs a command with the shim preloaded.
