@@ -26,6 +26,13 @@ SHIM_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 	return REAL(execve)(path, argv, envp);
 }
 
+SHIM_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
+			 int flags)
+{
+	before_exec();
+	return REAL(execveat)(dirfd, path, argv, envp, flags);
+}
+
 SHIM_EXPORT int execv(const char *path, char *const argv[])
 {
 	before_exec();

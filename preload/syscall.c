@@ -140,6 +140,11 @@ static bool route(long nr, const long *a, long *ret)
 		break;
 	}
 	case SYS_execve: if (!shim.ready) return false; *ret = execve(P(0), (char *const *)a[1], (char *const *)a[2]); break;
+	case SYS_execveat:
+		if (!shim.ready)
+			return false;
+		*ret = execveat(I(0), P(1), (char *const *)a[2], (char *const *)a[3], I(4));
+		break;
 	default: return false;
 	}
 	return true;

@@ -78,6 +78,14 @@ setup() {
 	check_file x
 }
 
+@test "exec with a file still open (execve, execveat, and both through syscall()): what was written is the version" {
+	local how
+	for how in execve execveat syscall-execve syscall-execveat; do
+		twice "$WRITER" exec-over "@D@/x-$how" "$how"
+		check_file "x-$how" 1
+	done
+}
+
 @test "threads: 8 threads pwrite disjoint regions of one descriptor, one close" {
 	twice "$WRITER" threads @D@/x
 	check_file x 1

@@ -28,6 +28,7 @@
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -896,6 +897,28 @@ static void do_posix_spawn(void)
 	spawn_common(2);
 }
 
+/* The process writes its file and, with it still open, replaces itself with
+ * /bin/true through one exec call (ARG: execve, execveat, syscall-execve,
+ * syscall-execveat): the file is written as a file system keeps it. */
+static void do_exec_over(void)
+{
+	int fd = xopen(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	write_random(fd, 3 << 20);
+	extern char **environ;
+	char *argv[] = {"true", NULL};
+	if (strcmp(arg, "execve") == 0)
+		execve("/bin/true", argv, environ);
+	else if (strcmp(arg, "execveat") == 0)
+		execveat(AT_FDCWD, "/bin/true", argv, environ, 0);
+	else if (strcmp(arg, "syscall-execve") == 0)
+		syscall(SYS_execve, "/bin/true", argv, environ);
+	else if (strcmp(arg, "syscall-execveat") == 0)
+		syscall(SYS_execveat, AT_FDCWD, "/bin/true", argv, environ, 0);
+	else
+		die("exec-over: unknown call '%s'", arg);
+	die("exec /bin/true");
+}
+
 #define NTHREADS 8
 #define REGION 98304 /* 1.5 chunks: threads share chunks at the edges */
 
@@ -1071,6 +1094,7 @@ static const struct {
 	{"fork-exec", do_fork_exec},
 	{"vfork-exec", do_vfork_exec},
 	{"posix-spawn", do_posix_spawn},
+	{"exec-over", do_exec_over},
 	{"threads", do_threads},
 	{"threads-open", do_threads_open},
 	{"noclose", do_noclose},
@@ -1096,7 +1120,7 @@ int main(int argc, char **argv)
 			if (!arg && (strcmp(mode, "sendfile") == 0 ||
 				     strcmp(mode, "copy-file-range") == 0 ||
 				     strstr(mode, "exec") || strcmp(mode, "posix-spawn") == 0)) {
-				fprintf(stderr, "writer %s: needs a source file\n", mode);
+				fprintf(stderr, "writer %s: needs ARG\n", mode);
 				return 2;
 			}
 			modes[i].fn();
