@@ -37,6 +37,8 @@ static inline bool shim_enter(int *saved_errno)
 {
 	if (shim_busy || !shim_active())
 		return false;
+	/* (a call the dispatch let run unguarded is over: guard again) */
+	dispatch_guard();
 	shim_busy++;
 	*saved_errno = errno;
 	return true;

@@ -32,6 +32,21 @@ extern struct shim shim;
 /* True while this thread runs shim code: its own I/O goes straight to libc. */
 extern __thread int shim_busy __attribute__((tls_model("initial-exec")));
 
+/* Syscall User Dispatch (dispatch.c): the byte the kernel reads at every
+ * system call made outside libc; turning it on for this thread; start-up. */
+extern __thread char dispatch_selector __attribute__((tls_model("initial-exec")));
+static inline void dispatch_guard(void)
+{
+	dispatch_selector = 1; /* SYSCALL_DISPATCH_FILTER_BLOCK */
+}
+void dispatch_thread_on(void);
+void dispatch_init(void);
+
+/* true with *ret set (libc's convention: -1 and errno) when system call nr
+ * with arguments a is one the shim handles and names a captured path or
+ * descriptor: made through the shim's wrapper (syscall.c). */
+bool syscall_route(long nr, const long *a, long *ret);
+
 /* Runs the lazy parts of start-up; false means pass everything through. */
 bool shim_active(void);
 

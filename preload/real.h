@@ -3,6 +3,8 @@
 #pragma once
 
 #include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/time.h>
 #include <sys/uio.h>

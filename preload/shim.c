@@ -147,6 +147,7 @@ static void after_fork_child(void)
 	shim_busy++;
 	session_after_fork();
 	shim_busy--;
+	dispatch_thread_on(); /* (fork ended it) */
 }
 
 static void shim_init(void)
@@ -179,6 +180,7 @@ static void shim_init(void)
 			/* A child must find every open file's content in its shadow,
 			 * and hold the files it shares with its parent in its own name. */
 			pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+			dispatch_init();
 		}
 	}
 	shim_busy--;

@@ -58,9 +58,7 @@ static bool captured_fd(long fd)
 	return fd >= 0 && fd <= INT32_MAX && (fdtable_peek((int)fd) || shim_fd_reserved((int)fd));
 }
 
-/* true with *ret set when nr is a call the shim handles on a captured path
- * or descriptor. */
-static bool route(long nr, const long *a, long *ret)
+bool syscall_route(long nr, const long *a, long *ret)
 {
 #define P(i) ((const char *)a[i])
 #define I(i) ((int)a[i])
@@ -167,7 +165,7 @@ SHIM_EXPORT long syscall(long nr, ...)
 		a[i] = va_arg(ap, long);
 	va_end(ap);
 	long r;
-	if (!shim_busy && route(nr, a, &r))
+	if (!shim_busy && syscall_route(nr, a, &r))
 		return r;
 	return REAL(syscall)(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 }

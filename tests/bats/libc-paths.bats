@@ -92,3 +92,17 @@ except OSError as e:
 ' "$CKPT/f"
 	[ "$status" -eq 0 ] || fail "$output"
 }
+
+@test "statx with a NULL path (how Rust before 1.64 probes for it) gives EFAULT, as without the shim" {
+	local probe='
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+r = libc.statx(0, None, 0, 0xfff, None)
+print(r, os.strerror(ctypes.get_errno()))'
+	run python3 -c "$probe"
+	local want="$output"
+	[ "$want" = "-1 Bad address" ] || fail "without the shim: $want"
+	run shim python3 -c "$probe"
+	[ "$status" -eq 0 ] || fail "exited $status: $output"
+	[ "$output" = "$want" ]
+}
