@@ -117,7 +117,7 @@ static bool writing_in(const char *dir)
 	return found;
 }
 
-long dir_rmdir_check(int dirfd, const char *path, bool maybe_file)
+long dir_rmdir_check(int dirfd, const char *path)
 {
 	char abs[PATH_MAX];
 	struct stat st;
@@ -127,8 +127,8 @@ long dir_rmdir_check(int dirfd, const char *path, bool maybe_file)
 	if (shim.policy->nrules == 0 || shim_abspath(dirfd, path, abs, sizeof(abs)) < 0 ||
 	    !stg_policy_may_contain(shim.policy, abs))
 		return SHIM_PASS;
-	if (maybe_file && (REAL(lstat)(abs, &st) < 0 || !S_ISDIR(st.st_mode)))
-		return SHIM_PASS;
+	if (REAL(lstat)(abs, &st) < 0 || !S_ISDIR(st.st_mode))
+		return SHIM_PASS; /* the real call says what it is */
 	/* its captured files live in the cache: the kernel finds it empty */
 	struct listing *l = listing_for(abs);
 	bool full = l && l->n > 0;
@@ -139,7 +139,7 @@ long dir_rmdir_check(int dirfd, const char *path, bool maybe_file)
 
 SHIM_EXPORT int rmdir(const char *path)
 {
-	SHIM_HANDLE(dir_rmdir_check(AT_FDCWD, path, false));
+	SHIM_HANDLE(dir_rmdir_check(AT_FDCWD, path));
 	return REAL(rmdir)(path);
 }
 

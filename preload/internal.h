@@ -325,10 +325,9 @@ int fdtable_next(int fd, struct session **ret);
 /* ---- dir.c: directories ---- */
 
 /* rmdir of (dirfd, path) as the view sees it: -ENOTDIR for a captured file,
- * -ENOTEMPTY for a directory still holding captured files, else SHIM_PASS
- * (a long, as hook.h's handlers). maybe_file: path may name a file (remove),
- * which passes. */
-long dir_rmdir_check(int dirfd, const char *path, bool maybe_file);
+ * -ENOTEMPTY for a real directory still holding captured files, else
+ * SHIM_PASS (a long, as hook.h's handlers). */
+long dir_rmdir_check(int dirfd, const char *path);
 
 /* ---- view.c: what captured paths look like from the application ---- */
 
