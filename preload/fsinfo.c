@@ -21,22 +21,15 @@ static long parent_dir(const char *path, char *dir, size_t len)
 	return 1;
 }
 
-static long statfs_handler(const char *path, struct statfs *buf)
+/* statfs (buf a struct statfs) or statvfs (a struct statvfs) of path. */
+static long fs_handler(const char *path, void *buf, bool vfs)
 {
 	char dir[PATH_MAX];
 	long r = parent_dir(path, dir, sizeof(dir));
 	if (r != 1)
 		return r;
-	return REAL(statfs)(dir, buf) < 0 ? -errno : 0;
-}
-
-static long statvfs_handler(const char *path, struct statvfs *buf)
-{
-	char dir[PATH_MAX];
-	long r = parent_dir(path, dir, sizeof(dir));
-	if (r != 1)
-		return r;
-	return REAL(statvfs)(dir, buf) < 0 ? -errno : 0;
+	r = vfs ? REAL(statvfs)(dir, buf) : REAL(statfs)(dir, buf);
+	return r < 0 ? -errno : 0;
 }
 
 /* On 64-bit Linux the 64 variants have the same layouts. */
@@ -45,25 +38,25 @@ _Static_assert(sizeof(struct statvfs64) == sizeof(struct statvfs), "statvfs64 la
 
 SHIM_EXPORT int statfs(const char *path, struct statfs *buf)
 {
-	SHIM_HANDLE(statfs_handler(path, buf));
+	SHIM_HANDLE(fs_handler(path, buf, false));
 	return REAL(statfs)(path, buf);
 }
 
 SHIM_EXPORT int statfs64(const char *path, struct statfs64 *buf)
 {
-	SHIM_HANDLE(statfs_handler(path, (struct statfs *)buf));
+	SHIM_HANDLE(fs_handler(path, buf, false));
 	return REAL(statfs64)(path, buf);
 }
 
 SHIM_EXPORT int statvfs(const char *path, struct statvfs *buf)
 {
-	SHIM_HANDLE(statvfs_handler(path, buf));
+	SHIM_HANDLE(fs_handler(path, buf, true));
 	return REAL(statvfs)(path, buf);
 }
 
 SHIM_EXPORT int statvfs64(const char *path, struct statvfs64 *buf)
 {
-	SHIM_HANDLE(statvfs_handler(path, (struct statvfs *)buf));
+	SHIM_HANDLE(fs_handler(path, buf, true));
 	return REAL(statvfs64)(path, buf);
 }
 

@@ -57,10 +57,7 @@ const struct stg_path_rule *shim_resolve(int dirfd, const char *path, char *absp
 bool shim_dir_suffix(const char *path)
 {
 	size_t n = strlen(path);
-	while (n > 0 && path[n - 1] == '/')
-		n--;
-	bool slash = path[n] == '/';
-	if (n > 0 && path[n - 1] == '.' && (n == 1 || path[n - 2] == '/'))
+	if (n > 0 && path[n - 1] == '/')
 		return true;
-	return slash;
+	return n > 0 && path[n - 1] == '.' && (n == 1 || path[n - 2] == '/');
 }
