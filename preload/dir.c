@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Directory listings: captured files appear beside the real entries. */
+/* Directories: listings show captured files beside the real entries, a
+ * directory holding captured files is not empty (rmdir), and a captured file
+ * is not a directory (chdir, rmdir). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -94,6 +96,64 @@ static struct listing *listing_for(const char *abs)
 		return NULL;
 	}
 	return l;
+}
+
+/* Is this process writing a file directly in dir (not yet in the catalog)? */
+static bool writing_in(const char *dir)
+{
+	size_t n = strlen(dir);
+	struct session *s;
+	int fd;
+	bool found = false;
+	pthread_mutex_lock(&shim.lock);
+	FDTABLE_EACH(fd, s) {
+		if (!s->unlinked && !strncmp(s->path, dir, n) && s->path[n] == '/' &&
+		    !strchr(s->path + n + 1, '/')) {
+			found = true;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&shim.lock);
+	return found;
+}
+
+long dir_rmdir_check(int dirfd, const char *path)
+{
+	char abs[PATH_MAX];
+	struct stat st;
+	int r = view_at(dirfd, path, abs, sizeof(abs));
+	if (r != 0)
+		return r == 1 ? -ENOTDIR : r;
+	if (shim.policy->nrules == 0 || shim_abspath(dirfd, path, abs, sizeof(abs)) < 0 ||
+	    !stg_policy_may_contain(shim.policy, abs))
+		return SHIM_PASS;
+	if (REAL(lstat)(abs, &st) < 0 || !S_ISDIR(st.st_mode))
+		return SHIM_PASS; /* the real call says what it is */
+	/* its captured files live in the cache: the kernel finds it empty */
+	struct listing *l = listing_for(abs);
+	bool full = l && l->n > 0;
+	if (l)
+		listing_free(l);
+	return full || writing_in(abs) ? -ENOTEMPTY : SHIM_PASS;
+}
+
+SHIM_EXPORT int rmdir(const char *path)
+{
+	SHIM_HANDLE(dir_rmdir_check(AT_FDCWD, path));
+	return REAL(rmdir)(path);
+}
+
+static long not_a_dir(const char *path)
+{
+	char abs[PATH_MAX];
+	int r = view_at(AT_FDCWD, path, abs, sizeof(abs));
+	return r == 1 ? -ENOTDIR : r == 0 ? SHIM_PASS : r;
+}
+
+SHIM_EXPORT int chdir(const char *path)
+{
+	SHIM_HANDLE(not_a_dir(path));
+	return REAL(chdir)(path);
 }
 
 /* Gives a freshly opened stream of directory abs its captured names. */

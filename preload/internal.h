@@ -91,6 +91,10 @@ const struct stg_path_rule *shim_match(const char *abspath);
 const struct stg_path_rule *shim_resolve(int dirfd, const char *path, char *abspath,
 					 size_t len);
 
+/* Does path end the way only a directory's name can ("d/", "d/.")? Its
+ * normalized form has lost that: a captured file so named is ENOTDIR. */
+bool shim_dir_suffix(const char *path);
+
 /* ---- session.c: an open captured file backed by a shadow file ---- */
 
 struct session {
@@ -333,8 +337,23 @@ int fdtable_set(int fd, struct session *s);
 int fdtable_next(int fd, struct session **ret);
 #define FDTABLE_EACH(fd, s) for (fd = fdtable_next(0, &s); fd >= 0; fd = fdtable_next(fd + 1, &s))
 
+/* ---- dir.c: directories ---- */
+
+/* rmdir of (dirfd, path) as the view sees it: -ENOTDIR for a captured file,
+ * -ENOTEMPTY for a real directory still holding captured files, else
+ * SHIM_PASS (a long, as hook.h's handlers). */
+long dir_rmdir_check(int dirfd, const char *path);
+
 /* ---- view.c: what captured paths look like from the application ---- */
 
 /* 1 and the synthesized stat when abspath is a visible captured file, 0 when
  * the catalog does not know it, -errno (ENOENT when it was deleted). */
 int view_stat(const char *abspath, struct stat *st);
+/* The same, first for a file this process has open (its shadow): 1 with *st
+ * filled, 0 when the real file system should answer, -errno. */
+int view_lookup(const char *abspath, struct stat *st);
+/* Is (dirfd, path) a captured file? 1 (abspath filled), 0 when the real file
+ * system should answer (also when the application deleted it), -errno:
+ * -ENOTDIR when it is named as a directory ("f/") or a directory above it
+ * is a captured file. */
+int view_at(int dirfd, const char *path, char *abspath, size_t len);

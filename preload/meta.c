@@ -140,6 +140,15 @@ SHIM_EXPORT int fchmodat(int dirfd, const char *path, mode_t mode, int flags)
 	return REAL(fchmodat)(dirfd, path, mode, flags);
 }
 
+/* glibc's lchmod is a hidden fchmodat(AT_SYMLINK_NOFOLLOW); a captured file
+ * is never a symbolic link, so it is chmod. */
+SHIM_EXPORT int lchmod(const char *path, mode_t mode)
+{
+	struct change c = {.has_mode = true, .mode = mode};
+	SHIM_HANDLE(change(AT_FDCWD, path, -1, &c));
+	return REAL(lchmod)(path, mode);
+}
+
 SHIM_EXPORT int fchmod(int fd, mode_t mode)
 {
 	struct change c = {.has_mode = true, .mode = mode};

@@ -357,12 +357,21 @@ SHIM_EXPORT int unlinkat(int dirfd, const char *path, int flags)
 {
 	if (!(flags & AT_REMOVEDIR))
 		SHIM_HANDLE(unlink_handler(dirfd, path));
+	else
+		SHIM_HANDLE(dir_rmdir_check(dirfd, path));
 	return REAL(unlinkat)(dirfd, path, flags);
+}
+
+/* remove() of a directory is an rmdir (inside libc). */
+static long remove_handler(const char *path)
+{
+	long r = unlink_handler(AT_FDCWD, path);
+	return r == SHIM_PASS ? dir_rmdir_check(AT_FDCWD, path) : r;
 }
 
 SHIM_EXPORT int remove(const char *path)
 {
-	SHIM_HANDLE(unlink_handler(AT_FDCWD, path));
+	SHIM_HANDLE(remove_handler(path));
 	return REAL(remove)(path);
 }
 

@@ -53,3 +53,11 @@ const struct stg_path_rule *shim_resolve(int dirfd, const char *path, char *absp
 		return NULL;
 	return rule;
 }
+
+bool shim_dir_suffix(const char *path)
+{
+	size_t n = strlen(path);
+	if (n > 0 && path[n - 1] == '/')
+		return true;
+	return n > 0 && path[n - 1] == '.' && (n == 1 || path[n - 2] == '/');
+}

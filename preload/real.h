@@ -5,12 +5,15 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/time.h>
 #include <sys/uio.h>
 #include <utime.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 
 #define HOOK(name, ret, params) extern ret(*real_##name) params;

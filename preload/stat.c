@@ -10,23 +10,6 @@
 
 #include "hook.h"
 
-/* 1 with *st filled when abspath is a captured file this process has open or
- * the catalog holds, 0 when the real file system should answer, -errno. */
-static int captured_stat(const char *abspath, struct stat *st)
-{
-	background_wait(abspath);
-	pthread_mutex_lock(&shim.lock);
-	struct session *s = session_find_path(abspath);
-	int fd = s ? session_any_fd(s) : -1;
-	if (s && fd >= 0 && REAL(fstat)(fd, st) == 0) {
-		session_fix_stat(s, st);
-		pthread_mutex_unlock(&shim.lock);
-		return 1;
-	}
-	pthread_mutex_unlock(&shim.lock);
-	return view_stat(abspath, st);
-}
-
 /* (dirfd, path) as a captured file: 0 with *st filled, -errno, or SHIM_PASS
  * when the real file system should answer. */
 static long stat_handler(int dirfd, const char *path, struct stat *st)
@@ -34,7 +17,9 @@ static long stat_handler(int dirfd, const char *path, struct stat *st)
 	char abs[PATH_MAX];
 	if (!shim_resolve(dirfd, path, abs, sizeof(abs)))
 		return SHIM_PASS;
-	int r = captured_stat(abs, st);
+	int r = view_lookup(abs, st);
+	if (r == 1 && shim_dir_suffix(path))
+		return -ENOTDIR;
 	return r == 0 ? SHIM_PASS : r < 0 ? r : 0;
 }
 

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/xattr.h>
@@ -101,6 +102,21 @@ bool syscall_route(long nr, const long *a, long *ret)
 		if (!(a[1] ? captured_path(I(0), P(1)) : captured_fd(a[0])))
 			return false;
 		*ret = utimensat(I(0), P(1), (const struct timespec *)a[2], I(3)); break;
+	case SYS_chown: AT(AT_FDCWD, P(0)); *ret = chown(P(0), (uid_t)a[1], (gid_t)a[2]); break;
+	case SYS_lchown: AT(AT_FDCWD, P(0)); *ret = lchown(P(0), (uid_t)a[1], (gid_t)a[2]); break;
+	case SYS_fchownat: AT(I(0), P(1)); *ret = fchownat(I(0), P(1), (uid_t)a[2], (gid_t)a[3], I(4)); break;
+	case SYS_readlink: AT(AT_FDCWD, P(0)); *ret = readlink(P(0), (char *)a[1], (size_t)a[2]); break;
+	case SYS_readlinkat: AT(I(0), P(1)); *ret = readlinkat(I(0), P(1), (char *)a[2], (size_t)a[3]); break;
+	case SYS_statfs: AT(AT_FDCWD, P(0)); *ret = statfs(P(0), (struct statfs *)a[1]); break;
+	case SYS_name_to_handle_at: AT(I(0), P(1)); *ret = name_to_handle_at(I(0), P(1), (struct file_handle *)a[2], (int *)a[3], I(4)); break;
+	case SYS_mkdir: AT(AT_FDCWD, P(0)); *ret = mkdir(P(0), (mode_t)a[1]); break;
+	case SYS_mkdirat: AT(I(0), P(1)); *ret = mkdirat(I(0), P(1), (mode_t)a[2]); break;
+	case SYS_mknod: AT(AT_FDCWD, P(0)); *ret = mknod(P(0), (mode_t)a[1], (dev_t)a[2]); break;
+	case SYS_mknodat: AT(I(0), P(1)); *ret = mknodat(I(0), P(1), (mode_t)a[2], (dev_t)a[3]); break;
+	case SYS_symlink: AT(AT_FDCWD, P(1)); *ret = symlink(P(0), P(1)); break;
+	case SYS_symlinkat: AT(I(1), P(2)); *ret = symlinkat(P(0), I(1), P(2)); break;
+	case SYS_rmdir: AT(AT_FDCWD, P(0)); *ret = rmdir(P(0)); break;
+	case SYS_chdir: AT(AT_FDCWD, P(0)); *ret = chdir(P(0)); break;
 	case SYS_getxattr: AT(AT_FDCWD, P(0)); *ret = getxattr(P(0), P(1), (void *)a[2], (size_t)a[3]); break;
 	case SYS_lgetxattr: AT(AT_FDCWD, P(0)); *ret = lgetxattr(P(0), P(1), (void *)a[2], (size_t)a[3]); break;
 	case SYS_listxattr: AT(AT_FDCWD, P(0)); *ret = listxattr(P(0), (char *)a[1], (size_t)a[2]); break;

@@ -1,12 +1,30 @@
 /* SPDX-License-Identifier: MIT */
-/* What captured paths look like to the application: stat of committed files. */
+/* What captured paths look like to the application: stat of committed files,
+ * and of files this process is writing. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "catalog.h"
 #include "internal.h"
 #include "real.h"
+
+int view_lookup(const char *abspath, struct stat *st)
+{
+	background_wait(abspath);
+	pthread_mutex_lock(&shim.lock);
+	struct session *s = session_find_path(abspath);
+	int fd = s ? session_any_fd(s) : -1;
+	if (s && fd >= 0 && real_fstat(fd, st) == 0) {
+		session_fix_stat(s, st);
+		pthread_mutex_unlock(&shim.lock);
+		return 1;
+	}
+	pthread_mutex_unlock(&shim.lock);
+	return view_stat(abspath, st);
+}
 
 int view_stat(const char *abspath, struct stat *st)
 {
@@ -54,4 +72,30 @@ int view_stat(const char *abspath, struct stat *st)
 	st->st_atim = st->st_mtim;
 	st->st_ctim = st->st_mtim;
 	return 1;
+}
+
+/* Is a directory above abspath a captured file? */
+static bool under_file(const char *abspath)
+{
+	char dir[PATH_MAX];
+	struct stat st;
+	snprintf(dir, sizeof(dir), "%s", abspath);
+	for (char *slash; (slash = strrchr(dir, '/')) && slash != dir;) {
+		*slash = '\0';
+		if (shim_match(dir) && view_lookup(dir, &st) == 1)
+			return true;
+	}
+	return false;
+}
+
+int view_at(int dirfd, const char *path, char *abspath, size_t len)
+{
+	struct stat st;
+	if (!shim_resolve(dirfd, path, abspath, len))
+		return 0;
+	int r = view_lookup(abspath, &st);
+	if ((r == 1 && shim_dir_suffix(path)) || (r <= 0 && under_file(abspath)))
+		return -ENOTDIR;
+	/* deleted: nothing is left on the real file system either */
+	return r == -ENOENT ? 0 : r;
 }
