@@ -1,0 +1,66 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# Writes that must not escape capture: glibc creating a file with a call of
+# its own (mkstemp, posix_spawn's file actions), a file made without a name
+# (O_TMPFILE) and linked later, and metadata set through a descriptor (cp -p
+# sets the mode with fsetxattr). After each, no regular file exists below
+# $CKPT on the real file system, and the shim shows the data.
+
+load lib/common
+load lib/capture
+
+setup() {
+	common_setup
+	ESCAPES="$PROGS/escapes"
+}
+
+# No regular file below $CKPT on the real file system.
+no_real_files() {
+	local found
+	found=$(find "$CKPT" -type f)
+	[ -z "$found" ] || fail "real files below $CKPT: $found"
+}
+
+@test "mkstemp in a captured directory: captured files, renamed or kept, no real one" {
+	twice "$ESCAPES" mkstemp @D@ >/dev/null
+	no_real_files
+	check_file final 1
+	local kept
+	kept=$(shim ls "$CKPT" | grep '^kept') || fail "no kept file: $(shim ls -A "$CKPT")"
+	[[ "$kept" == kept?????? ]] || fail "name '$kept'"
+	[ "$(shim ls -A "$CKPT" | sort | tr '\n' ' ')" = "final $kept " ] ||
+		fail "left behind: $(shim ls -A "$CKPT")"
+	[ "$(shim cat "$CKPT/$kept")" = kept ]
+	[ "$(shim stat -c %a "$CKPT/$kept")" = 600 ]
+	[ "$(version_count "$CKPT/$kept")" = 1 ]
+}
+
+@test "mkostemps with a suffix in a captured directory: a version under the generated name" {
+	run tshim "$ESCAPES" mkostemps "$CKPT"
+	[ "$status" -eq 0 ] || fail "$output"
+	local name="$output"
+	[[ "$name" == "$CKPT"/tmp??????.dat ]] || fail "name '$name'"
+	no_real_files
+	[ "$(version_count "$name")" = 1 ] || fail "$("$STAGEHAND" ls "$name")"
+	[ "$(shim cat "$name")" = kept ]
+	[ "$(shim stat -c %a "$name")" = 600 ]
+}
+
+@test "sort -T with a captured temporary directory: its temporary files are captured too" {
+	mkdir "$CKPT/tmp"
+	seq 30000 -1 1 >"$T/in"
+	sort -n "$T/in" >"$T/want"
+	# The compressor runs while sort's temporary files exist: it looks.
+	cat >"$T/look" <<EOF
+#!/bin/sh
+[ "\$1" = -d ] || env -u LD_PRELOAD find "$CKPT" -type f >>"$T/seen"
+exec cat
+EOF
+	chmod +x "$T/look"
+	tshim sort -n -S 1k -T "$CKPT/tmp" --compress-program="$T/look" -o "$CKPT/sorted" "$T/in"
+	[ -f "$T/seen" ] || fail "sort used no temporary file"
+	[ ! -s "$T/seen" ] || fail "real temporary files: $(sort -u "$T/seen" | head)"
+	no_real_files
+	shim cat "$CKPT/sorted" | cmp - "$T/want"
+	[ -z "$(shim ls -A "$CKPT/tmp")" ] || fail "left behind: $(shim ls -A "$CKPT/tmp")"
+}
