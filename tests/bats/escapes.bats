@@ -64,3 +64,32 @@ EOF
 	shim cat "$CKPT/sorted" | cmp - "$T/want"
 	[ -z "$(shim ls -A "$CKPT/tmp")" ] || fail "left behind: $(shim ls -A "$CKPT/tmp")"
 }
+
+@test "open(dir, O_TMPFILE) in a captured directory fails EOPNOTSUPP: the program's fallback is a captured file" {
+	twice "$ESCAPES" tmpfile @D@
+	no_real_files
+	check_file anon 1
+	run tshim python3 -c 'import os, sys; os.open(sys.argv[1], os.O_TMPFILE | os.O_RDWR)' "$CKPT"
+	[[ "$output" == *"Operation not supported"* ]] || fail "$output"
+}
+
+@test "linkat of an O_TMPFILE file made elsewhere to a captured name, through /proc/self/fd or AT_EMPTY_PATH: a version" {
+	mkdir "$T/out"
+	for how in proc empty; do
+		"$ESCAPES" linktmp "$T/out" "$REF/$how" "$how"
+		tshim "$ESCAPES" linktmp "$T/out" "$CKPT/$how" "$how"
+	done
+	no_real_files
+	check_file proc 1
+	check_file empty 1
+	# onto an existing name: EEXIST, as on a file system
+	run tshim "$ESCAPES" linktmp "$T/out" "$CKPT/proc" proc
+	[[ "$output" == *"File exists"* ]] || fail "$output"
+}
+
+@test "linkat of a captured file's own descriptor through /proc/self/fd: the new name is captured" {
+	twice "$ESCAPES" linkopen @D@
+	no_real_files
+	check_file a 1
+	check_file b 1
+}
