@@ -93,3 +93,64 @@ EOF
 	check_file a 1
 	check_file b 1
 }
+
+@test "cp -p and cp -a into a captured directory keep the modes (cp sets them with fsetxattr, an ACL)" {
+	printf 'run me\n' >"$T/x755"
+	printf 'read me\n' >"$T/x644"
+	chmod 755 "$T/x755"
+	chmod 644 "$T/x644"
+	for opt in -p -a; do
+		for f in x755 x644; do
+			cp $opt "$T/$f" "$REF/$f$opt"
+			tshim cp $opt "$T/$f" "$CKPT/$f$opt"
+			check_file "$f$opt" 1
+		done
+	done
+	no_real_files
+	run tshim python3 -c '
+import errno, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+assert os.listxattr(fd) == []
+for call in (lambda: os.setxattr(fd, "user.k", b"v"), lambda: os.getxattr(fd, "user.k"),
+             lambda: os.removexattr(fd, "user.k")):
+    try:
+        call()
+        sys.exit("succeeded")
+    except OSError as e:
+        assert e.errno in (errno.ENOTSUP, errno.ENODATA), e
+' "$CKPT/x644-p"
+	[ "$status" -eq 0 ] || fail "$output"
+}
+
+@test "tar -xpf into a captured directory keeps the modes" {
+	mkdir "$T/src"
+	printf 'a\n' >"$T/src/a755"
+	printf 'b\n' >"$T/src/b600"
+	chmod 755 "$T/src/a755"
+	chmod 600 "$T/src/b600"
+	tar -C "$T/src" -cf "$T/x.tar" a755 b600
+	twice tar -C @D@ -xpf "$T/x.tar"
+	no_real_files
+	check_file a755 1
+	check_file b600 1
+}
+
+@test "fchown of a captured file: to its owner a no-op, to another EPERM (it has no owner of its own)" {
+	tshim sh -c 'echo x >"$1"' sh "$CKPT/f"
+	run tshim python3 -c '
+import errno, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+st = os.fstat(fd)
+os.fchown(fd, st.st_uid, st.st_gid)
+os.fchown(fd, -1, -1)
+try:
+    os.fchown(fd, st.st_uid + 1234, -1)
+    sys.exit("fchown to another owner succeeded")
+except OSError as e:
+    assert e.errno == errno.EPERM, e
+assert os.fstat(fd).st_uid == st.st_uid
+os.close(fd)
+' "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "$output"
+	no_real_files
+}
