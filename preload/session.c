@@ -1082,7 +1082,7 @@ void session_adopt_inherited(void)
 	closedir(d);
 }
 
-void session_exit(void)
+void session_exit(bool flush_stdio)
 {
 	bool any_adopted = false;
 	int fd;
@@ -1094,7 +1094,7 @@ void session_exit(void)
 	pthread_mutex_unlock(&shim.lock);
 	/* stdio flushes after the destructors run; an inherited stdout needs its
 	 * buffered bytes in the shadow before the commit. */
-	if (any_adopted)
+	if (any_adopted && flush_stdio)
 		fflush(NULL);
 	pthread_mutex_lock(&shim.lock);
 	FDTABLE_EACH(fd, s) {

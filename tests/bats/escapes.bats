@@ -154,3 +154,38 @@ os.close(fd)
 	[ "$status" -eq 0 ] || fail "$output"
 	no_real_files
 }
+
+@test "posix_spawn with an open action on a captured path: the child's output is captured" {
+	local script='
+import os, sys
+d = sys.argv[1]
+path = d + "/out"
+pid = os.posix_spawn("/bin/sh", ["sh", "-c", "echo hello"], os.environ,
+                     file_actions=[(os.POSIX_SPAWN_OPEN, 1, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)])
+assert os.waitpid(pid, 0)[1] == 0
+# and a captured file read as the standard input of another child
+r, w = os.pipe()
+pid = os.posix_spawn("/bin/sh", ["sh", "-c", "tr a-z A-Z"], os.environ,
+                     file_actions=[(os.POSIX_SPAWN_OPEN, 0, path, os.O_RDONLY, 0),
+                                   (os.POSIX_SPAWN_DUP2, w, 1)])
+os.close(w)
+got = os.read(r, 100)
+assert os.waitpid(pid, 0)[1] == 0
+assert got == b"HELLO\n", got
+'
+	python3 -c "$script" "$REF"
+	tshim python3 -c "$script" "$CKPT"
+	no_real_files
+	check_file out
+	# no descriptor of it stays open in the parent
+	run tshim python3 -c '
+import os, sys
+n = len(os.listdir("/proc/self/fd"))
+for i in range(20):
+    pid = os.posix_spawn("/bin/true", ["true"], os.environ,
+                         file_actions=[(os.POSIX_SPAWN_OPEN, 1, sys.argv[1], os.O_RDONLY, 0)])
+    os.waitpid(pid, 0)
+assert len(os.listdir("/proc/self/fd")) == n, os.listdir("/proc/self/fd")
+' "$CKPT/out"
+	[ "$status" -eq 0 ] || fail "$output"
+}
