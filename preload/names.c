@@ -367,9 +367,11 @@ static int proc_fd(int dirfd, const char *path)
 	if (shim_abspath(dirfd, path, abs, sizeof(abs)) < 0)
 		return -1;
 	int n = snprintf(self, sizeof(self), "/proc/%d/fd/", (int)getpid());
-	const char *p = strncmp(abs, "/proc/self/fd/", 14) == 0 ? abs + 14
-			: strncmp(abs, self, (size_t)n) == 0   ? abs + n
-								: NULL;
+	const char *p = NULL;
+	if (strncmp(abs, "/proc/self/fd/", 14) == 0)
+		p = abs + 14;
+	else if (strncmp(abs, self, (size_t)n) == 0)
+		p = abs + n;
 	if (!p || *p < '0' || *p > '9')
 		return -1;
 	char *end;
