@@ -165,8 +165,9 @@ void session_after_fork(void);
 /* Scans inherited descriptors for shadows (exec keeps them, not our tables). */
 void session_adopt_inherited(void);
 
-/* At exit: commits adopted sessions, warns about ones never closed. */
-void session_exit(void);
+/* At exit: commits adopted sessions, warns about ones never closed.
+ * flush_stdio: exit() (stdio's buffers belong in the files), not _exit(). */
+void session_exit(bool flush_stdio);
 
 /* Renames every session in this process whose path is old (or below it). */
 void session_renamed(const char *oldpath, const char *newpath);

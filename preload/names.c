@@ -298,7 +298,7 @@ static int commit_written(const char *abs)
  * (docs/CAPTURE.md). A captured file cannot get a name outside the captured
  * area (EXDEV: callers copy instead); a real file linked into it becomes a
  * version there, the real file staying. */
-static long link_handler(int od, const char *op, int nd, const char *np)
+static long link_handler(int od, const char *op, int nd, const char *np, bool follow)
 {
 	char oabs[PATH_MAX], nabs[PATH_MAX];
 	const struct stg_path_rule *ro = shim_resolve(od, op, oabs, sizeof(oabs));
@@ -325,25 +325,79 @@ static long link_handler(int od, const char *op, int nd, const char *np)
 		return r;
 	}
 	char src[PATH_MAX];
-	if (!rn || REAL(fstatat)(od, op, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
-	    shim_abspath(od, op, src, sizeof(src)) < 0)
+	if (!rn || REAL(fstatat)(od, op, &st, follow ? 0 : AT_SYMLINK_NOFOLLOW) < 0 ||
+	    !S_ISREG(st.st_mode) || shim_abspath(od, op, src, sizeof(src)) < 0)
 		return SHIM_PASS;
 	if (captured_exists(nabs) || REAL(lstat)(nabs, &st) == 0)
 		return -EEXIST;
 	return import_real(src, nabs, rn);
 }
 
+/* linkat() of a descriptor: the captured file it is open on (its shadow
+ * must never get a real name), or any other regular file, an O_TMPFILE one
+ * say, which a captured name makes a version as link() does a real file. */
+static long link_fd_handler(int fd, int nd, const char *np)
+{
+	char path[PATH_MAX] = "";
+	pthread_mutex_lock(&shim.lock);
+	struct session *s = fdtable_get(fd);
+	bool unlinked = s && s->unlinked;
+	if (s)
+		snprintf(path, sizeof(path), "%s", s->path);
+	pthread_mutex_unlock(&shim.lock);
+	if (s)
+		return unlinked ? -ENOENT : link_handler(AT_FDCWD, path, nd, np, false);
+	char nabs[PATH_MAX];
+	const struct stg_path_rule *rn = shim_resolve(nd, np, nabs, sizeof(nabs));
+	struct stat st;
+	if (!rn || REAL(fstat)(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return SHIM_PASS;
+	background_wait(nabs);
+	if (captured_exists(nabs) || REAL(lstat)(nabs, &st) == 0)
+		return -EEXIST;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	return import_real(path, nabs, rn);
+}
+
+/* The descriptor a /proc/self/fd/N (or /proc/<our pid>/fd/N) name stands
+ * for, or -1. */
+static int proc_fd(int dirfd, const char *path)
+{
+	char abs[PATH_MAX], self[32];
+	if (shim_abspath(dirfd, path, abs, sizeof(abs)) < 0)
+		return -1;
+	int n = snprintf(self, sizeof(self), "/proc/%d/fd/", (int)getpid());
+	const char *p = NULL;
+	if (strncmp(abs, "/proc/self/fd/", 14) == 0)
+		p = abs + 14;
+	else if (strncmp(abs, self, (size_t)n) == 0)
+		p = abs + n;
+	if (!p || *p < '0' || *p > '9')
+		return -1;
+	char *end;
+	long fd = strtol(p, &end, 10);
+	return *end || fd > INT_MAX ? -1 : (int)fd;
+}
+
+static long linkat_handler(int od, const char *op, int nd, const char *np, int flags)
+{
+	if ((flags & AT_EMPTY_PATH) && op && !op[0])
+		return link_fd_handler(od, nd, np);
+	int fd = flags & AT_SYMLINK_FOLLOW ? proc_fd(od, op) : -1;
+	if (fd >= 0)
+		return link_fd_handler(fd, nd, np);
+	return link_handler(od, op, nd, np, flags & AT_SYMLINK_FOLLOW);
+}
+
 SHIM_EXPORT int link(const char *oldpath, const char *newpath)
 {
-	SHIM_HANDLE(link_handler(AT_FDCWD, oldpath, AT_FDCWD, newpath));
+	SHIM_HANDLE(link_handler(AT_FDCWD, oldpath, AT_FDCWD, newpath, false));
 	return REAL(link)(oldpath, newpath);
 }
 
 SHIM_EXPORT int linkat(int od, const char *op, int nd, const char *np, int flags)
 {
-	/* AT_EMPTY_PATH links a descriptor (an O_TMPFILE one): real. */
-	if (!(flags & AT_EMPTY_PATH))
-		SHIM_HANDLE(link_handler(od, op, nd, np));
+	SHIM_HANDLE(linkat_handler(od, op, nd, np, flags));
 	return REAL(linkat)(od, op, nd, np, flags);
 }
 

@@ -21,11 +21,22 @@ static void forget_stale(int fd)
 	}
 }
 
+/* An O_TMPFILE file has no name to capture until linkat() gives it one, and
+ * what it is written after that would be lost: where files are captured,
+ * the answer of a file system without O_TMPFILE (callers fall back to a
+ * named file) rather than a real file. */
+static long tmpfile_handler(int dirfd, const char *path)
+{
+	char abs[PATH_MAX];
+	if (shim.policy->nrules == 0 || shim_abspath(dirfd, path, abs, sizeof(abs)) < 0)
+		return SHIM_PASS;
+	return stg_policy_may_contain(shim.policy, abs) ? -EOPNOTSUPP : SHIM_PASS;
+}
+
 static long open_handler(int dirfd, const char *path, int flags, mode_t mode)
 {
-	/* An O_TMPFILE descriptor has no name to capture. */
 	if ((flags & O_TMPFILE) == O_TMPFILE)
-		return SHIM_PASS;
+		return tmpfile_handler(dirfd, path);
 	char abs[PATH_MAX];
 	const struct stg_path_rule *rule = shim_resolve(dirfd, path, abs, sizeof(abs));
 	if (!rule)

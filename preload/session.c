@@ -62,7 +62,7 @@ static int create_shadow(const char *path)
 	if (fd < 0)
 		return -errno;
 	/* Lets a program exec'd with this descriptor find out what it is. */
-	if (fsetxattr(fd, XATTR_PATH, path, strlen(path), 0) < 0)
+	if (real_fsetxattr(fd, XATTR_PATH, path, strlen(path), 0) < 0)
 		stg_debug("no xattr on the shadow of '%s': exec'd children cannot commit it",
 			  path);
 	return fd;
@@ -1022,7 +1022,7 @@ static void adopt_fd(int fd)
 	if (strncmp(target, shim.tmp_prefix, strlen(shim.tmp_prefix)) != 0)
 		return;
 	char path[PATH_MAX];
-	ssize_t pl = fgetxattr(fd, XATTR_PATH, path, sizeof(path) - 1);
+	ssize_t pl = real_fgetxattr(fd, XATTR_PATH, path, sizeof(path) - 1);
 	if (pl <= 0 || path[0] != '/')
 		return;
 	path[pl] = '\0';
@@ -1082,7 +1082,7 @@ void session_adopt_inherited(void)
 	closedir(d);
 }
 
-void session_exit(void)
+void session_exit(bool flush_stdio)
 {
 	bool any_adopted = false;
 	int fd;
@@ -1094,7 +1094,7 @@ void session_exit(void)
 	pthread_mutex_unlock(&shim.lock);
 	/* stdio flushes after the destructors run; an inherited stdout needs its
 	 * buffered bytes in the shadow before the commit. */
-	if (any_adopted)
+	if (any_adopted && flush_stdio)
 		fflush(NULL);
 	pthread_mutex_lock(&shim.lock);
 	FDTABLE_EACH(fd, s) {

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hook.h"
 #include "internal.h"
 #include "log.h"
 #include "real.h"
@@ -196,8 +197,35 @@ __attribute__((destructor)) static void shim_destructor(void)
 	if (!shim.ready)
 		return;
 	shim_busy++;
-	session_exit();
+	session_exit(true);
 	shim_busy--;
+}
+
+/* _exit() closes the descriptors as exit() does, and a process may end
+ * that way holding a captured file last (dash ends every shell so, after
+ * flushing its own buffers): commit as at exit, without flushing stdio,
+ * whose buffers _exit() drops. */
+static void before_exit(void)
+{
+	if (shim.ready && !shim_busy) {
+		shim_busy++;
+		session_exit(false);
+		shim_busy--;
+	}
+}
+
+SHIM_EXPORT void _exit(int status)
+{
+	before_exit();
+	REAL(_exit)(status);
+	__builtin_unreachable();
+}
+
+SHIM_EXPORT void _Exit(int status)
+{
+	before_exit();
+	REAL(_Exit)(status);
+	__builtin_unreachable();
 }
 
 bool shim_active(void)

@@ -72,3 +72,33 @@ SHIM_EXPORT int lremovexattr(const char *path, const char *name)
 	SHIM_HANDLE(no_attrs(path, -ENODATA));
 	return REAL(lremovexattr)(path, name);
 }
+
+/* The same answers through a captured file's descriptor, not its shadow's:
+ * cp -p sets the mode as an ACL, and on ENOTSUP falls back to fchmod. */
+SHIM_EXPORT ssize_t fgetxattr(int fd, const char *name, void *value, size_t size)
+{
+	if (fdtable_get(fd))
+		SHIM_HANDLE(-ENODATA);
+	return REAL(fgetxattr)(fd, name, value, size);
+}
+
+SHIM_EXPORT ssize_t flistxattr(int fd, char *list, size_t size)
+{
+	if (fdtable_get(fd))
+		SHIM_HANDLE(0);
+	return REAL(flistxattr)(fd, list, size);
+}
+
+SHIM_EXPORT int fsetxattr(int fd, const char *name, const void *value, size_t size, int flags)
+{
+	if (fdtable_get(fd))
+		SHIM_HANDLE(-ENOTSUP);
+	return REAL(fsetxattr)(fd, name, value, size, flags);
+}
+
+SHIM_EXPORT int fremovexattr(int fd, const char *name)
+{
+	if (fdtable_get(fd))
+		SHIM_HANDLE(-ENODATA);
+	return REAL(fremovexattr)(fd, name);
+}
