@@ -238,32 +238,6 @@ SHIM_EXPORT int msync(void *addr, size_t len, int flags)
 	return r;
 }
 
-/* A captured file has no owner of its own to give away: a chown to the
- * owner it shows succeeds and changes nothing, any other fails as for a
- * user without the right. */
-static int chown_captured(uid_t uid, gid_t gid, const struct stat *st)
-{
-	bool same = (uid == (uid_t)-1 || uid == st->st_uid) &&
-		    (gid == (gid_t)-1 || gid == st->st_gid);
-	return same ? 0 : -EPERM;
-}
-
-/* The shadow's owner is the one fstat() shows (session_fix_stat). */
-static long fchown_handler(int fd, uid_t uid, gid_t gid)
-{
-	struct stat st;
-	if (REAL(fstat)(fd, &st) < 0)
-		return -errno;
-	return chown_captured(uid, gid, &st);
-}
-
-SHIM_EXPORT int fchown(int fd, uid_t uid, gid_t gid)
-{
-	if (fdtable_get(fd))
-		SHIM_HANDLE(fchown_handler(fd, uid, gid));
-	return REAL(fchown)(fd, uid, gid);
-}
-
 SHIM_EXPORT mode_t umask(mode_t mask)
 {
 	mode_t old = REAL(umask)(mask);
