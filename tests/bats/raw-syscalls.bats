@@ -1,0 +1,61 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# Programs that make system calls without libc (Rust's rustix with its
+# linux_raw backend, under the tempfile crate and safetensors) write captured
+# files as they do on a plain file system: each runs on the reference
+# directory without the shim and on the captured one with it.
+
+load lib/common
+load lib/capture
+
+# Debian 12 has no safetensors: scripts/deps.sh installs it in this venv,
+# over Debian's numpy.
+VENV_PYTHON=/opt/stagehand-test-venv/bin/python
+RAWFS_SRC="$BATS_TEST_DIRNAME/../rust/rawfs"
+RAWFS_TARGET="$STAGEHAND_BUILD/tests/rust"
+RAWFS="$RAWFS_TARGET/release/rawfs"
+
+setup() {
+	common_setup
+}
+
+# Builds tests/rust/rawfs once into the build directory (cargo fetches the
+# locked crates the first time); a later run finds it up to date.
+build_rawfs() {
+	command -v cargo >/dev/null || skip "cargo not found (scripts/deps.sh installs it)"
+	CARGO_TARGET_DIR="$RAWFS_TARGET" cargo build --release --locked --quiet \
+		--manifest-path "$RAWFS_SRC/Cargo.toml" >&2 || fail "cargo build of $RAWFS_SRC"
+}
+
+# No real file below $CKPT: a temporary name left behind shows there too.
+assert_nothing_real() {
+	local real
+	real=$(find "$CKPT" -type f -o -type l)
+	[ -z "$real" ] || fail "real files below $CKPT: $real"
+}
+
+@test "Rust std::fs and tempfile (persist through a raw renameat, persist_noclobber) on captured files" {
+	build_rawfs
+	twice_sh '"$1" "$D" >"$D.out"' "$RAWFS"
+	[ "$(cat "$REF.out")" = "$(printf 'model.bin 307200\nnotes.old 21')" ] ||
+		fail "reference run listed: $(cat "$REF.out")"
+	diff "$REF.out" "$CKPT.out" >&2 || fail "the captured run listed other files"
+	check_file model.bin 1
+	check_file notes.old
+	assert_nothing_real
+}
+
+@test "safetensors save_file (a .tmp file persisted with a raw renameat), then load_file" {
+	[ -x "$VENV_PYTHON" ] || fail "no $VENV_PYTHON: run scripts/deps.sh"
+	twice "$VENV_PYTHON" -c '
+import sys
+import numpy as np
+from safetensors.numpy import load_file, save_file
+path = sys.argv[1] + "/model.safetensors"
+w = np.arange(1000, dtype=np.float32)
+save_file({"w": w}, path)
+assert np.array_equal(load_file(path)["w"], w)
+' @D@
+	check_file model.safetensors 1
+	assert_nothing_real
+}
