@@ -22,16 +22,16 @@ setup() {
 # Builds tests/rust/rawfs once into the build directory (cargo fetches the
 # locked crates the first time); a later run finds it up to date.
 build_rawfs() {
-	local -a env=(CARGO_TARGET_DIR="$RAWFS_TARGET")
+	local -a vars=(CARGO_TARGET_DIR="$RAWFS_TARGET")
 	command -v cargo >/dev/null || skip "cargo not found (scripts/deps.sh installs it)"
 	# Debian 12's cargo (1.65) reads crates.io's git index, which is not
 	# reachable here, unless told to use the sparse one (stable from 1.68).
 	case "$(cargo -V)" in
 	"cargo 1.6"[0-7].*)
-		env+=(RUSTC_BOOTSTRAP=1 CARGO_UNSTABLE_SPARSE_REGISTRY=true
+		vars+=(RUSTC_BOOTSTRAP=1 CARGO_UNSTABLE_SPARSE_REGISTRY=true
 			CARGO_REGISTRIES_CRATES_IO_PROTOCOL=sparse) ;;
 	esac
-	env "${env[@]}" cargo build --release --locked --quiet \
+	env "${vars[@]}" cargo build --release --locked --quiet \
 		--manifest-path "$RAWFS_SRC/Cargo.toml" >&2 || fail "cargo build of $RAWFS_SRC"
 }
 
