@@ -8,22 +8,37 @@ packages=(
 	build-essential meson ninja-build pkg-config gcc g++ gfortran
 	libxxhash-dev liblz4-dev liburing-dev libjemalloc-dev libinih-dev
 	libibverbs-dev librdmacm-dev
-	bats rsync tar python3 python3-numpy python3-h5py time strace util-linux
+	bats rsync tar python3 python3-numpy python3-h5py python3-venv time strace util-linux
 	iproute2 netcat-openbsd procps
 	mpich libmpich-dev libhdf5-mpich-dev
+	cargo
 )
+# safetensors (not packaged in Debian 12), beside Debian's numpy, for the
+# tests of programs that make system calls without libc.
+venv=/opt/stagehand-test-venv
+safetensors=0.8.0
 
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+have_venv=0
+"$venv/bin/python" -c 'import safetensors, sys; sys.exit(safetensors.__version__ != sys.argv[1])' \
+	"$safetensors" 2>/dev/null && have_venv=1
+[ ${#missing[@]} -eq 0 ] && [ $have_venv -eq 1 ] && exit 0
 
-echo "installing: ${missing[*]}" >&2
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
 	command -v sudo >/dev/null || { echo "deps.sh: run as root or install sudo" >&2; exit 1; }
 	SUDO=sudo
 fi
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -ne 0 ]; then
+	echo "installing: ${missing[*]}" >&2
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ $have_venv -eq 0 ]; then
+	echo "installing: safetensors $safetensors in $venv" >&2
+	$SUDO /usr/bin/python3 -m venv --system-site-packages "$venv"
+	$SUDO "$venv/bin/python" -m pip install -q --disable-pip-version-check "safetensors==$safetensors"
+fi
