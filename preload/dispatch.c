@@ -105,7 +105,9 @@ static int find_go_note(struct dl_phdr_info *info, size_t size, void *arg)
 		while (p + sizeof(ElfW(Nhdr)) <= end) {
 			const ElfW(Nhdr) *n = (const ElfW(Nhdr) *)p;
 			const char *name = p + sizeof(*n);
-			if (n->n_namesz == 3 && name + 3 <= end && memcmp(name, "Go", 3) == 0)
+			/* (Go's linker writes the name "Go\0\0", size 4) */
+			if ((n->n_namesz == 3 || n->n_namesz == 4) && name + 3 <= end &&
+			    memcmp(name, "Go", 3) == 0)
 				*(bool *)arg = true;
 			p = name + ((n->n_namesz + 3) & ~3u) + ((n->n_descsz + 3) & ~3u);
 		}

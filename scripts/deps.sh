@@ -11,7 +11,7 @@ packages=(
 	bats rsync tar python3 python3-numpy python3-h5py python3-venv time strace util-linux
 	iproute2 netcat-openbsd procps
 	mpich libmpich-dev libhdf5-mpich-dev
-	cargo
+	cargo golang-go
 )
 # safetensors (not packaged in Debian 12), beside Debian's numpy, for the
 # tests of programs that make system calls without libc.

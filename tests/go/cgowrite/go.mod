@@ -1,0 +1,3 @@
+module stagehand.test/cgowrite
+
+go 1.19
