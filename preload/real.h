@@ -3,6 +3,8 @@
 #pragma once
 
 #include <dirent.h>
+#include <ftw.h>
+#include <glob.h>
 #include <spawn.h>
 #include <sys/time.h>
 #include <sys/uio.h>
