@@ -295,13 +295,8 @@ SHIM_EXPORT int nftw64(const char *path,
 {
 	if (shim_idle())
 		return REAL(nftw64)(path, fn, nopenfd, flags);
-	if (flags & ~NFTW_FLAGS) {
-		errno = EINVAL;
-		return -1;
-	}
-	struct walk w = {.flags = flags, .nopenfd = nopenfd};
-	w.nfn = (int (*)(const char *, const struct stat *, int, struct FTW *))fn;
-	return walk(&w, path);
+	return nftw(path, (int (*)(const char *, const struct stat *, int, struct FTW *))fn, nopenfd,
+		    flags);
 }
 
 SHIM_EXPORT int ftw(const char *path, int (*fn)(const char *, const struct stat *, int), int nopenfd)
@@ -317,7 +312,5 @@ SHIM_EXPORT int ftw64(const char *path, int (*fn)(const char *, const struct sta
 {
 	if (shim_idle())
 		return REAL(ftw64)(path, fn, nopenfd);
-	struct walk w = {.old = true, .nopenfd = nopenfd};
-	w.fn = (int (*)(const char *, const struct stat *, int))fn;
-	return walk(&w, path);
+	return ftw(path, (int (*)(const char *, const struct stat *, int))fn, nopenfd);
 }

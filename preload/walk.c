@@ -22,11 +22,6 @@ static struct dirent *glob_readdir(void *d)
 	return readdir(d);
 }
 
-static struct dirent64 *glob_readdir64(void *d)
-{
-	return readdir64(d);
-}
-
 static void glob_closedir(void *d)
 {
 	closedir(d);
@@ -49,18 +44,15 @@ SHIM_EXPORT int glob(const char *pattern, int flags, int (*errfunc)(const char *
 	return r;
 }
 
+/* On 64-bit Linux glob64_t is glob_t, with the dirent64 and stat64 of the
+ * same layouts. */
+_Static_assert(sizeof(glob64_t) == sizeof(glob_t), "glob64_t layout");
+
 SHIM_EXPORT int glob64(const char *pattern, int flags, int (*errfunc)(const char *, int), glob64_t *g)
 {
 	if ((flags & GLOB_ALTDIRFUNC) || shim_idle())
 		return REAL(glob64)(pattern, flags, errfunc, g);
-	g->gl_opendir = glob_opendir;
-	g->gl_readdir = glob_readdir64;
-	g->gl_closedir = glob_closedir;
-	g->gl_stat = stat64;
-	g->gl_lstat = lstat64;
-	int r = REAL(glob64)(pattern, flags | GLOB_ALTDIRFUNC, errfunc, g);
-	g->gl_flags &= ~GLOB_ALTDIRFUNC;
-	return r;
+	return glob(pattern, flags, errfunc, (glob_t *)g);
 }
 
 /* On 64-bit Linux struct dirent and struct dirent64 have one layout, so one

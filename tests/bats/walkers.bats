@@ -96,6 +96,22 @@ same() {
 	grep -q '^F D/tree/sub/deep/e level=3 base=e size=6 ' "$CKPT.out" || fail "$(cat "$CKPT.out")"
 }
 
+@test "on a tree with nothing captured, the shim's ftw, nftw and scandir give glibc's output, in its order" {
+	local flags
+	# $REF is not captured, but the shim is on: its own walks run.
+	for flags in - phys depth chdir mount actionretval phys,depth,chdir,actionretval; do
+		"$WALK" nftw "$REF" "$REF/tree" "$flags" >"$T/glibc"
+		tshim "$WALK" nftw "$REF" "$REF/tree" "$flags" >"$T/shim"
+		diff -u "$T/glibc" "$T/shim" >&2 || fail "nftw $flags differs (+ the shim's)"
+	done
+	"$WALK" ftw "$REF" "$REF/tree/" >"$T/glibc"
+	tshim "$WALK" ftw "$REF" "$REF/tree/" >"$T/shim"
+	diff -u "$T/glibc" "$T/shim" >&2 || fail "ftw differs (+ the shim's)"
+	"$WALK" scandirat "$REF" "$REF" tree/sub >"$T/glibc"
+	tshim "$WALK" scandirat "$REF" "$REF" tree/sub >"$T/shim"
+	diff -u "$T/glibc" "$T/shim" >&2 || fail "scandirat differs (+ the shim's)"
+}
+
 @test "nftw, ftw of a captured file visit it as FTW_F; of a missing one fail with ENOENT" {
 	same "$WALK" nftw @D@ @D@/tree/a -
 	same "$WALK" nftw64 @D@ @D@/tree/sub/c chdir
