@@ -21,6 +21,7 @@ struct listing {
 	char **names; /* visible captured files directly in the directory */
 	bool *deleted_real; /* parallel: hides a real entry of that name */
 	size_t n, next;
+	bool real_done; /* a seekdir into the captured names: skip the real ones */
 	char **hidden; /* captured files that were deleted: hide real ones too */
 	size_t nhidden;
 	struct dirent64 ent;
@@ -173,13 +174,22 @@ SHIM_EXPORT DIR *opendir(const char *path)
 {
 	DIR *d = REAL(opendir)(path);
 	int saved;
-	if (!d || !shim_enter(&saved))
+	if (!shim_enter(&saved))
 		return d;
 	char abs[PATH_MAX];
-	if (shim.policy->nrules > 0 && shim_abspath(AT_FDCWD, path, abs, sizeof(abs)) == 0)
-		attach_listing(d, abs);
-	shim_leave(0, saved);
-	return d;
+	struct stat st;
+	if (d) {
+		if (shim.policy->nrules > 0 && shim_abspath(AT_FDCWD, path, abs, sizeof(abs)) == 0)
+			attach_listing(d, abs);
+		shim_leave(0, saved);
+		return d;
+	}
+	/* A captured file is not a directory. */
+	int err = errno;
+	if (err == ENOENT && shim_resolve(AT_FDCWD, path, abs, sizeof(abs)) && view_stat(abs, &st) == 1)
+		err = ENOTDIR;
+	shim_leave(-err, saved);
+	return NULL;
 }
 
 SHIM_EXPORT DIR *fdopendir(int fd)
@@ -227,7 +237,7 @@ static struct dirent64 *next_entry(DIR *d, struct dirent64 *(*real)(DIR *))
 		return real(d);
 	int saved = errno;
 	struct dirent64 *e;
-	while ((e = real(d))) {
+	while (!l->real_done && (e = real(d))) {
 		if (!in(l->names, l->n, e->d_name) && !in(l->hidden, l->nhidden, e->d_name))
 			return e;
 	}
@@ -260,13 +270,76 @@ SHIM_EXPORT struct dirent64 *readdir64(DIR *d)
 	return next_entry(d, REAL(readdir64));
 }
 
+/* The reentrant forms read through the same stream. */
+SHIM_EXPORT int readdir64_r(DIR *d, struct dirent64 *entry, struct dirent64 **ret)
+{
+	if (!listings)
+		return REAL(readdir64_r)(d, entry, ret);
+	int saved = errno;
+	errno = 0;
+	struct dirent64 *e = readdir64(d);
+	int err = errno;
+	errno = saved;
+	if (!e) {
+		*ret = NULL;
+		return err;
+	}
+	memcpy(entry, e, offsetof(struct dirent64, d_name) + strlen(e->d_name) + 1);
+	*ret = entry;
+	return 0;
+}
+
+SHIM_EXPORT int readdir_r(DIR *d, struct dirent *entry, struct dirent **ret)
+{
+	if (!listings)
+		return REAL(readdir_r)(d, entry, ret);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+	return readdir64_r(d, (struct dirent64 *)entry, (struct dirent64 **)ret);
+#pragma GCC diagnostic pop
+}
+
+/* A position among the captured names, which come after every real entry,
+ * is told as -2 - next: real positions are offsets (>= 0) and -1 is an
+ * error. */
+SHIM_EXPORT long telldir(DIR *d)
+{
+	long pos = REAL(telldir)(d);
+	if (!listings)
+		return pos;
+	pthread_mutex_lock(&shim.lock);
+	struct listing *l = find(d);
+	if (l && (l->real_done || l->next > 0))
+		pos = -2 - (long)l->next;
+	pthread_mutex_unlock(&shim.lock);
+	return pos;
+}
+
+SHIM_EXPORT void seekdir(DIR *d, long pos)
+{
+	struct listing *l = NULL;
+	if (listings) {
+		pthread_mutex_lock(&shim.lock);
+		l = find(d);
+		if (l) {
+			l->real_done = pos < -1;
+			l->next = pos < -1 ? (size_t)(-2 - pos) : 0;
+		}
+		pthread_mutex_unlock(&shim.lock);
+	}
+	if (!l || pos >= 0)
+		REAL(seekdir)(d, pos);
+}
+
 SHIM_EXPORT void rewinddir(DIR *d)
 {
 	REAL(rewinddir)(d);
 	pthread_mutex_lock(&shim.lock);
 	struct listing *l = find(d);
-	if (l)
+	if (l) {
 		l->next = 0;
+		l->real_done = false;
+	}
 	pthread_mutex_unlock(&shim.lock);
 }
 

@@ -56,6 +56,14 @@ static inline long shim_leave(long r, int saved_errno)
 	return r;
 }
 
+/* For wrappers that redo a libc function on the hooked calls (walk.c,
+ * ftw.c): they run without the guard, or those calls would pass through.
+ * True when there is nothing to show and the real function will do. */
+static inline bool shim_idle(void)
+{
+	return shim_busy || !shim_active() || shim.policy->nrules == 0;
+}
+
 #define SHIM_HANDLE(handler_call)                                        \
 	do {                                                             \
 		int saved_errno_;                                        \

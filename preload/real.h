@@ -6,6 +6,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <glob.h>
 #include <spawn.h>
 #include <sys/time.h>
 #include <sys/uio.h>
