@@ -122,6 +122,7 @@ static bool is_go_program(void)
 	return go;
 }
 
+#ifdef __x86_64__
 #define SIGBIT(sig) (1ull << ((sig) - 1))
 
 /* The kernel's struct sigaction, as rt_sigaction takes it. */
@@ -240,6 +241,8 @@ static void on_sigsys(int sig, siginfo_t *si, void *ctx)
 	g[REG_RAX] = ret;
 	errno = saved;
 }
+
+#endif
 
 void dispatch_thread_on(void)
 {
