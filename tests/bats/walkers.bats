@@ -142,6 +142,16 @@ same() {
 	grep -q ', 0 positions wrong$' "$CKPT.out" || fail "$(cat "$CKPT.out")"
 }
 
+@test "python glob.glob (recursive **, a wildcard, a captured literal) and os.walk list like the reference" {
+	same python3 -c '
+import glob, os, sys
+d = sys.argv[1]
+for pattern in ("tree/**", "tree/*/*", "tree/sub/c", "tree/s*/[cs]*"):
+    print(pattern, sorted(os.path.relpath(p, d) for p in glob.glob(d + "/" + pattern, recursive=True)))
+for top, dirs, files in sorted(os.walk(d + "/tree")):
+    print(os.path.relpath(top, d), sorted(dirs), sorted(files))' @D@
+}
+
 @test "tar -cf of a captured tree lists like the reference (tar -tvf: modes, sizes, names)" {
 	same -s bash -c 'cd "$1" && tar -cf "$1.tar" tree && tar -tvf "$1.tar" | awk "{print \$1, \$3, \$6, \$7, \$8}"' bash @D@
 }
