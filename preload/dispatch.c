@@ -92,8 +92,8 @@ static bool text_of(uintptr_t base, uintptr_t addr, struct range *out)
 	return dl_iterate_phdr(find_text, &q) == 1;
 }
 
-/* Go binaries carry a note owned by "Go" (their build id). Looks at the
- * first object only: the program. */
+/* Go binaries and libraries (c-shared) carry a note owned by "Go" (their
+ * build id). A Go library loaded later with dlopen is not seen. */
 static int find_go_note(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	(void)size;
@@ -107,15 +107,17 @@ static int find_go_note(struct dl_phdr_info *info, size_t size, void *arg)
 			const char *name = p + sizeof(*n);
 			/* (Go's linker writes the name "Go\0\0", size 4) */
 			if ((n->n_namesz == 3 || n->n_namesz == 4) && name + 3 <= end &&
-			    memcmp(name, "Go", 3) == 0)
+			    memcmp(name, "Go", 3) == 0) {
 				*(bool *)arg = true;
+				return 1;
+			}
 			p = name + ((n->n_namesz + 3) & ~3u) + ((n->n_descsz + 3) & ~3u);
 		}
 	}
-	return 1;
+	return 0;
 }
 
-static bool is_go_program(void)
+static bool has_go_code(void)
 {
 	bool go = false;
 	dl_iterate_phdr(find_go_note, &go);
@@ -161,6 +163,16 @@ static long sigprocmask_on_return(ucontext_t *uc, const long *a)
 	if (a[2])
 		*(uint64_t *)a[2] = old;
 	return 0;
+}
+
+/* sigaltstack, kept past the handler's return (which restores the one the
+ * thread had when it trapped). */
+static long sigaltstack_on_return(ucontext_t *uc, const long *a)
+{
+	long r = make_call(SYS_sigaltstack, a);
+	if (r == 0 && a[0])
+		sigaltstack(NULL, &uc->uc_stack);
+	return r;
 }
 
 /* rt_sigaction: SIGSYS stays the shim's (the program's choice is kept for
@@ -219,9 +231,10 @@ static void on_sigsys(int sig, siginfo_t *si, void *ctx)
 	long nr = g[REG_RAX], ret;
 	long a[6] = {g[REG_RDI], g[REG_RSI], g[REG_RDX], g[REG_R10], g[REG_R8], g[REG_R9]};
 	if (si->si_arch != AUDIT_ARCH_X86_64 || nr == SYS_rt_sigreturn || nr == SYS_clone ||
-	    nr == SYS_clone3 || nr == SYS_fork || nr == SYS_vfork) {
+	    nr == SYS_clone3 || nr == SYS_fork || nr == SYS_vfork || nr == SYS_arch_prctl) {
 		/* Cannot be made from inside a handler (a new stack, a
-		 * different frame) or another ABI: it runs where it was made,
+		 * different frame, a new thread pointer under the handler's
+		 * feet) or another ABI: it runs where it was made,
 		 * this thread unguarded until its next call into a hook. All
 		 * three instructions (syscall, int $0x80, sysenter) are 2 bytes. */
 		dispatch_selector = SYSCALL_DISPATCH_FILTER_ALLOW;
@@ -231,6 +244,8 @@ static void on_sigsys(int sig, siginfo_t *si, void *ctx)
 	}
 	if (nr == SYS_rt_sigprocmask)
 		ret = sigprocmask_on_return(uc, a);
+	else if (nr == SYS_sigaltstack)
+		ret = sigaltstack_on_return(uc, a);
 	else if (nr == SYS_rt_sigaction)
 		ret = sigaction_trapped(a);
 	else if (shim_busy || in_range(&d.loader, (uintptr_t)si->si_call_addr) ||
@@ -257,8 +272,8 @@ void dispatch_init(void)
 	const char *env = getenv("STAGEHAND_SYSCALL_DISPATCH");
 	if (env && strcmp(env, "0") == 0)
 		return;
-	if (is_go_program()) {
-		shim_log(STG_LOG_DEBUG, "a Go program: its system calls, made without libc, are not trapped");
+	if (has_go_code()) {
+		shim_log(STG_LOG_DEBUG, "Go code in this program: system calls made without libc are not trapped");
 		return;
 	}
 	if (!text_of(0, (uintptr_t)REAL(syscall), &d.libc)) {

@@ -47,6 +47,9 @@ void dispatch_init(void);
  * descriptor: made through the shim's wrapper (syscall.c). */
 bool syscall_route(long nr, const long *a, long *ret);
 
+/* Closes the files opened for posix_spawn open actions (spawn_actions.c). */
+void spawn_actions_release_all(void);
+
 /* Runs the lazy parts of start-up; false means pass everything through. */
 bool shim_active(void);
 

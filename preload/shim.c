@@ -141,6 +141,7 @@ static void after_fork_child(void)
 	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
 	pthread_mutex_init(&shim.lock, &attr);
 	pthread_mutexattr_destroy(&attr);
+	shim.pid = getpid();
 	shim_fdguard_after_fork();
 	share_after_fork_child();
 	background_after_fork_child();
@@ -192,38 +193,38 @@ __attribute__((constructor)) static void shim_constructor(void)
 	shim_init();
 }
 
-__attribute__((destructor)) static void shim_destructor(void)
+/* The process's last commits, at exit() (flush_stdio) or _exit(). Not in a
+ * child sharing the parent's memory without a fork (clone with CLONE_VM, a
+ * raw vfork): the tables it would settle are the parent's. */
+static void at_exit(bool flush_stdio)
 {
-	if (!shim.ready)
+	if (!shim.ready || shim_busy || getpid() != shim.pid)
 		return;
 	shim_busy++;
-	session_exit(true);
+	spawn_actions_release_all();
+	session_exit(flush_stdio);
 	shim_busy--;
+}
+
+__attribute__((destructor)) static void shim_destructor(void)
+{
+	at_exit(true);
 }
 
 /* _exit() closes the descriptors as exit() does, and a process may end
  * that way holding a captured file last (dash ends every shell so, after
  * flushing its own buffers): commit as at exit, without flushing stdio,
  * whose buffers _exit() drops. */
-static void before_exit(void)
-{
-	if (shim.ready && !shim_busy) {
-		shim_busy++;
-		session_exit(false);
-		shim_busy--;
-	}
-}
-
 SHIM_EXPORT void _exit(int status)
 {
-	before_exit();
+	at_exit(false);
 	REAL(_exit)(status);
 	__builtin_unreachable();
 }
 
 SHIM_EXPORT void _Exit(int status)
 {
-	before_exit();
+	at_exit(false);
 	REAL(_Exit)(status);
 	__builtin_unreachable();
 }

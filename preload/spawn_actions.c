@@ -58,13 +58,14 @@ static long addopen_handler(posix_spawn_file_actions_t *fa, int target, const ch
 	return 0;
 }
 
-/* Closes what was opened for fa, which may commit. */
+/* Closes what was opened for fa (NULL: for every object), which may
+ * commit. */
 static void release_for(const posix_spawn_file_actions_t *fa)
 {
 	for (;;) {
 		pthread_mutex_lock(&shim.lock);
 		struct held **p = &helds;
-		while (*p && (*p)->fa != fa)
+		while (*p && fa && (*p)->fa != fa)
 			p = &(*p)->next;
 		struct held *h = *p;
 		if (h)
@@ -100,4 +101,12 @@ SHIM_EXPORT int posix_spawn_file_actions_destroy(posix_spawn_file_actions_t *fa)
 		shim_leave(0, saved);
 	}
 	return REAL(posix_spawn_file_actions_destroy)(fa);
+}
+
+/* At exit: a program need not destroy its actions objects, and the files
+ * opened for them hold what its children wrote. */
+void spawn_actions_release_all(void)
+{
+	if (__atomic_load_n(&helds, __ATOMIC_RELAXED))
+		release_for(NULL);
 }

@@ -59,11 +59,19 @@ static bool captured_fd(long fd)
 	return fd >= 0 && fd <= INT32_MAX && (fdtable_peek((int)fd) || shim_fd_reserved((int)fd));
 }
 
+/* (dirfd, path) with its flags: with AT_EMPTY_PATH and "", the descriptor
+ * itself. */
+static bool captured_at(long dirfd, const char *path, int flags)
+{
+	return path && !path[0] && (flags & AT_EMPTY_PATH) ? captured_fd(dirfd) : captured_path((int)dirfd, path);
+}
+
 bool syscall_route(long nr, const long *a, long *ret)
 {
 #define P(i) ((const char *)a[i])
 #define I(i) ((int)a[i])
 #define AT(d, p) if (!captured_path(d, p)) return false
+#define ATE(d, p, fl) if (!captured_at(d, p, fl)) return false
 #define AT2(d1, p1, d2, p2) if (!captured_path(d1, p1) && !captured_path(d2, p2)) return false
 #define FD(f) if (!captured_fd(f)) return false
 #define FD2(f1, f2) if (!captured_fd(f1) && !captured_fd(f2)) return false
@@ -81,16 +89,20 @@ bool syscall_route(long nr, const long *a, long *ret)
 	case SYS_stat: AT(AT_FDCWD, P(0)); *ret = stat(P(0), (struct stat *)a[1]); break;
 	case SYS_lstat: AT(AT_FDCWD, P(0)); *ret = lstat(P(0), (struct stat *)a[1]); break;
 	case SYS_fstat: FD(a[0]); *ret = fstat(I(0), (struct stat *)a[1]); break;
-	case SYS_newfstatat: AT(I(0), P(1)); *ret = fstatat(I(0), P(1), (struct stat *)a[2], I(3)); break;
-	case SYS_statx: AT(I(0), P(1)); *ret = statx(I(0), P(1), I(2), (unsigned)a[3], (struct statx *)a[4]); break;
+	case SYS_newfstatat: ATE(I(0), P(1), I(3)); *ret = fstatat(I(0), P(1), (struct stat *)a[2], I(3)); break;
+	case SYS_statx: ATE(I(0), P(1), I(2)); *ret = statx(I(0), P(1), I(2), (unsigned)a[3], (struct statx *)a[4]); break;
 	case SYS_access: AT(AT_FDCWD, P(0)); *ret = access(P(0), I(1)); break;
 	case SYS_faccessat: AT(I(0), P(1)); *ret = faccessat(I(0), P(1), I(2), 0); break;
-	case SYS_faccessat2: AT(I(0), P(1)); *ret = faccessat(I(0), P(1), I(2), I(3)); break;
+	case SYS_faccessat2: ATE(I(0), P(1), I(3)); *ret = faccessat(I(0), P(1), I(2), I(3)); break;
 	case SYS_rename: AT2(AT_FDCWD, P(0), AT_FDCWD, P(1)); *ret = rename(P(0), P(1)); break;
 	case SYS_renameat: AT2(I(0), P(1), I(2), P(3)); *ret = renameat(I(0), P(1), I(2), P(3)); break;
 	case SYS_renameat2: AT2(I(0), P(1), I(2), P(3)); *ret = renameat2(I(0), P(1), I(2), P(3), (unsigned)a[4]); break;
 	case SYS_link: AT2(AT_FDCWD, P(0), AT_FDCWD, P(1)); *ret = link(P(0), P(1)); break;
-	case SYS_linkat: AT2(I(0), P(1), I(2), P(3)); *ret = linkat(I(0), P(1), I(2), P(3), I(4)); break;
+	case SYS_linkat:
+		if (!captured_at(I(0), P(1), I(4)) && !captured_path(I(2), P(3)))
+			return false;
+		*ret = linkat(I(0), P(1), I(2), P(3), I(4));
+		break;
 	case SYS_unlink: AT(AT_FDCWD, P(0)); *ret = unlink(P(0)); break;
 	case SYS_unlinkat: AT(I(0), P(1)); *ret = unlinkat(I(0), P(1), I(2)); break;
 	case SYS_truncate: AT(AT_FDCWD, P(0)); *ret = truncate(P(0), (off_t)a[1]); break;
@@ -104,7 +116,7 @@ bool syscall_route(long nr, const long *a, long *ret)
 		*ret = utimensat(I(0), P(1), (const struct timespec *)a[2], I(3)); break;
 	case SYS_chown: AT(AT_FDCWD, P(0)); *ret = chown(P(0), (uid_t)a[1], (gid_t)a[2]); break;
 	case SYS_lchown: AT(AT_FDCWD, P(0)); *ret = lchown(P(0), (uid_t)a[1], (gid_t)a[2]); break;
-	case SYS_fchownat: AT(I(0), P(1)); *ret = fchownat(I(0), P(1), (uid_t)a[2], (gid_t)a[3], I(4)); break;
+	case SYS_fchownat: ATE(I(0), P(1), I(4)); *ret = fchownat(I(0), P(1), (uid_t)a[2], (gid_t)a[3], I(4)); break;
 	case SYS_readlink: AT(AT_FDCWD, P(0)); *ret = readlink(P(0), (char *)a[1], (size_t)a[2]); break;
 	case SYS_readlinkat: AT(I(0), P(1)); *ret = readlinkat(I(0), P(1), (char *)a[2], (size_t)a[3]); break;
 	case SYS_statfs: AT(AT_FDCWD, P(0)); *ret = statfs(P(0), (struct statfs *)a[1]); break;
@@ -121,14 +133,29 @@ bool syscall_route(long nr, const long *a, long *ret)
 	case SYS_lgetxattr: AT(AT_FDCWD, P(0)); *ret = lgetxattr(P(0), P(1), (void *)a[2], (size_t)a[3]); break;
 	case SYS_listxattr: AT(AT_FDCWD, P(0)); *ret = listxattr(P(0), (char *)a[1], (size_t)a[2]); break;
 	case SYS_llistxattr: AT(AT_FDCWD, P(0)); *ret = llistxattr(P(0), (char *)a[1], (size_t)a[2]); break;
+	case SYS_setxattr: AT(AT_FDCWD, P(0)); *ret = setxattr(P(0), P(1), (const void *)a[2], (size_t)a[3], I(4)); break;
+	case SYS_lsetxattr: AT(AT_FDCWD, P(0)); *ret = lsetxattr(P(0), P(1), (const void *)a[2], (size_t)a[3], I(4)); break;
+	case SYS_removexattr: AT(AT_FDCWD, P(0)); *ret = removexattr(P(0), P(1)); break;
+	case SYS_lremovexattr: AT(AT_FDCWD, P(0)); *ret = lremovexattr(P(0), P(1)); break;
+	case SYS_fgetxattr: FD(a[0]); *ret = fgetxattr(I(0), P(1), (void *)a[2], (size_t)a[3]); break;
+	case SYS_fsetxattr: FD(a[0]); *ret = fsetxattr(I(0), P(1), (const void *)a[2], (size_t)a[3], I(4)); break;
+	case SYS_flistxattr: FD(a[0]); *ret = flistxattr(I(0), (char *)a[1], (size_t)a[2]); break;
+	case SYS_fremovexattr: FD(a[0]); *ret = fremovexattr(I(0), P(1)); break;
+	case SYS_fchown: FD(a[0]); *ret = fchown(I(0), (uid_t)a[1], (gid_t)a[2]); break;
+	case SYS_utime: AT(AT_FDCWD, P(0)); *ret = utime(P(0), (const struct utimbuf *)a[1]); break;
+	case SYS_utimes: AT(AT_FDCWD, P(0)); *ret = utimes(P(0), (const struct timeval *)a[1]); break;
+	case SYS_futimesat: AT(I(0), P(1)); *ret = futimesat(I(0), P(1), (const struct timeval *)a[2]); break;
 	case SYS_write: FD(a[0]); *ret = write(I(0), (const void *)a[1], (size_t)a[2]); break;
 	case SYS_pwrite64: FD(a[0]); *ret = pwrite(I(0), (const void *)a[1], (size_t)a[2], (off_t)a[3]); break;
 	case SYS_writev: FD(a[0]); *ret = writev(I(0), (const struct iovec *)a[1], I(2)); break;
 	case SYS_pwritev: FD(a[0]); *ret = pwritev(I(0), (const struct iovec *)a[1], I(2), (off_t)a[3]); break;
+	/* (x86-64 passes the whole offset in the low word; flags after the high one) */
+	case SYS_pwritev2: FD(a[0]); *ret = pwritev2(I(0), (const struct iovec *)a[1], I(2), (off_t)a[3], I(5)); break;
 	case SYS_read: FD(a[0]); *ret = read(I(0), (void *)a[1], (size_t)a[2]); break;
 	case SYS_pread64: FD(a[0]); *ret = pread(I(0), (void *)a[1], (size_t)a[2], (off_t)a[3]); break;
 	case SYS_readv: FD(a[0]); *ret = readv(I(0), (const struct iovec *)a[1], I(2)); break;
 	case SYS_preadv: FD(a[0]); *ret = preadv(I(0), (const struct iovec *)a[1], I(2), (off_t)a[3]); break;
+	case SYS_preadv2: FD(a[0]); *ret = preadv2(I(0), (const struct iovec *)a[1], I(2), (off_t)a[3], I(5)); break;
 	case SYS_lseek: FD(a[0]); *ret = lseek(I(0), (off_t)a[1], I(2)); break;
 	case SYS_fsync: FD(a[0]); *ret = fsync(I(0)); break;
 	case SYS_fdatasync: FD(a[0]); *ret = fdatasync(I(0)); break;
@@ -154,6 +181,11 @@ bool syscall_route(long nr, const long *a, long *ret)
 		break;
 	}
 	case SYS_execve: if (!shim.ready) return false; *ret = execve(P(0), (char *const *)a[1], (char *const *)a[2]); break;
+	case SYS_exit_group:
+		/* (the shim's _exit commits what the process holds last) */
+		if (!shim.ready)
+			return false;
+		_exit(I(0));
 	case SYS_execveat:
 		if (!shim.ready)
 			return false;
@@ -165,6 +197,7 @@ bool syscall_route(long nr, const long *a, long *ret)
 #undef P
 #undef I
 #undef AT
+#undef ATE
 #undef AT2
 #undef FD
 #undef FD2

@@ -86,6 +86,11 @@ setup() {
 	done
 }
 
+@test "a child sharing the memory (clone CLONE_VM|CLONE_VFORK) ends with _exit: the parent's file stays the parent's" {
+	twice "$WRITER" clone-vm-exit @D@/x
+	check_file x 1
+}
+
 @test "threads: 8 threads pwrite disjoint regions of one descriptor, one close" {
 	twice "$WRITER" threads @D@/x
 	check_file x 1

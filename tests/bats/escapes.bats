@@ -189,3 +189,9 @@ assert len(os.listdir("/proc/self/fd")) == n, os.listdir("/proc/self/fd")
 ' "$CKPT/out"
 	[ "$status" -eq 0 ] || fail "$output"
 }
+
+@test "posix_spawn open action, and the program exits without destroying the actions: the child's output is committed" {
+	twice "$PROGS/escapes" spawnkeep @D@
+	no_real_files
+	check_file spawned 1
+}

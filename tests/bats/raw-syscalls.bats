@@ -86,6 +86,22 @@ no_real_files() {
 	no_real_files
 }
 
+@test "raw pwritev2 on a captured file's descriptor, and newfstatat/statx of the descriptor (AT_EMPTY_PATH)" {
+	need_rawsys
+	twice "$PROGS/rawsys" fdcalls @D@
+	check_file model 1
+	no_real_files
+}
+
+@test "a raw sigaltstack is kept past the trap; a raw exit_group commits the captured standard output" {
+	need_rawsys
+	twice "$PROGS/rawsys" altstack @D@
+	check_file model 1
+	twice_sh '"$1" exit "$D" >"$D/out"' "$PROGS/rawsys"
+	check_file out 1
+	no_real_files
+}
+
 @test "STAGEHAND_SYSCALL_DISPATCH=0: raw syscalls are not seen (the test above can fail)" {
 	need_rawsys
 	STAGEHAND_SYSCALL_DISPATCH=0 shim "$PROGS/rawsys" plain "$CKPT"

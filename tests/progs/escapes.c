@@ -16,10 +16,12 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int die(const char *what)
@@ -127,6 +129,26 @@ static int do_linkopen(const char *dir)
 	return close(fd) < 0 ? die("close") : 0;
 }
 
+/* A C program that spawns a child writing through an open action, waits,
+ * and exits without destroying the actions object. */
+static int do_spawnkeep(const char *dir)
+{
+	char out[4096];
+	snprintf(out, sizeof(out), "%s/spawned", dir);
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	if (posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644) != 0)
+		return die("addopen");
+	char *argv[] = {"sh", "-c", "echo from the child", NULL};
+	extern char **environ;
+	pid_t pid;
+	int st;
+	if (posix_spawn(&pid, "/bin/sh", &fa, NULL, argv, environ) != 0 ||
+	    waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		return die("spawn");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "mkstemp") == 0)
@@ -139,7 +161,9 @@ int main(int argc, char **argv)
 		return do_linktmp(argv[2], argv[3], argv[4]);
 	if (argc == 3 && strcmp(argv[1], "linkopen") == 0)
 		return do_linkopen(argv[2]);
+	if (argc == 3 && strcmp(argv[1], "spawnkeep") == 0)
+		return do_spawnkeep(argv[2]);
 	fprintf(stderr, "usage: escapes mkstemp|mkostemps|tmpfile|linkopen DIR | "
-			"linktmp SRCDIR DST proc|empty\n");
+			"linktmp SRCDIR DST proc|empty | spawnkeep DIR\n");
 	return 2;
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,6 +73,33 @@ static void *write_model(void *tag)
 	return NULL;
 }
 
+/* Calls on a captured file's descriptor after writes through libc (which
+ * the shim may hold in memory): newfstatat and statx of the descriptor
+ * itself (AT_EMPTY_PATH) see them, and pwritev2 lands over them. */
+static void fd_calls(void)
+{
+	char p[4096], buf[4096];
+	snprintf(p, sizeof(p), "%s/model", dir);
+	int fd = open(p, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	check(fd >= 0, "open", fd);
+	memset(buf, 'a', sizeof(buf));
+	for (int i = 0; i < 64; i++)
+		check(write(fd, buf, sizeof(buf)) == sizeof(buf), "write", i);
+	struct stat st;
+	long r = raw6(SYS_newfstatat, fd, (long)"", (long)&st, AT_EMPTY_PATH, 0, 0);
+	check(r == 0 && st.st_size == 64 * 4096, "newfstatat AT_EMPTY_PATH", r ? r : st.st_size);
+	struct statx stx;
+	r = raw6(SYS_statx, fd, (long)"", AT_EMPTY_PATH, STATX_SIZE, (long)&stx, 0);
+	check(r == 0 && stx.stx_size == 64 * 4096, "statx AT_EMPTY_PATH", r ? r : (long)stx.stx_size);
+	memset(buf, 'b', sizeof(buf));
+	struct iovec iov = {buf, sizeof(buf)};
+	for (int i = 0; i < 4; i++) {
+		r = raw6(SYS_pwritev2, fd, (long)&iov, 1, (long)i * 8192, 0, 0);
+		check(r == 4096, "pwritev2", r);
+	}
+	close(fd);
+}
+
 static void on_usr1(int sig)
 {
 	(void)sig;
@@ -86,7 +114,8 @@ static void on_sys(int sig)
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
-		fprintf(stderr, "usage: rawsys plain|blocked|own-sigsys|handler|thread|fork DIR\n");
+		fprintf(stderr, "usage: rawsys plain|blocked|own-sigsys|handler|thread|fork|fdcalls|"
+				"altstack|exit DIR\n");
 		return 2;
 	}
 	const char *mode = argv[1];
@@ -126,6 +155,25 @@ int main(int argc, char **argv)
 		for (int i = 0; i < 4; i++)
 			pthread_join(t[i], NULL);
 		write_model("");
+	} else if (strcmp(mode, "fdcalls") == 0) {
+		fd_calls();
+	} else if (strcmp(mode, "altstack") == 0) {
+		/* a new alternate stack set without libc is the one kept */
+		static char a[65536], b[65536];
+		stack_t sa = {.ss_sp = a, .ss_size = sizeof(a)}, sb = {.ss_sp = b, .ss_size = sizeof(b)}, cur;
+		sigaltstack(&sa, NULL);
+		long r = raw(SYS_sigaltstack, &sb, NULL, 0, 0);
+		check(r == 0, "sigaltstack", r);
+		sigaltstack(NULL, &cur);
+		check(cur.ss_sp == b, "sigaltstack read back", 0);
+		write_model("");
+	} else if (strcmp(mode, "exit") == 0) {
+		/* standard output is the captured file: written, then the
+		 * process ends with a raw exit_group */
+		static const char msg[] = "written to standard output, then exit_group\n";
+		long r = raw(SYS_write, 1, msg, sizeof(msg) - 1, 0);
+		check(r == (long)sizeof(msg) - 1, "write", r);
+		raw(SYS_exit_group, 0, 0, 0, 0);
 	} else if (strcmp(mode, "fork") == 0) {
 		pid_t pid = fork();
 		if (pid == 0) {

@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <pthread.h>
+#include <sched.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -919,6 +920,30 @@ static void do_exec_over(void)
 	die("exec /bin/true");
 }
 
+/* A child sharing the process's memory without a fork (clone with CLONE_VM
+ * and CLONE_VFORK, as a raw vfork is) that ends with _exit while the file
+ * is open: the parent's file is the parent's to commit. */
+static char clone_stack[64 << 10];
+
+static int clone_child(void *p)
+{
+	(void)p;
+	_exit(0);
+}
+
+static void do_clone_vm_exit(void)
+{
+	int fd = xopen(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	write_random(fd, 300000);
+	pid_t pid = clone(clone_child, clone_stack + sizeof(clone_stack), CLONE_VM | CLONE_VFORK | SIGCHLD,
+			  NULL);
+	int st;
+	if (pid < 0 || waitpid(pid, &st, 0) != pid)
+		die("clone");
+	write_random(fd, 300000);
+	xclose(fd);
+}
+
 #define NTHREADS 8
 #define REGION 98304 /* 1.5 chunks: threads share chunks at the edges */
 
@@ -1095,6 +1120,7 @@ static const struct {
 	{"vfork-exec", do_vfork_exec},
 	{"posix-spawn", do_posix_spawn},
 	{"exec-over", do_exec_over},
+	{"clone-vm-exit", do_clone_vm_exit},
 	{"threads", do_threads},
 	{"threads-open", do_threads_open},
 	{"noclose", do_noclose},
