@@ -356,6 +356,8 @@ int view_stat(const char *abspath, struct stat *st);
 /* The same, first for a file this process has open (its shadow): 1 with *st
  * filled, 0 when the real file system should answer, -errno. */
 int view_lookup(const char *abspath, struct stat *st);
+/* Is a directory above abspath a captured file? */
+bool view_under_file(const char *abspath);
 /* Is (dirfd, path) a captured file? 1 (abspath filled), 0 when the real file
  * system should answer (also when the application deleted it), -errno:
  * -ENOTDIR when it is named as a directory ("f/") or a directory above it

@@ -94,9 +94,11 @@ static int change_path(int dirfd, const char *path, const struct change *c)
 		return 0;
 	struct stat st;
 	int r = view_stat(abs, &st);
-	if (r <= 0)
-		return r == 0 ? 1 : r; /* the catalog does not know it: a real file */
-	return amend(abs, rule, c);
+	if (r == 0) /* the catalog does not know it: a real file, or none */
+		return view_under_file(abs) ? -ENOTDIR : 1;
+	if (r < 0)
+		return r;
+	return shim_dir_suffix(path) ? -ENOTDIR : amend(abs, rule, c);
 }
 
 static int change_fd(int fd, const struct change *c)

@@ -23,13 +23,32 @@ static long stat_handler(int dirfd, const char *path, struct stat *st)
 	return r == 0 ? SHIM_PASS : r < 0 ? r : 0;
 }
 
+/* After the real stat said ENOENT: -ENOTDIR when a directory above the name
+ * is a captured file, as a file system answers. Asked only then, so a stat
+ * of a real file costs nothing more. */
+static long below_file(int dirfd, const char *path)
+{
+	char abs[PATH_MAX];
+	if (!shim_resolve(dirfd, path, abs, sizeof(abs)))
+		return SHIM_PASS;
+	return view_under_file(abs) ? -ENOTDIR : SHIM_PASS;
+}
+
+/* The real call's result r on (dirfd, path), corrected by below_file. */
+static int checked(int r, int dirfd, const char *path)
+{
+	if (r < 0 && errno == ENOENT)
+		SHIM_HANDLE(below_file(dirfd, path));
+	return r;
+}
+
 /* The common path of every path-based stat. */
 static int stat_at(int dirfd, const char *path, struct stat *st, int flags)
 {
 	if (!shim_busy && path && !path[0] && (flags & AT_EMPTY_PATH))
 		return fstat(dirfd, st);
 	SHIM_HANDLE(stat_handler(dirfd, path, st));
-	return REAL(fstatat)(dirfd, path, st, flags);
+	return checked(REAL(fstatat)(dirfd, path, st, flags), dirfd, path);
 }
 
 SHIM_EXPORT int fstat(int fd, struct stat *st)
@@ -184,7 +203,7 @@ SHIM_EXPORT int statx(int dirfd, const char *path, int flags, unsigned mask, str
 		return r;
 	}
 	SHIM_HANDLE(statx_handler(dirfd, path, mask, stx));
-	return REAL(statx)(dirfd, path, flags, mask, stx);
+	return checked(REAL(statx)(dirfd, path, flags, mask, stx), dirfd, path);
 }
 
 /* A captured file is the caller's own: its owner bits decide, and for root
@@ -207,13 +226,13 @@ static long access_handler(int dirfd, const char *path, int mode, bool effective
 SHIM_EXPORT int access(const char *path, int mode)
 {
 	SHIM_HANDLE(access_handler(AT_FDCWD, path, mode, false));
-	return REAL(access)(path, mode);
+	return checked(REAL(access)(path, mode), AT_FDCWD, path);
 }
 
 SHIM_EXPORT int faccessat(int dirfd, const char *path, int mode, int flags)
 {
 	SHIM_HANDLE(access_handler(dirfd, path, mode, flags & AT_EACCESS));
-	return REAL(faccessat)(dirfd, path, mode, flags);
+	return checked(REAL(faccessat)(dirfd, path, mode, flags), dirfd, path);
 }
 
 /* glibc answers these with an internal stat the shim cannot see (GNU sort
@@ -221,11 +240,11 @@ SHIM_EXPORT int faccessat(int dirfd, const char *path, int mode, int flags)
 SHIM_EXPORT int euidaccess(const char *path, int mode)
 {
 	SHIM_HANDLE(access_handler(AT_FDCWD, path, mode, true));
-	return REAL(euidaccess)(path, mode);
+	return checked(REAL(euidaccess)(path, mode), AT_FDCWD, path);
 }
 
 SHIM_EXPORT int eaccess(const char *path, int mode)
 {
 	SHIM_HANDLE(access_handler(AT_FDCWD, path, mode, true));
-	return REAL(eaccess)(path, mode);
+	return checked(REAL(eaccess)(path, mode), AT_FDCWD, path);
 }

@@ -74,8 +74,7 @@ int view_stat(const char *abspath, struct stat *st)
 	return 1;
 }
 
-/* Is a directory above abspath a captured file? */
-static bool under_file(const char *abspath)
+bool view_under_file(const char *abspath)
 {
 	char dir[PATH_MAX];
 	struct stat st;
@@ -94,7 +93,7 @@ int view_at(int dirfd, const char *path, char *abspath, size_t len)
 	if (!shim_resolve(dirfd, path, abspath, len))
 		return 0;
 	int r = view_lookup(abspath, &st);
-	if ((r == 1 && shim_dir_suffix(path)) || (r <= 0 && under_file(abspath)))
+	if ((r == 1 && shim_dir_suffix(path)) || (r <= 0 && view_under_file(abspath)))
 		return -ENOTDIR;
 	/* deleted: nothing is left on the real file system either */
 	return r == -ENOENT ? 0 : r;

@@ -78,9 +78,17 @@ setup() {
 	check_file x
 }
 
-@test "exec with a file still open (execve, execveat, and both through syscall()): what was written is the version" {
+@test "system and popen: a shell command appends through an inherited descriptor" {
+	make_source "$T/src"
+	twice "$WRITER" system @D@/x "$T/src"
+	check_file x
+	twice "$WRITER" popen @D@/y "$T/src"
+	check_file y
+}
+
+@test "exec with a file still open (every exec call, and execve, execveat through syscall()): what was written is the version" {
 	local how
-	for how in execve execveat syscall-execve syscall-execveat; do
+	for how in execve execveat execv execvp execvpe execl execlp execle fexecve syscall-execve syscall-execveat; do
 		twice "$WRITER" exec-over "@D@/x-$how" "$how"
 		check_file "x-$how" 1
 	done

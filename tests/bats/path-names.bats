@@ -168,6 +168,38 @@ for make in (os.mkdir, os.mkfifo, lambda p: os.symlink("x", p),
 	check_file f 1
 }
 
+@test "the stat entry points of binaries built before glibc 2.33 (__xstat, __lxstat, __fxstatat and their 64-bit names) and statx on a captured file, and below it (ENOTDIR)" {
+	local call p
+	for call in xstat xstat64 lxstat lxstat64 fxstatat fxstatat64; do
+		for p in @D@/f @D@/f/x @D@/missing; do
+			same "$PROGS/pathcalls" "$call" "$p"
+		done
+	done
+	# and statx (coreutils' stat), below the captured file
+	same stat -c %s @D@/f/x
+	check_file f 1
+}
+
+@test "remove() of a captured file deletes it; of a directory holding one: Directory not empty" {
+	twice_sh 'mkdir "$D/d" && echo a >"$D/d/a" && echo b >"$D/g"'
+	same "$PROGS/pathcalls" remove @D@/d
+	same "$PROGS/pathcalls" remove @D@/g
+	same "$PROGS/pathcalls" remove @D@/g
+	same ls @D@
+	same ls @D@/d
+	check_file d/a 1
+}
+
+@test "utime, utimes, lutimes and futimesat set a captured file's times" {
+	local call
+	for call in utime utimes lutimes futimesat; do
+		twice_sh 'echo content >"$D/$1"' "t-$call"
+		same "$PROGS/pathcalls" "$call" "@D@/t-$call"
+		same "$PROGS/pathcalls" "$call" "@D@/t-$call/x"
+		same stat -c %Y "@D@/t-$call"
+	done
+}
+
 @test "rmdir of a directory holding captured files: Directory not empty, then after rm it goes; rmdir and cd of a captured file: Not a directory" {
 	twice_sh 'mkdir "$D/d" && echo a >"$D/d/a"'
 	same rmdir @D@/d

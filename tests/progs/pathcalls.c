@@ -16,10 +16,18 @@
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <unistd.h>
+#include <utime.h>
 
-/* Binaries built against glibc < 2.33 call it (no declaration since). */
+/* Binaries built against glibc < 2.33 call these (no declarations since). */
 extern int __xmknod(int ver, const char *path, mode_t mode, dev_t *dev);
+extern int __xstat(int ver, const char *path, struct stat *st);
+extern int __xstat64(int ver, const char *path, struct stat64 *st);
+extern int __lxstat(int ver, const char *path, struct stat *st);
+extern int __lxstat64(int ver, const char *path, struct stat64 *st);
+extern int __fxstatat(int ver, int dirfd, const char *path, struct stat *st, int flags);
+extern int __fxstatat64(int ver, int dirfd, const char *path, struct stat64 *st, int flags);
 
 /* The file system's answer for a captured file is its directory's: the
  * numbers that do not move while the test runs. */
@@ -93,6 +101,37 @@ int main(int argc, char **argv)
 		r = syscall(SYS_chown, path, getuid(), getgid());
 	} else if (!strcmp(call, "sys-chown-other")) {
 		r = syscall(SYS_chown, path, getuid() + 1, -1);
+	} else if (!strncmp(call, "xstat", 5) || !strncmp(call, "lxstat", 6) ||
+		   !strncmp(call, "fxstatat", 8)) {
+		/* _STAT_VER_LINUX is 1 on x86-64; 64-bit names take the same struct. */
+		struct stat st;
+		bool is64 = strstr(call, "64");
+		if (call[0] == 'x')
+			r = is64 ? __xstat64(1, path, (struct stat64 *)&st) : __xstat(1, path, &st);
+		else if (call[0] == 'l')
+			r = is64 ? __lxstat64(1, path, (struct stat64 *)&st) : __lxstat(1, path, &st);
+		else
+			r = is64 ? __fxstatat64(1, AT_FDCWD, path, (struct stat64 *)&st, 0)
+				 : __fxstatat(1, AT_FDCWD, path, &st, 0);
+		if (r == 0)
+			printf("size %lld mode %o\n", (long long)st.st_size, (unsigned)st.st_mode);
+	} else if (!strcmp(call, "remove")) {
+		r = remove(path);
+	} else if (!strncmp(call, "utime", 5) || !strcmp(call, "lutimes") || !strcmp(call, "futimesat")) {
+		/* Sets a fixed time the caller then reads with stat. */
+		struct utimbuf ub = {.actime = 1000000000, .modtime = 1000000000};
+		struct timeval tv[2] = {{1000000000, 0}, {1000000000, 0}};
+		if (!strcmp(call, "utime"))
+			r = utime(path, &ub);
+		else if (!strcmp(call, "utimes"))
+			r = utimes(path, tv);
+		else if (!strcmp(call, "lutimes"))
+			r = lutimes(path, tv);
+		else
+			r = futimesat(AT_FDCWD, path, tv);
+		struct stat st;
+		if (r == 0 && (r = stat(path, &st)) == 0)
+			printf("mtime %lld\n", (long long)st.st_mtime);
 	} else if (!strcmp(call, "sys-handle")) {
 		struct file_handle *h = malloc(sizeof(*h) + MAX_HANDLE_SZ);
 		int mount_id;
@@ -112,7 +151,7 @@ int main(int argc, char **argv)
 		printf("%s\n", out);
 	else if (strstr(call, "readlink"))
 		printf("%.*s\n", (int)r, buf);
-	else if (!strstr(call, "stat"))
+	else if (!strstr(call, "stat") && !strstr(call, "utime"))
 		printf("ok\n");
 	return 0;
 }

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <spawn.h>
@@ -847,7 +848,8 @@ static void do_fork(void)
 
 /* The parent writes a header, a child program (cat ARG) appends to the same
  * open file through its stdout, the parent appends more and closes: one of
- * fork+exec, vfork+exec (what Python's subprocess does) and posix_spawn. */
+ * fork+exec, vfork+exec (what Python's subprocess does), posix_spawn, and a
+ * shell command through system and popen. */
 static void spawn_common(int how)
 {
 	int fd = xopen(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -865,6 +867,17 @@ static void spawn_common(int how)
 			errno = r;
 			die("posix_spawnp");
 		}
+	} else if (how >= 3) {
+		/* The shell inherits the descriptor and appends through it. */
+		char cmd[PATH_MAX + 64];
+		snprintf(cmd, sizeof(cmd), "exec cat '%s' >&%d", arg, fd);
+		FILE *p = how == 3 ? NULL : popen(cmd, "r");
+		int st = how == 3 ? system(cmd) : p ? pclose(p) : -1;
+		if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			die("%s '%s' gave status %d", how == 3 ? "system" : "popen", cmd, st);
+		write_random(fd, 50000);
+		xclose(fd);
+		return;
 	} else {
 		pid = how == 1 ? vfork() : fork();
 		if (pid < 0)
@@ -898,9 +911,20 @@ static void do_posix_spawn(void)
 	spawn_common(2);
 }
 
+static void do_system(void)
+{
+	spawn_common(3);
+}
+
+static void do_popen(void)
+{
+	spawn_common(4);
+}
+
 /* The process writes its file and, with it still open, replaces itself with
- * /bin/true through one exec call (ARG: execve, execveat, syscall-execve,
- * syscall-execveat): the file is written as a file system keeps it. */
+ * true through one exec call (ARG: execve, execveat, execv, execvp, execvpe,
+ * execl, execlp, execle, fexecve, syscall-execve, syscall-execveat): the file is
+ * written as a file system keeps it. */
 static void do_exec_over(void)
 {
 	int fd = xopen(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -911,6 +935,20 @@ static void do_exec_over(void)
 		execve("/bin/true", argv, environ);
 	else if (strcmp(arg, "execveat") == 0)
 		execveat(AT_FDCWD, "/bin/true", argv, environ, 0);
+	else if (strcmp(arg, "execv") == 0)
+		execv("/bin/true", argv);
+	else if (strcmp(arg, "execvp") == 0)
+		execvp("true", argv);
+	else if (strcmp(arg, "execvpe") == 0)
+		execvpe("true", argv, environ);
+	else if (strcmp(arg, "execl") == 0)
+		execl("/bin/true", "true", (char *)NULL);
+	else if (strcmp(arg, "execlp") == 0)
+		execlp("true", "true", (char *)NULL);
+	else if (strcmp(arg, "execle") == 0)
+		execle("/bin/true", "true", (char *)NULL, environ);
+	else if (strcmp(arg, "fexecve") == 0)
+		fexecve(xopen("/bin/true", O_RDONLY | O_CLOEXEC, 0), argv, environ);
 	else if (strcmp(arg, "syscall-execve") == 0)
 		syscall(SYS_execve, "/bin/true", argv, environ);
 	else if (strcmp(arg, "syscall-execveat") == 0)
@@ -1119,6 +1157,8 @@ static const struct {
 	{"fork-exec", do_fork_exec},
 	{"vfork-exec", do_vfork_exec},
 	{"posix-spawn", do_posix_spawn},
+	{"system", do_system},
+	{"popen", do_popen},
 	{"exec-over", do_exec_over},
 	{"clone-vm-exit", do_clone_vm_exit},
 	{"threads", do_threads},
@@ -1145,7 +1185,8 @@ int main(int argc, char **argv)
 		if (strcmp(modes[i].name, mode) == 0) {
 			if (!arg && (strcmp(mode, "sendfile") == 0 ||
 				     strcmp(mode, "copy-file-range") == 0 ||
-				     strstr(mode, "exec") || strcmp(mode, "posix-spawn") == 0)) {
+				     strstr(mode, "exec") || strcmp(mode, "posix-spawn") == 0 ||
+				     strcmp(mode, "system") == 0 || strcmp(mode, "popen") == 0)) {
 				fprintf(stderr, "writer %s: needs ARG\n", mode);
 				return 2;
 			}
