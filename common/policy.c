@@ -34,6 +34,7 @@ struct parse_state {
 	size_t errlen;
 	int failed;
 	size_t rule; /* the [path GLOB] section being read */
+	char *value; /* the value of a line too long for inih, see long_line() */
 };
 
 static void fail(struct parse_state *st, const char *fmt, ...)
@@ -57,9 +58,47 @@ static void fail(struct parse_state *st, const char *fmt, ...)
 
 static int path_header(struct parse_state *st, const char *l, size_t n);
 
+/* A line of n characters too long for inih's buffer str: a comment is handed
+ * out empty, "key = value" as "key = -" with the value kept in st->value for
+ * the handler. Returns false for anything else. */
+static bool long_line(struct parse_state *st, const char *l, size_t n, char *str, int num)
+{
+	bool indented = *l == ' ' || *l == '\t';
+	while (n && (*l == ' ' || *l == '\t'))
+		l++, n--;
+	if (n && (*l == ';' || *l == '#')) {
+		snprintf(str, (size_t)num, "\n");
+		return true;
+	}
+	if (indented)
+		return false; /* inih would continue the previous value with it */
+	size_t k = 0;
+	while (k < n && l[k] != '=' && l[k] != ':')
+		k++;
+	if (k == n || k + 6 > (size_t)num)
+		return false;
+	const char *v = l + k + 1;
+	size_t vl = n - k - 1;
+	while (vl && isspace((unsigned char)*v))
+		v++, vl--;
+	for (size_t i = 1; i < vl; i++)
+		if (v[i] == ';' && isspace((unsigned char)v[i - 1])) {
+			vl = i; /* an inline comment, as inih sees one */
+			break;
+		}
+	while (vl && isspace((unsigned char)v[vl - 1]))
+		vl--;
+	free(st->value);
+	st->value = strndup(v, vl);
+	if (!st->value)
+		return false;
+	snprintf(str, (size_t)num, "%.*s= -\n", (int)k, l);
+	return true;
+}
+
 /* inih reads through this, one whole line at a time, so that handlers know
  * the line number, [path GLOB] headers keep their glob, and a line too long
- * for inih is an error rather than pieces misread. */
+ * for inih is read whole or is an error, never pieces misread. */
 static char *reader(char *str, int num, void *stream)
 {
 	struct parse_state *st = stream;
@@ -78,8 +117,10 @@ static char *reader(char *str, int num, void *stream)
 	}
 	size_t chars = n && l[n - 1] == '\r' ? n - 1 : n;
 	if (chars + 3 > (size_t)num) { /* room for "\r\n" and the NUL */
-		fail(st, "line too long: %zu characters (at most %d; only a [path ...] header may be "
-			 "longer)",
+		if (long_line(st, l, chars, str, num))
+			return str;
+		fail(st, "line too long: %zu characters (at most %d but for a comment, a "
+			 "[path ...] header or key = value)",
 		     chars, num - 3);
 		return NULL;
 	}
@@ -366,11 +407,9 @@ static int handle_path(struct parse_state *st, const char *name, const char *val
 	return 1;
 }
 
-static int handler(void *user, const char *section, const char *name, const char *value)
+static int handle(struct parse_state *st, const char *section, const char *name,
+		  const char *value)
 {
-	struct parse_state *st = user;
-	if (st->failed)
-		return 1;
 	if (!value || !*value) {
 		fail(st, "'%s' has no value", name);
 		return 0;
@@ -388,6 +427,16 @@ static int handler(void *user, const char *section, const char *name, const char
 	else
 		fail(st, "unknown section [%s] (known: [cache], [cluster], [path GLOB])", section);
 	return 0;
+}
+
+static int handler(void *user, const char *section, const char *name, const char *value)
+{
+	struct parse_state *st = user;
+	char *long_value = st->value; /* the line the reader just handed out */
+	st->value = NULL;
+	int r = st->failed ? 1 : handle(st, section, name, long_value ? long_value : value);
+	free(long_value);
+	return r;
 }
 
 static int read_whole(const char *path, char **ret, size_t *ret_len)
@@ -478,6 +527,7 @@ int stg_policy_load(const char *path, struct stg_policy **ret_policy, char *err,
 	if (strncmp(text, "\xef\xbb\xbf", 3) == 0)
 		st.text += 3; /* a UTF-8 byte order mark, which inih would skip */
 	int ir = ini_parse_stream(reader, &st, handler, &st);
+	free(st.value);
 	if (ir > 0 && !st.failed) {
 		st.line = ir;
 		fail(&st, "syntax error (expected [section] or key = value)");

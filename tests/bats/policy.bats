@@ -33,16 +33,28 @@ EOP
 	assert_restores "$T/v2" "$DEEP/ckpt.h5" "$(($(latest_version "$DEEP/ckpt.h5") - 1))"
 }
 
-@test "a line too long for the parser is an error naming its line and the limit" {
+@test "a cache directory over 200 characters long, on a line longer than the parser's buffer" {
+	cat >"$POLICY" <<EOP
+[cache]
+dir = $DEEP/cache   ; node-local
+[path $CKPT/*]
+EOP
+	head -c 300000 /dev/urandom >"$T/v1"
+	shim cp "$T/v1" "$CKPT/f"
+	[ -d "$DEEP/cache" ]
+	assert_restores "$T/v1" "$CKPT/f"
+}
+
+@test "a line too long for the parser, and not key = value, is an error naming its line and the limit" {
 	cat >"$POLICY" <<EOP
 [cache]
 dir = $CACHE
 [path $DEEP/*]
-drain = $DEEP/out
+$DEEP/oops
 EOP
 	run "$STAGEHAND" ls
 	[ "$status" -ne 0 ]
-	[[ "$output" == *"policy.conf:4: line too long: $((${#DEEP} + 12)) characters (at most 197"* ]] ||
+	[[ "$output" == *"policy.conf:4: line too long: $((${#DEEP} + 5)) characters (at most 197"* ]] ||
 		fail "$output"
 	run shim cp "$POLICY" "$DEEP/x"
 	[ "$status" -eq 0 ]

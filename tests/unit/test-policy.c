@@ -144,11 +144,14 @@ static void test_long_glob(void)
 	char glob[3000] = "/lustre/orion/proj-shared/abc123/username";
 	while (strlen(glob) < 2900)
 		strcat(glob, "/run-2026-11-05T04:00:00.000-rank-decomposition-64x64x32");
-	char text[4096], file[4096];
+	char text[10000], file[4096];
 	snprintf(text, sizeof(text),
 		 "\xef\xbb\xbf[cache]\ndir = /c\n\n  [path %s/*]   ; a comment\nkeep = 5\n"
-		 "[path /d/[ab]*]\n[path /e/*]\nkeep = 2\n",
-		 glob);
+		 "; %s\n"
+		 "[path /d/[ab]*]\n[path /e/*]\nkeep = 2\n"
+		 "[cluster]\nservers = a:1\nsecret_file = /s\n"
+		 "[path /f/*]\nkeep:3\ndrain =   %s/out  ; a comment\n",
+		 glob, glob, glob);
 	path = write_policy("long.conf", text);
 	p = NULL;
 	char err[1024];
@@ -157,7 +160,7 @@ static void test_long_glob(void)
 		fprintf(stderr, "%s\n", err);
 		return;
 	}
-	CHECK_EQ(p->nrules, 3);
+	CHECK_EQ(p->nrules, 4);
 	snprintf(text, sizeof(text), "%s/*", glob);
 	CHECK_STR(p->rules[0].glob, text);
 	CHECK_EQ(p->rules[0].keep, 5);
@@ -168,6 +171,10 @@ static void test_long_glob(void)
 	CHECK_STR(p->rules[1].glob, "/d/[ab]*");
 	CHECK(stg_policy_match(p, "/d/b") == &p->rules[1]);
 	CHECK_EQ(p->rules[2].keep, 2);
+	/* A value as long as a path, on a line longer than inih takes. */
+	snprintf(file, sizeof(file), "%s/out", glob);
+	CHECK_STR(p->rules[3].drain, file);
+	CHECK_EQ(p->rules[3].keep, 3);
 	stg_policy_free(p);
 }
 
@@ -204,12 +211,17 @@ static void test_errors(void)
 	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1\nreplicas = 2\nsecret_file = /s\n", "replicas = 2, but only 1 server is listed");
 	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1\nreplicas = 1\n", "secret_file is required");
 
-	/* Other lines are bounded by inih's buffer: a longer one is an error
-	 * naming its line and the limit, never read in pieces. */
-	char longline[600] = "[cache]\ndir = /c\n[path /a/*]\ndrain = /";
+	/* Beyond inih's buffer, a line that is neither a comment nor a header
+	 * nor key = value is an error naming its line and the limit, never
+	 * read in pieces. */
+	char longline[600] = "[cache]\ndir = /c\n[path /a/*]\n/";
 	memset(longline + strlen(longline), 'a', 300);
 	strcat(longline, "\nkeep = 2\n");
-	expect_error(longline, "bad.conf:4: line too long: 309 characters (at most 197");
+	expect_error(longline, "bad.conf:4: line too long: 301 characters (at most 197");
+	char indented[600] = "[cache]\ndir = /c\n[path /a/*]\nkeep = 2\n  ";
+	memset(indented + strlen(indented), 'a', 300);
+	strcat(indented, "\n");
+	expect_error(indented, "bad.conf:5: line too long: 302 characters (at most 197");
 	char toolong[PATH_MAX + 64] = "[cache]\ndir = /c\n[path /";
 	memset(toolong + strlen(toolong), 'a', PATH_MAX);
 	strcat(toolong, "]\n");
