@@ -58,14 +58,32 @@ static void fail(struct parse_state *st, const char *fmt, ...)
 
 static int path_header(struct parse_state *st, const char *l, size_t n);
 
+/* Drops the white space at both ends of s[0..*n). */
+static void trim(const char **s, size_t *n)
+{
+	while (*n && isspace((unsigned char)**s))
+		(*s)++, (*n)--;
+	while (*n && isspace((unsigned char)(*s)[*n - 1]))
+		(*n)--;
+}
+
+/* The length of s[0..n) before an inline comment: a ';' after white space,
+ * as inih sees one. */
+static size_t before_comment(const char *s, size_t n)
+{
+	for (size_t i = 1; i < n; i++)
+		if (s[i] == ';' && isspace((unsigned char)s[i - 1]))
+			return i;
+	return n;
+}
+
 /* A line of n characters too long for inih's buffer str: a comment is handed
  * out empty, "key = value" as "key = -" with the value kept in st->value for
  * the handler. Returns false for anything else. */
 static bool long_line(struct parse_state *st, const char *l, size_t n, char *str, int num)
 {
 	bool indented = *l == ' ' || *l == '\t';
-	while (n && (*l == ' ' || *l == '\t'))
-		l++, n--;
+	trim(&l, &n);
 	if (n && (*l == ';' || *l == '#')) {
 		snprintf(str, (size_t)num, "\n");
 		return true;
@@ -79,15 +97,9 @@ static bool long_line(struct parse_state *st, const char *l, size_t n, char *str
 		return false;
 	const char *v = l + k + 1;
 	size_t vl = n - k - 1;
-	while (vl && isspace((unsigned char)*v))
-		v++, vl--;
-	for (size_t i = 1; i < vl; i++)
-		if (v[i] == ';' && isspace((unsigned char)v[i - 1])) {
-			vl = i; /* an inline comment, as inih sees one */
-			break;
-		}
-	while (vl && isspace((unsigned char)v[vl - 1]))
-		vl--;
+	trim(&v, &vl);
+	vl = before_comment(v, vl);
+	trim(&v, &vl);
 	free(st->value);
 	st->value = strndup(v, vl);
 	if (!st->value)
@@ -312,18 +324,12 @@ static struct stg_path_rule *rule_new(struct parse_state *st, const char *glob)
  * on a malformed header. */
 static int path_header(struct parse_state *st, const char *l, size_t n)
 {
-	while (n && (*l == ' ' || *l == '\t'))
-		l++, n--;
+	trim(&l, &n);
 	if (n < 5 || strncmp(l, "[path", 5) != 0 ||
 	    (n > 5 && l[5] != ']' && !isspace((unsigned char)l[5])))
 		return 0;
-	for (size_t i = 5; i < n; i++)
-		if (l[i] == ';' && isspace((unsigned char)l[i - 1])) {
-			n = i; /* an inline comment, as inih sees one */
-			break;
-		}
-	while (n > 5 && isspace((unsigned char)l[n - 1]))
-		n--;
+	n = before_comment(l, n);
+	trim(&l, &n);
 	const char *close = memrchr(l, ']', n);
 	if (!close) {
 		fail(st, "[path ...] has no closing ']'");
@@ -335,10 +341,7 @@ static int path_header(struct parse_state *st, const char *l, size_t n)
 	}
 	const char *g = l + 5;
 	size_t gl = n - 6;
-	while (gl && isspace((unsigned char)*g))
-		g++, gl--;
-	while (gl && isspace((unsigned char)g[gl - 1]))
-		gl--;
+	trim(&g, &gl);
 	if (!gl) {
 		fail(st, "[path] needs a pattern, e.g. [path /scratch/ckpt/*]");
 		return -1;
