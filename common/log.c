@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -163,6 +164,13 @@ void stg_log_report_suppressed(void)
 	}
 }
 
+/* A child reports only what it suppressed itself. */
+static void after_fork_child(void)
+{
+	for (size_t i = 0; i < LOG_SITES; i++)
+		atomic_store(&sites[i].dropped, 0);
+}
+
 /* May a message from fmt be logged now? Reports first what its site
  * suppressed before it. */
 static bool admit(enum stg_log_level level, const char *fmt)
@@ -178,8 +186,10 @@ static bool admit(enum stg_log_level level, const char *fmt)
 	if (atomic_fetch_add(&s->passed, 1) >= LOG_BURST) {
 		atomic_store(&s->level, (int)level);
 		atomic_fetch_add(&s->dropped, 1);
-		if (!atomic_exchange(&at_exit_set, true))
+		if (!atomic_exchange(&at_exit_set, true)) {
 			atexit(stg_log_report_suppressed);
+			pthread_atfork(NULL, NULL, after_fork_child);
+		}
 		return false;
 	}
 	unsigned long long n = atomic_exchange(&s->dropped, 0);
