@@ -33,8 +33,17 @@ void stg_log_init_from_env(void);
 void stg_log(enum stg_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+void stg_logv(enum stg_log_level level, const char *fmt, va_list ap)
+	__attribute__((format(printf, 2, 0)));
+
 /* Logs fmt followed by ": strerror(-r)" and returns r (a -errno). */
 int stg_log_errno(enum stg_log_level level, int r, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* Each call site (format string) logs at most 20 messages per 10 s; past
+ * that its messages are counted and the count logged ("N similar messages
+ * suppressed") before its next one or at exit. This reports the counts not
+ * yet logged, for a program leaving through _exit. */
+void stg_log_report_suppressed(void);
 
 #define stg_debug(...) stg_log(STG_LOG_DEBUG, __VA_ARGS__)

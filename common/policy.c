@@ -21,6 +21,11 @@
 
 #define POLICY_MAX_BYTES (1u << 20)
 
+/* inih keeps at most 49 characters of a section name and 199 of a line, far
+ * less than a path on a parallel file system: the reader keeps each
+ * [path GLOB] header's glob itself and hands inih this name instead. */
+#define PATH_SECTION "path *"
+
 struct parse_state {
 	struct stg_policy *p;
 	const char *text; /* remaining input */
@@ -28,8 +33,8 @@ struct parse_state {
 	char *err;
 	size_t errlen;
 	int failed;
-	bool seen_cache;
-	int too_long; /* the first line longer than inih takes */
+	size_t rule; /* the [path GLOB] section being read */
+	char *value; /* the value of a line too long for inih, see long_line() */
 };
 
 static void fail(struct parse_state *st, const char *fmt, ...)
@@ -51,26 +56,89 @@ static void fail(struct parse_state *st, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* inih reads through this so that handlers know the current line number. */
+static int path_header(struct parse_state *st, const char *l, size_t n);
+
+/* Drops the white space at both ends of s[0..*n). */
+static void trim(const char **s, size_t *n)
+{
+	while (*n && isspace((unsigned char)**s))
+		(*s)++, (*n)--;
+	while (*n && isspace((unsigned char)(*s)[*n - 1]))
+		(*n)--;
+}
+
+/* The length of s[0..n) before an inline comment: a ';' after white space,
+ * as inih sees one. */
+static size_t before_comment(const char *s, size_t n)
+{
+	for (size_t i = 1; i < n; i++)
+		if (s[i] == ';' && isspace((unsigned char)s[i - 1]))
+			return i;
+	return n;
+}
+
+/* A line of n characters too long for inih's buffer str: a comment is handed
+ * out empty, "key = value" as "key = -" with the value kept in st->value for
+ * the handler. Returns false for anything else. */
+static bool long_line(struct parse_state *st, const char *l, size_t n, char *str, int num)
+{
+	bool indented = *l == ' ' || *l == '\t';
+	trim(&l, &n);
+	if (n && (*l == ';' || *l == '#')) {
+		snprintf(str, (size_t)num, "\n");
+		return true;
+	}
+	if (indented)
+		return false; /* inih would continue the previous value with it */
+	size_t k = 0;
+	while (k < n && l[k] != '=' && l[k] != ':')
+		k++;
+	if (k == n || k + 6 > (size_t)num)
+		return false;
+	const char *v = l + k + 1;
+	size_t vl = n - k - 1;
+	trim(&v, &vl);
+	vl = before_comment(v, vl);
+	trim(&v, &vl);
+	free(st->value);
+	st->value = strndup(v, vl);
+	if (!st->value)
+		return false;
+	snprintf(str, (size_t)num, "%.*s= -\n", (int)k, l);
+	return true;
+}
+
+/* inih reads through this, one whole line at a time, so that handlers know
+ * the line number, [path GLOB] headers keep their glob, and a line too long
+ * for inih is read whole or is an error, never pieces misread. */
 static char *reader(char *str, int num, void *stream)
 {
 	struct parse_state *st = stream;
-	if (!*st->text)
+	if (!*st->text || st->failed)
 		return NULL;
-	int i = 0;
-	while (i < num - 1 && st->text[i]) {
-		str[i] = st->text[i];
-		if (st->text[i++] == '\n')
-			break;
+	const char *l = st->text, *nl = strchr(l, '\n');
+	size_t n = nl ? (size_t)(nl - l) : strlen(l);
+	st->text = nl ? nl + 1 : l + n;
+	st->line++;
+	int h = path_header(st, l, n);
+	if (h < 0)
+		return NULL;
+	if (h > 0) {
+		snprintf(str, (size_t)num, "[" PATH_SECTION "]\n");
+		return str;
 	}
-	str[i] = '\0';
-	st->text += i;
-	/* A line longer than the buffer is handed out in pieces: count it once,
-	 * and say so, rather than let the pieces be misread. */
-	if (i == num - 1 && str[i - 1] != '\n' && *st->text && !st->too_long)
-		st->too_long = st->line + 1;
-	if (i > 0 && (str[i - 1] == '\n' || !*st->text))
-		st->line++;
+	size_t chars = n && l[n - 1] == '\r' ? n - 1 : n;
+	if (chars + 3 > (size_t)num) { /* room for "\r\n" and the NUL */
+		if (long_line(st, l, chars, str, num))
+			return str;
+		fail(st, "line too long: %zu characters (at most %d but for a comment, a "
+			 "[path ...] header or key = value)",
+		     chars, num - 3);
+		return NULL;
+	}
+	memcpy(str, l, n);
+	str[n] = '\n';
+	str[n + 1] = '\0';
 	return str;
 }
 
@@ -213,22 +281,16 @@ static int handle_cluster(struct parse_state *st, const char *name, const char *
 	return 0;
 }
 
-/* scan_sections() creates every rule first (create = true), in file order, so
- * that a section without keys still counts; the handler then only looks up. */
-static struct stg_path_rule *rule_for(struct parse_state *st, const char *glob, bool create)
+/* Adds the rule of a [path GLOB] header, even one without keys (inih never
+ * calls the handler for those), and makes it the current one. */
+static struct stg_path_rule *rule_new(struct parse_state *st, const char *glob)
 {
 	struct stg_policy *p = st->p;
 	for (size_t i = 0; i < p->nrules; i++)
 		if (strcmp(p->rules[i].glob, glob) == 0) {
-			if (!create)
-				return &p->rules[i];
 			fail(st, "[path %s] appears twice", glob);
 			return NULL;
 		}
-	if (!create) {
-		fail(st, "[path %s] is malformed", glob);
-		return NULL;
-	}
 	if (glob[0] != '/') {
 		fail(st, "[path %s]: the pattern must be an absolute path", glob);
 		return NULL;
@@ -253,16 +315,52 @@ static struct stg_path_rule *rule_for(struct parse_state *st, const char *glob, 
 		fail(st, "out of memory");
 		return NULL;
 	}
-	p->nrules++;
+	st->rule = p->nrules++;
 	return r;
 }
 
-static int handle_path(struct parse_state *st, const char *glob, const char *name,
-		       const char *value)
+/* A "[path GLOB]" line (a glob may hold brackets: it ends at the last ']'):
+ * adds its rule and returns 1; returns 0 for any other line, -1 after failing
+ * on a malformed header. */
+static int path_header(struct parse_state *st, const char *l, size_t n)
 {
-	struct stg_path_rule *r = rule_for(st, glob, false);
-	if (!r)
+	trim(&l, &n);
+	if (n < 5 || strncmp(l, "[path", 5) != 0 ||
+	    (n > 5 && l[5] != ']' && !isspace((unsigned char)l[5])))
 		return 0;
+	n = before_comment(l, n);
+	trim(&l, &n);
+	const char *close = memrchr(l, ']', n);
+	if (!close) {
+		fail(st, "[path ...] has no closing ']'");
+		return -1;
+	}
+	if (close != l + n - 1) {
+		fail(st, "text after ']' in [path ...]: a header stands alone on its line");
+		return -1;
+	}
+	const char *g = l + 5;
+	size_t gl = n - 6;
+	trim(&g, &gl);
+	if (!gl) {
+		fail(st, "[path] needs a pattern, e.g. [path /scratch/ckpt/*]");
+		return -1;
+	}
+	if (gl >= PATH_MAX) {
+		fail(st, "[path %.40s...] is %zu characters, longer than the %d characters a path "
+			 "can have",
+		     g, gl, PATH_MAX - 1);
+		return -1;
+	}
+	char glob[PATH_MAX];
+	memcpy(glob, g, gl);
+	glob[gl] = '\0';
+	return rule_new(st, glob) ? 1 : -1;
+}
+
+static int handle_path(struct parse_state *st, const char *name, const char *value)
+{
+	struct stg_path_rule *r = &st->p->rules[st->rule];
 	if (strcmp(name, "chunk_size") == 0) {
 		uint64_t v;
 		if (stg_parse_size(value, &v) < 0 || v < STG_CHUNK_MIN || v > STG_CHUNK_MAX ||
@@ -306,35 +404,27 @@ static int handle_path(struct parse_state *st, const char *glob, const char *nam
 		fail(st,
 		     "unknown key '%s' in [path %s] (known: chunk_size, dedup, compress, "
 		     "durability, keep, shared, drain)",
-		     name, glob);
+		     name, r->glob);
 		return 0;
 	}
 	return 1;
 }
 
-static int handler(void *user, const char *section, const char *name, const char *value)
+static int handle(struct parse_state *st, const char *section, const char *name,
+		  const char *value)
 {
-	struct parse_state *st = user;
-	if (st->failed)
-		return 1;
 	if (!value || !*value) {
 		fail(st, "'%s' has no value", name);
 		return 0;
 	}
-	if (strcmp(section, "cache") == 0) {
-		st->seen_cache = true;
+	if (strcmp(section, "cache") == 0)
 		return handle_cache(st, name, value);
-	}
 	if (strcmp(section, "cluster") == 0) {
 		st->p->has_cluster = true;
 		return handle_cluster(st, name, value);
 	}
-	if (strncmp(section, "path", 4) == 0 && isspace((unsigned char)section[4])) {
-		const char *glob = section + 5;
-		while (isspace((unsigned char)*glob))
-			glob++;
-		return handle_path(st, glob, name, value);
-	}
+	if (strcmp(section, PATH_SECTION) == 0)
+		return handle_path(st, name, value);
 	if (!*section)
 		fail(st, "'%s' appears before any [section]", name);
 	else
@@ -342,41 +432,14 @@ static int handler(void *user, const char *section, const char *name, const char
 	return 0;
 }
 
-/* inih never calls the handler for a section without keys: find those too. */
-static void scan_sections(struct parse_state *st, const char *text)
+static int handler(void *user, const char *section, const char *name, const char *value)
 {
-	int line = 0;
-	for (const char *l = text; *l; line++) {
-		const char *s = l;
-		while (*s == ' ' || *s == '\t')
-			s++;
-		if (*s == '[' && strncmp(s, "[path", 5) == 0 && isspace((unsigned char)s[5])) {
-			const char *g = s + 5, *e = strchr(g, ']');
-			const char *nl = strchr(g, '\n');
-			while (isspace((unsigned char)*g) && *g != '\n')
-				g++;
-			if (e && (!nl || e < nl) && e > g) {
-				char glob[PATH_MAX];
-				size_t n = (size_t)(e - g);
-				while (n && isspace((unsigned char)g[n - 1]))
-					n--;
-				if (n < sizeof(glob)) {
-					memcpy(glob, g, n);
-					glob[n] = '\0';
-					int saved = st->line;
-					st->line = line + 1;
-					rule_for(st, glob, true);
-					st->line = saved;
-				}
-			}
-		} else if (strncmp(s, "[cache]", 7) == 0) {
-			st->seen_cache = true;
-		}
-		const char *nl = strchr(l, '\n');
-		if (!nl)
-			break;
-		l = nl + 1;
-	}
+	struct parse_state *st = user;
+	char *long_value = st->value; /* the line the reader just handed out */
+	st->value = NULL;
+	int r = st->failed ? 1 : handle(st, section, name, long_value ? long_value : value);
+	free(long_value);
+	return r;
 }
 
 static int read_whole(const char *path, char **ret, size_t *ret_len)
@@ -464,15 +527,11 @@ int stg_policy_load(const char *path, struct stg_policy **ret_policy, char *err,
 		return -EINVAL;
 	}
 	struct parse_state st = {.p = p, .text = text, .err = err, .errlen = errlen};
-	scan_sections(&st, text);
-	st.line = 0;
-	st.text = text;
+	if (strncmp(text, "\xef\xbb\xbf", 3) == 0)
+		st.text += 3; /* a UTF-8 byte order mark, which inih would skip */
 	int ir = ini_parse_stream(reader, &st, handler, &st);
-	if (st.too_long) {
-		st.failed = 0;
-		st.line = st.too_long;
-		fail(&st, "line too long (at most %d characters)", INI_MAX_LINE - 3);
-	} else if (ir > 0 && !st.failed) {
+	free(st.value);
+	if (ir > 0 && !st.failed) {
 		st.line = ir;
 		fail(&st, "syntax error (expected [section] or key = value)");
 	} else if (ir < 0 && !st.failed) {

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "hook.h"
@@ -23,18 +22,9 @@ __thread int shim_busy __attribute__((tls_model("initial-exec")));
 static int log_fd = STDERR_FILENO;
 
 /* Formats on the stack (no malloc inside someone else's program), one write
- * per line, at most a few lines a second so a failing loop cannot flood. */
+ * per line; common/log.c rate-limits each message site. */
 static void log_sink(enum stg_log_level level, const char *msg)
 {
-	static time_t window;
-	static int in_window;
-	time_t now = time(NULL);
-	if (now != window) {
-		window = now;
-		in_window = 0;
-	}
-	if (++in_window > 20 && level > STG_LOG_ERROR)
-		return;
 	char line[2048];
 	int n = snprintf(line, sizeof(line), "stagehand[%d]: %s%s\n", (int)getpid(),
 			 level == STG_LOG_ERROR  ? "error: "
@@ -53,14 +43,10 @@ static void log_sink(enum stg_log_level level, const char *msg)
 
 void shim_log(int level, const char *fmt, ...)
 {
-	if (level > (int)stg_log_max_level)
-		return;
-	char msg[1536];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	stg_logv((enum stg_log_level)level, fmt, ap);
 	va_end(ap);
-	log_sink((enum stg_log_level)level, msg);
 }
 
 static void read_umask(void)
@@ -83,7 +69,6 @@ static void load_policy(void)
 			shim_move_high(&log_fd);
 		}
 	}
-	stg_log_set_sink(log_sink);
 	/* Library code logs at debug only; the shim's own messages go through shim_log. */
 	char *file = stg_policy_locate();
 	if (!file) {
@@ -172,6 +157,7 @@ static void shim_init(void)
 		shim_busy--;
 		return;
 	}
+	stg_log_set_sink(log_sink);
 	read_umask();
 	if (fdtable_init() < 0) {
 		shim.disabled = true;
@@ -203,6 +189,7 @@ static void at_exit(bool flush_stdio)
 	shim_busy++;
 	spawn_actions_release_all();
 	session_exit(flush_stdio);
+	stg_log_report_suppressed(); /* exit() does it too, _exit() not */
 	shim_busy--;
 }
 

@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* The policy file: parsing, validation with file:line, matching. */
 #include "harness.h"
+
+#include <limits.h>
+
 #include "policy.h"
 
 static char *dir;
@@ -117,6 +120,64 @@ static void test_cache_excluded(void)
 	stg_policy_free(p);
 }
 
+/* Paths on parallel file systems are long: a glob is as long as a path can
+ * be, whatever inih's limits on section names and lines. */
+static void test_long_glob(void)
+{
+	/* Past 44 characters, inih used to cut the glob short. */
+	const char *mid = "/lustre/orion/proj-shared/abc123/username/run-1/*";
+	expect_error("[cache]\ndir = /c\n[path /lustre/orion/proj-shared/abc123/username/run-1/*]\n"
+		     "kep = 2\n",
+		     "bad.conf:4: unknown key 'kep' in [path /lustre/orion/proj-shared/abc123/"
+		     "username/run-1/*]");
+	struct stg_policy *p = NULL;
+	const char *path = write_policy("mid.conf", "[cache]\ndir = /c\n"
+				       "[path /lustre/orion/proj-shared/abc123/username/run-1/*]\n"
+				       "keep = 2\n");
+	CHECK_EQ(stg_policy_load(path, &p, NULL, 0), 0);
+	if (p) {
+		CHECK_STR(p->rules[0].glob, mid);
+		CHECK_EQ(p->rules[0].keep, 2);
+		stg_policy_free(p);
+	}
+
+	char glob[3000] = "/lustre/orion/proj-shared/abc123/username";
+	while (strlen(glob) < 2900)
+		strcat(glob, "/run-2026-11-05T04:00:00.000-rank-decomposition-64x64x32");
+	char text[10000], file[4096];
+	snprintf(text, sizeof(text),
+		 "\xef\xbb\xbf[cache]\ndir = /c\n\n  [path %s/*]   ; a comment\nkeep = 5\n"
+		 "; %s\n"
+		 "[path /d/[ab]*]\n[path /e/*]\nkeep = 2\n"
+		 "[cluster]\nservers = a:1\nsecret_file = /s\n"
+		 "[path /f/*]\nkeep:3\ndrain =   %s/out  ; a comment\n",
+		 glob, glob, glob);
+	path = write_policy("long.conf", text);
+	p = NULL;
+	char err[1024];
+	CHECK_EQ(stg_policy_load(path, &p, err, sizeof(err)), 0);
+	if (!p) {
+		fprintf(stderr, "%s\n", err);
+		return;
+	}
+	CHECK_EQ(p->nrules, 4);
+	snprintf(text, sizeof(text), "%s/*", glob);
+	CHECK_STR(p->rules[0].glob, text);
+	CHECK_EQ(p->rules[0].keep, 5);
+	CHECK_EQ(p->rules[0].line, 4);
+	snprintf(file, sizeof(file), "%s/ckpt.h5", glob);
+	CHECK(stg_policy_match(p, file) == &p->rules[0]);
+	CHECK(stg_policy_may_contain(p, glob));
+	CHECK_STR(p->rules[1].glob, "/d/[ab]*");
+	CHECK(stg_policy_match(p, "/d/b") == &p->rules[1]);
+	CHECK_EQ(p->rules[2].keep, 2);
+	/* A value as long as a path, on a line longer than inih takes. */
+	snprintf(file, sizeof(file), "%s/out", glob);
+	CHECK_STR(p->rules[3].drain, file);
+	CHECK_EQ(p->rules[3].keep, 3);
+	stg_policy_free(p);
+}
+
 static void test_errors(void)
 {
 	expect_error("[cache]\ndir = /c\nbogus = 1\n", "bad.conf:3: unknown key 'bogus' in [cache]");
@@ -150,10 +211,26 @@ static void test_errors(void)
 	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1\nreplicas = 2\nsecret_file = /s\n", "replicas = 2, but only 1 server is listed");
 	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1\nreplicas = 1\n", "secret_file is required");
 
-	char longline[600] = "[cache]\ndir = /c\n[path /";
+	/* Beyond inih's buffer, a line that is neither a comment nor a header
+	 * nor key = value is an error naming its line and the limit, never
+	 * read in pieces. */
+	char longline[600] = "[cache]\ndir = /c\n[path /a/*]\n/";
 	memset(longline + strlen(longline), 'a', 300);
-	strcat(longline, "/*]\nkeep = 2\n");
-	expect_error(longline, "bad.conf:3: line too long");
+	strcat(longline, "\nkeep = 2\n");
+	expect_error(longline, "bad.conf:4: line too long: 301 characters (at most 197");
+	char indented[600] = "[cache]\ndir = /c\n[path /a/*]\nkeep = 2\n  ";
+	memset(indented + strlen(indented), 'a', 300);
+	strcat(indented, "\n");
+	expect_error(indented, "bad.conf:5: line too long: 302 characters (at most 197");
+	char toolong[PATH_MAX + 64] = "[cache]\ndir = /c\n[path /";
+	memset(toolong + strlen(toolong), 'a', PATH_MAX);
+	strcat(toolong, "]\n");
+	expect_error(toolong, "bad.conf:3: [path /aaa");
+	expect_error(toolong, "longer than the 4095 characters a path can have");
+	expect_error("[cache]\ndir = /c\n[path /a/*] keep = 2\n",
+		     "bad.conf:3: text after ']' in [path ...]");
+	expect_error("[cache]\ndir = /c\n[path /a/*\nkeep = 2\n", "bad.conf:3: [path ...] has no closing ']'");
+	expect_error("[cache]\ndir = /c\n[path]\nkeep = 2\n", "bad.conf:3: [path] needs a pattern");
 
 	struct stg_policy *p = NULL;
 	char err[1024];
@@ -188,6 +265,7 @@ int main(void)
 	test_full();
 	test_cache_excluded();
 	test_errors();
+	test_long_glob();
 	test_sizes();
 	return harness_done();
 }
