@@ -52,8 +52,9 @@ static void usage(FILE *f)
 		"belongs to you or to root (/scratch -> /lustre/...); any other, and one\n"
 		"at the file's own name, is in the way and the file is not restored. A\n"
 		"chunk that is corrupt or missing in the cache is fetched from the\n"
-		"servers, with a warning. Names are printed with C escapes for\n"
-		"backslashes and control characters (\\\\, \\n, \\t, \\ooo).\n"
+		"servers ([cluster]), with a warning. Names are printed with C escapes\n"
+		"for backslashes and control characters (\\\\, \\n, \\t, \\r, else\n"
+		"\\ooo), as ls -b does.\n"
 		"exit status: 0 when every file was restored, 1 when any was not, or a\n"
 		"cache entry was refused.\n");
 }
