@@ -16,7 +16,7 @@
 #include "tool.h"
 #include "version.h"
 
-/* Some server did not answer: the listing may lack versions. */
+/* Servers did not answer: the listing may lack versions. */
 #define EXIT_SERVERS 3
 
 static void usage(FILE *f)
@@ -34,9 +34,9 @@ static void usage(FILE *f)
 		   "characters (\\\\, \\n, \\t, \\r, else \\ooo), as ls -b does: one line\n"
 		   "per version, whatever the names hold.\n"
 		   "exit status: 0 when everything was listed; 1 when nothing is staged at\n"
-		   "PATH, a manifest is corrupt or a cache entry was refused; 3 when a server\n"
-		   "did not answer or refused the key (the listing may lack what only the\n"
-		   "servers hold).\n");
+		   "PATH, a manifest is corrupt or a cache entry was refused; 3 when no\n"
+		   "server answered (or all refused the key), or as many as `replicas` did\n"
+		   "not: the listing may lack versions that only they hold.\n");
 }
 
 struct row {
@@ -143,8 +143,8 @@ static int cmp_rows(const void *a, const void *b)
 }
 
 /* Adds the servers' versions: counts for those in the cache, rows for the
- * others (staged on another node, or evicted here). *ret_missed: some server
- * did not answer. */
+ * others (staged on another node, or evicted here). *ret_missed: the servers
+ * that did not answer may hold versions that none of the others does. */
 static int merge_remote(const struct stg_policy *p, struct listing *l, bool *ret_missed)
 {
 	struct remote rm;
@@ -212,7 +212,8 @@ static int merge_remote(const struct stg_policy *p, struct listing *l, bool *ret
 	remote_list_free(rv, n);
 	if (reached < p->nservers)
 		tool_error("ls: %zu of %zu servers answered", reached, p->nservers);
-	*ret_missed = reached < p->nservers;
+	/* Each version is on `replicas` servers: fewer missing, another has it. */
+	*ret_missed = reached == 0 || p->nservers - reached >= p->replicas;
 	return r;
 }
 

@@ -12,9 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "beneath.h"
 #include "catalog.h"
 #include "gc.h"
-#include "beneath.h"
 #include "jobversion.h"
 #include "materialize.h"
 #include "pack.h"
@@ -289,9 +289,12 @@ static int write_version(const struct source *src, const char *path, uint64_t ve
 	char dest[PATH_MAX * 2];
 	snprintf(dest, sizeof(dest), "%s%s", to ? to : "", path);
 	if (dirfd == -ELOOP) {
+		char whose[48] = "";
+		if (link.owner != 0 && link.owner != geteuid())
+			snprintf(whose, sizeof(whose), " belongs to uid %u", (unsigned)link.owner);
 		tool_error("restore: cannot create the directory of '%s': a symbolic link is in the "
-			   "way ('%s%s' belongs to uid %u)",
-			   dest, to ? to : "", link.path, (unsigned)link.owner);
+			   "way ('%s%s'%s)",
+			   dest, to ? to : "", link.path, whose);
 	} else if (dirfd < 0) {
 		tool_error("restore: cannot create the directory of '%s': %s", dest,
 			   strerror(-dirfd));

@@ -137,7 +137,7 @@ needs_root() {
 	cmp "$REF/a" "$BACK$CKPT/f"
 }
 
-@test "ls exits 3 when a server did not answer or refused the key" {
+@test "ls exits 3 when the servers did not answer or refused the key" {
 	start_servers 2
 	cluster_default_policy
 	echo data >"$REF/f"
@@ -153,7 +153,14 @@ needs_root() {
 	run "$STAGEHAND" ls --policy "$T/wrong.conf"
 	[ "$status" -eq 3 ] || fail "ls with a refused key: $status: $output"
 	[[ "$output" == *"0 of 2 servers answered"* ]] || fail "ls: $output"
+	# one of two down, replicas = 2: the other one lists every version
 	stop_server 0
+	run "$STAGEHAND" ls
+	[ "$status" -eq 0 ] || fail "ls with one server of two: $status: $output"
+	[[ "$output" == *"1 of 2 servers answered"* ]] || fail "ls: $output"
+	cluster_policy "$T/one.conf" "$CACHE" "$CKPT/**" cluster.replicas=1
+	run "$STAGEHAND" ls --policy "$T/one.conf"
+	[ "$status" -eq 3 ] || fail "ls with replicas = 1 and a server down: $status: $output"
 	stop_server 1
 	run "$STAGEHAND" ls
 	[ "$status" -eq 3 ] || fail "ls with no server: $status: $output"
