@@ -439,7 +439,9 @@ int stg_catalog_read_path(int filedirfd, char *out, size_t outlen)
 	int r = stg_read_file(filedirfd, PATH_FILE, PATH_MAX, &data, &len);
 	if (r < 0)
 		return r;
-	if (len == 0 || len >= outlen || data[0] != '/' || memchr(data, '\0', len)) {
+	/* A restore writes where this says: nothing but a normalized,
+	 * absolute path (no ".." to climb out of --to, no NUL) is one. */
+	if (len >= outlen || !stg_path_valid((const char *)data, len)) {
 		free(data);
 		return -EBADMSG;
 	}
@@ -504,8 +506,8 @@ int stg_catalog_state(struct stg_cache *c, const char *path, struct stg_file_sta
 	return r;
 }
 
-int stg_catalog_foreach(struct stg_cache *c,
-			int (*fn)(void *arg, const char *path, int filedirfd), void *arg)
+int stg_catalog_scan(struct stg_cache *c, int (*fn)(void *arg, const char *path, int filedirfd),
+		     void (*bad)(void *arg, const char *id, int err), void *arg)
 {
 	DIR *d = stg_opendir_at(c->files_fd, ".");
 	if (!d)
@@ -520,16 +522,26 @@ int stg_catalog_foreach(struct stg_cache *c,
 			continue;
 		char path[PATH_MAX];
 		char id[STG_HASH_HEX_LEN + 1];
-		if (stg_catalog_read_path(ffd, path, sizeof(path)) == 0) {
+		int pr = stg_catalog_read_path(ffd, path, sizeof(path));
+		if (pr == 0) {
 			stg_catalog_file_id(path, id);
 			/* An entry whose path does not hash to its name is a leftover. */
 			if (strcmp(id, de->d_name) == 0)
 				r = fn(arg, path, ffd);
+		} else if (pr != -ENOENT && bad) {
+			/* (without a path file: one being created, or a leftover) */
+			bad(arg, de->d_name, pr);
 		}
 		close(ffd);
 	}
 	closedir(d);
 	return r;
+}
+
+int stg_catalog_foreach(struct stg_cache *c,
+			int (*fn)(void *arg, const char *path, int filedirfd), void *arg)
+{
+	return stg_catalog_scan(c, fn, NULL, arg);
 }
 
 /* Publishes from's version under topath as newversion. A link's copy is a

@@ -90,7 +90,9 @@ bool stg_catalog_is_deleted(int filedirfd);
 /* Marks the path deleted (its versions stay restorable) or visible again. */
 int stg_catalog_set_deleted(int filedirfd, bool deleted);
 
-/* The path that an entry describes, read from its "path" file. */
+/* The path that an entry describes, read from its "path" file. Returns 0,
+ * -EBADMSG when it is not an absolute, normalized path (stg_path_valid) or
+ * does not fit outlen, or -errno. */
 int stg_catalog_read_path(int filedirfd, char *out, size_t outlen);
 
 /* What a path looks like now. */
@@ -112,6 +114,12 @@ int stg_catalog_state(struct stg_cache *c, const char *path, struct stg_file_sta
  * returns non-zero and returns that. Returns 0 or -errno. */
 int stg_catalog_foreach(struct stg_cache *c,
 			int (*fn)(void *arg, const char *path, int filedirfd), void *arg);
+
+/* stg_catalog_foreach that also calls bad (when not NULL) for every entry
+ * whose recorded path cannot be read or is rejected (err: -EBADMSG or
+ * -errno), naming the entry by its id, so that a tool can say which. */
+int stg_catalog_scan(struct stg_cache *c, int (*fn)(void *arg, const char *path, int filedirfd),
+		     void (*bad)(void *arg, const char *id, int err), void *arg);
 
 /* Moves old's versions to new (all of them when new has none, else old's
  * newest becomes new's next version), removes old, and prunes new to keep

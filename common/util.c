@@ -110,6 +110,29 @@ int stg_path_normalize(const char *in, char *out, size_t outlen)
 	return 0;
 }
 
+bool stg_path_valid(const char *s, size_t len)
+{
+	if (len == 0 || s[0] != '/')
+		return false;
+	if (len == 1)
+		return true;
+	if (s[len - 1] == '/')
+		return false;
+	size_t start = 1;
+	for (size_t i = 1; i <= len; i++) {
+		if (i < len && s[i] == '\0')
+			return false;
+		if (i < len && s[i] != '/')
+			continue;
+		size_t n = i - start;
+		if (n == 0 || (n == 1 && s[start] == '.') ||
+		    (n == 2 && s[start] == '.' && s[start + 1] == '.'))
+			return false;
+		start = i + 1;
+	}
+	return true;
+}
+
 int stg_path_join(char *out, size_t outlen, const char *dir, const char *name)
 {
 	size_t dl = strlen(dir);

@@ -53,6 +53,11 @@ int stg_pread_all(int fd, void *buf, size_t len, off_t off);
  * slash. Returns 0, -EINVAL (not absolute) or -ENAMETOOLONG. */
 int stg_path_normalize(const char *in, char *out, size_t outlen);
 
+/* Is s (len bytes) what stg_path_normalize makes: absolute, no empty, "."
+ * or ".." component, no trailing slash, no NUL byte? Every path read from
+ * a cache, a store or the wire is checked with this. */
+bool stg_path_valid(const char *s, size_t len);
+
 /* Joins dir and name into out with one slash; -ENAMETOOLONG if it does not fit. */
 int stg_path_join(char *out, size_t outlen, const char *dir, const char *name);
 

@@ -61,25 +61,7 @@ int stg_wire_header_decode(const uint8_t *buf, uint32_t max_body, struct stg_wir
 
 bool stg_wire_path_valid(const char *s, size_t len)
 {
-	if (len == 0 || len > STG_WIRE_MAX_PATH || s[0] != '/')
-		return false;
-	if (len == 1)
-		return true;
-	if (s[len - 1] == '/')
-		return false;
-	size_t start = 1;
-	for (size_t i = 1; i <= len; i++) {
-		if (i < len && s[i] == '\0')
-			return false;
-		if (i < len && s[i] != '/')
-			continue;
-		size_t n = i - start;
-		if (n == 0 || (n == 1 && s[start] == '.') ||
-		    (n == 2 && s[start] == '.' && s[start + 1] == '.'))
-			return false;
-		start = i + 1;
-	}
-	return true;
+	return len <= STG_WIRE_MAX_PATH && stg_path_valid(s, len);
 }
 
 static bool prefix_valid(const char *s, size_t len)

@@ -16,6 +16,9 @@
 #include "tool.h"
 #include "version.h"
 
+/* Servers did not answer: the listing may lack versions. */
+#define EXIT_SERVERS 3
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: stagehand ls [--policy F] [PATH|PREFIX]\n"
@@ -25,7 +28,15 @@ static void usage(FILE *f)
 		   "chunks it stored itself out of its total, and where it is. The parts\n"
 		   "that the nodes of a parallel job staged of one version (shared = job)\n"
 		   "are one version, marked incomplete (and why) while a rank's part is\n"
-		   "missing.\n");
+		   "missing.\n"
+		   "\n"
+		   "Names are printed with C escapes for backslashes and control\n"
+		   "characters (\\\\, \\n, \\t, \\r, else \\ooo), as ls -b does: one line\n"
+		   "per version, whatever the names hold.\n"
+		   "exit status: 0 when everything was listed; 1 when nothing is staged at\n"
+		   "PATH, a manifest is corrupt or a cache entry was refused; 3 when no\n"
+		   "server answered (or all refused the key), or as many as `replicas` did\n"
+		   "not: the listing may lack versions that only they hold.\n");
 }
 
 struct row {
@@ -47,6 +58,7 @@ struct listing {
 	struct row *rows;
 	size_t n, cap;
 	int err;
+	bool bad; /* a cache entry was refused */
 };
 
 static bool under(const char *path, const char *prefix)
@@ -114,6 +126,13 @@ static int collect(void *arg, const char *path, int filedirfd)
 	return r;
 }
 
+static void bad_entry(void *arg, const char *id, int err)
+{
+	struct listing *l = arg;
+	tool_bad_entry("ls", id, err);
+	l->bad = true;
+}
+
 static int cmp_rows(const void *a, const void *b)
 {
 	const struct row *x = a, *y = b;
@@ -124,8 +143,9 @@ static int cmp_rows(const void *a, const void *b)
 }
 
 /* Adds the servers' versions: counts for those in the cache, rows for the
- * others (staged on another node, or evicted here). */
-static int merge_remote(const struct stg_policy *p, struct listing *l)
+ * others (staged on another node, or evicted here). *ret_missed: the servers
+ * that did not answer may hold versions that none of the others does. */
+static int merge_remote(const struct stg_policy *p, struct listing *l, bool *ret_missed)
 {
 	struct remote rm;
 	if (remote_init(&rm, p) < 0)
@@ -192,6 +212,8 @@ static int merge_remote(const struct stg_policy *p, struct listing *l)
 	remote_list_free(rv, n);
 	if (reached < p->nservers)
 		tool_error("ls: %zu of %zu servers answered", reached, p->nservers);
+	/* Each version is on `replicas` servers: fewer missing, another has it. */
+	*ret_missed = reached == 0 || p->nservers - reached >= p->replicas;
 	return r;
 }
 
@@ -201,10 +223,11 @@ static void print_version(const struct stg_policy *p, const struct row *rows,
 			  const struct job_version *v, uint64_t number, int *bad)
 {
 	const struct row *first = &rows[v->parts[0]];
+	char name[TOOL_ESCAPED_SIZE(PATH_MAX)];
+	tool_escape(first->path, name, sizeof(name));
 	for (size_t k = 0; k < v->nparts; k++)
 		if (rows[v->parts[k]].corrupt) {
-			printf("%-40s %7" PRIu64 "  manifest corrupt or unreadable\n", first->path,
-			       number);
+			printf("%-40s %7" PRIu64 "  manifest corrupt or unreadable\n", name, number);
 			*bad = 1;
 			return;
 		}
@@ -244,7 +267,7 @@ static void print_version(const struct stg_policy *p, const struct row *rows,
 			 v->nparts == 1 ? "" : "s", v->complete ? "" : ", incomplete: ",
 			 v->complete ? "" : v->why);
 	printf("%-40s %7" PRIu64 " %12" PRIu64 " %12" PRIu64 " %11s  %-19s  %s%s%s%s\n",
-	       sum.path, number, sum.size, sum.stored, chunks, mt, where,
+	       name, number, sum.size, sum.stored, chunks, mt, where,
 	       !v->open ? "" : sum.size ? " (fsync'ed, not closed)" : " (created empty)", job,
 	       sum.deleted ? " (deleted)" : "");
 }
@@ -309,13 +332,14 @@ int cmd_ls(int argc, char **argv)
 	if (tool_open(policy, &p, &cache))
 		return 1;
 	struct listing l = {.prefix = optind < argc ? prefix : NULL};
-	int r = cache ? stg_catalog_foreach(cache, collect, &l) : 0;
+	int r = cache ? stg_catalog_scan(cache, collect, bad_entry, &l) : 0;
 	if (r < 0) {
 		tool_error("ls: cannot read the cache '%s': %s", p->cache_dir, strerror(-r));
 		return 1;
 	}
-	int bad = 0;
-	if (p->has_cluster && merge_remote(p, &l) < 0)
+	int bad = l.bad;
+	bool missed = false;
+	if (p->has_cluster && merge_remote(p, &l, &missed) < 0)
 		bad = 1;
 	qsort(l.rows, l.n, sizeof(*l.rows), cmp_rows);
 	if (l.n)
@@ -340,5 +364,5 @@ int cmd_ls(int argc, char **argv)
 	free(l.rows);
 	stg_cache_free(cache);
 	stg_policy_free(p);
-	return bad;
+	return bad ? 1 : missed ? EXIT_SERVERS : 0;
 }

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "beneath.h"
 #include "catalog.h"
 #include "gc.h"
 #include "jobversion.h"
@@ -28,7 +29,8 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: stagehand restore [--policy F] [--version N] [--to DIR] PATH...\n"
+		"usage: stagehand restore [--policy F] [--version N] [--to DIR]\n"
+		"                         [--allow-foreign-cache] [--keep-special-bits] PATH...\n"
 		"\n"
 		"Rebuilds each PATH (a file, or a directory: every staged file below it)\n"
 		"from its newest staged version, or version N, verifying every chunk\n"
@@ -37,8 +39,24 @@ static void usage(FILE *f)
 		"\n"
 		"  --version N  restore version N instead of the newest\n"
 		"  --to DIR     write below DIR (DIR/<absolute path>) instead of in place;\n"
-		"               nothing is ever written outside DIR\n"
-		"exit status: 0 when every file was restored, 1 when any was not.\n");
+		"               nothing is ever written outside DIR, and no symbolic link\n"
+		"               below DIR is followed\n"
+		"  --allow-foreign-cache\n"
+		"               use a cache that belongs to another user than you or root\n"
+		"               (refused by default: its owner decides what is written)\n"
+		"  --keep-special-bits\n"
+		"               restore the setuid, setgid and sticky bits too (dropped by\n"
+		"               default)\n"
+		"\n"
+		"In place, a symbolic link in a file's directories is followed when it\n"
+		"belongs to you or to root (/scratch -> /lustre/...); any other, and one\n"
+		"at the file's own name, is in the way and the file is not restored. A\n"
+		"chunk that is corrupt or missing in the cache is fetched from the\n"
+		"servers ([cluster]), with a warning. Names are printed with C escapes\n"
+		"for backslashes and control characters (\\\\, \\n, \\t, \\r, else\n"
+		"\\ooo), as ls -b does.\n"
+		"exit status: 0 when every file was restored, 1 when any was not, or a\n"
+		"cache entry was refused.\n");
 }
 
 struct target {
@@ -49,6 +67,7 @@ struct find {
 	const char *prefix;
 	char **paths;
 	size_t n, cap;
+	bool bad; /* a cache entry was refused */
 };
 
 static int find_paths(void *arg, const char *path, int filedirfd)
@@ -72,6 +91,13 @@ static int find_paths(void *arg, const char *path, int filedirfd)
 		return -ENOMEM;
 	f->n++;
 	return 0;
+}
+
+static void bad_entry(void *arg, const char *id, int err)
+{
+	struct find *f = arg;
+	tool_bad_entry("restore", id, err);
+	f->bad = true;
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -102,51 +128,19 @@ static void show_progress(void *arg, uint64_t done, uint64_t total)
 	fflush(stderr);
 }
 
-/* Opens (creating) the directory that will hold dest, one component at a
- * time below rootfd and never through a symbolic link, so that the restore
- * cannot be steered outside the root. */
-static int open_parent_beneath(int rootfd, const char *rel, char *ret_name, size_t namelen)
-{
-	char buf[PATH_MAX];
-	snprintf(buf, sizeof(buf), "%s", rel);
-	char *slash = strrchr(buf, '/');
-	const char *name = slash ? slash + 1 : buf;
-	if (!*name || strlen(name) >= namelen)
-		return -EINVAL;
-	snprintf(ret_name, namelen, "%s", name);
-	int fd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || !slash)
-		return fd < 0 ? -errno : fd;
-	*slash = '\0';
-	for (char *comp = buf, *next; comp && *comp; comp = next) {
-		next = strchr(comp, '/');
-		if (next)
-			*next++ = '\0';
-		if (!*comp)
-			continue;
-		if (mkdirat(fd, comp, 0755) < 0 && errno != EEXIST) {
-			int r = -errno;
-			close(fd);
-			return r;
-		}
-		int nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		int r = -errno;
-		struct stat st;
-		if (nfd < 0 && fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
-			r = -ELOOP;
-		close(fd);
-		if (nfd < 0)
-			return r;
-		fd = nfd;
-	}
-	return fd;
-}
-
 /* Where a version comes from: the node cache or the staging servers. */
 struct source {
 	struct stg_cache *cache;
 	struct remote *remote;
 	uint64_t servers; /* with remote: the servers that listed the version */
+	struct remote *replicas; /* with cache: the servers, for a bad chunk (or NULL) */
+};
+
+/* What the command line asked of every file. */
+struct opts {
+	const char *to; /* NULL: in place */
+	uint64_t version; /* 0: the newest */
+	bool keep_special;
 };
 
 /* The other parts of a job's version, laid over the first (jobversion.h). */
@@ -156,8 +150,28 @@ struct overlay {
 	size_t n;
 };
 
-static int write_version(const struct source *src, const char *path, uint64_t version,
-			 struct stg_manifest *m, const struct overlay *over, const char *to);
+/* A chunk the cache has no good copy of, fetched from the servers. */
+struct refetch {
+	struct remote_session sess;
+	const char *path;
+	uint64_t version;
+	const struct stg_manifest *m;
+};
+
+static int refetch_chunk(void *arg, uint32_t i, const struct stg_materialize_error *why,
+			 uint8_t *buf)
+{
+	struct refetch *rf = arg;
+	int r = remote_fetch_chunk(&rf->sess, rf->path, rf->m, i, buf);
+	if (r < 0)
+		return r;
+	char rel[48], name[TOOL_ESCAPED_SIZE(PATH_MAX)];
+	stg_pack_relpath(why->entry.pack, rel);
+	fprintf(stderr, "stagehand: restore: warning: '%s' version %" PRIu64 ": chunk %" PRIu32
+		" is corrupt in the cache (%s at offset %" PRIu64 "); fetched it from the servers\n",
+		tool_escape(rf->path, name, sizeof(name)), rf->version, i, rel, why->entry.offset);
+	return 0;
+}
 
 /* Rebuilds m's content into fd from src. 0, or 1 after saying why. */
 static int fill(const struct source *src, const char *path, uint64_t version,
@@ -167,9 +181,15 @@ static int fill(const struct source *src, const char *path, uint64_t version,
 			      .on = isatty(STDERR_FILENO) && m->size >= PROGRESS_MIN_BYTES};
 	struct stg_materialize_error me;
 	uint64_t bad_chunk = 0;
-	int r = src->cache ? tool_materialize(src->cache, m, fd, show_progress, &pr, &me)
+	struct refetch rf = {.path = path, .version = version, .m = m};
+	if (src->replicas)
+		remote_session_init(&rf.sess, src->replicas);
+	int r = src->cache ? tool_materialize(src->cache, m, fd, show_progress, &pr,
+					      src->replicas ? refetch_chunk : NULL, &rf, &me)
 			   : remote_materialize(src->remote, path, m, fd, show_progress, &pr,
 						&bad_chunk);
+	if (src->replicas)
+		remote_session_done(&rf.sess);
 	if (pr.on && r < 0)
 		fputc('\n', stderr);
 	if (r < 0 && src->cache) {
@@ -177,9 +197,10 @@ static int fill(const struct source *src, const char *path, uint64_t version,
 		stg_pack_relpath(me.entry.pack, rel);
 		if (r == -EBADMSG || r == -ENOENT)
 			tool_error("restore: '%s' version %" PRIu64 ": chunk %" PRIu64
-				   " is %s (%s at offset %" PRIu64 "); nothing was written",
+				   " is %s (%s at offset %" PRIu64 ")%s; nothing was written",
 				   path, version, me.chunk, r == -EBADMSG ? "corrupt" : "missing", rel,
-				   me.entry.offset);
+				   me.entry.offset,
+				   src->replicas ? ", and no server has a good copy" : "");
 		else
 			tool_error("restore: writing '%s': %s", dest, strerror(-r));
 		return 1;
@@ -211,9 +232,9 @@ static int lay_over(const struct overlay *over, const char *path, uint64_t versi
 	int failed = 0;
 	for (size_t i = 0; i < over->n && !failed; i++) {
 		const struct stg_manifest *m = &over->parts[i];
-		int t = openat(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+		int t = beneath_open(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 		if (t < 0) {
-			tool_error("restore: cannot write next to '%s': %s", dest, strerror(errno));
+			tool_error("restore: cannot write next to '%s': %s", dest, strerror(-t));
 			failed = 1;
 			break;
 		}
@@ -242,23 +263,52 @@ static int lay_over(const struct overlay *over, const char *path, uint64_t versi
 /* Writes m's content to path (below to), atomically; consumes m. With over,
  * m is the first part of a job's version and the others are laid over it. */
 static int write_version(const struct source *src, const char *path, uint64_t version,
-			 struct stg_manifest *m_in, const struct overlay *over, const char *to)
+			 struct stg_manifest *m_in, const struct overlay *over, const struct opts *o)
 {
 	struct stg_manifest m = *m_in;
+	const char *to = o->to;
 	int rootfd = open(to ? to : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rootfd < 0) {
 		tool_error("restore: cannot open '%s': %s", to ? to : "/", strerror(errno));
 		stg_manifest_done(&m);
 		return 1;
 	}
-	char name[NAME_MAX + 1];
-	int dirfd = open_parent_beneath(rootfd, path + 1, name, sizeof(name));
+	/* path is normalized (stg_path_valid): its last name is a name. */
+	const char *name = strrchr(path, '/') + 1;
+	if (!*name) {
+		tool_error("restore: '/' is no file");
+		close(rootfd);
+		stg_manifest_done(&m);
+		return 1;
+	}
+	char parent[PATH_MAX];
+	snprintf(parent, sizeof(parent), "%.*s", (int)(name - path - 1), path + 1);
+	struct beneath_link link;
+	int dirfd = beneath_open_dir(rootfd, parent, !to, &link);
 	close(rootfd);
 	char dest[PATH_MAX * 2];
 	snprintf(dest, sizeof(dest), "%s%s", to ? to : "", path);
-	if (dirfd < 0) {
+	if (dirfd == -ELOOP) {
+		char whose[48] = "";
+		if (link.owner != 0 && link.owner != geteuid())
+			snprintf(whose, sizeof(whose), " belongs to uid %u", (unsigned)link.owner);
+		tool_error("restore: cannot create the directory of '%s': a symbolic link is in the "
+			   "way ('%s%s'%s)",
+			   dest, to ? to : "", link.path, whose);
+	} else if (dirfd < 0) {
 		tool_error("restore: cannot create the directory of '%s': %s", dest,
-			   dirfd == -ELOOP ? "a symbolic link is in the way" : strerror(-dirfd));
+			   strerror(-dirfd));
+	}
+	struct stat st;
+	if (dirfd >= 0 && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    S_ISLNK(st.st_mode)) {
+		/* Renamed over, the link would go; written through, it could
+		 * lead anywhere. Neither is what was staged. */
+		tool_error("restore: '%s': a symbolic link is in the way", dest);
+		close(dirfd);
+		dirfd = -ELOOP;
+	}
+	if (dirfd < 0) {
 		stg_manifest_done(&m);
 		return 1;
 	}
@@ -268,12 +318,11 @@ static int write_version(const struct source *src, const char *path, uint64_t ve
 	 * disk instead of through the page cache, and the final fsync is short. */
 	/* (Not for fetched chunks, which are not aligned, nor for merges.) */
 	int direct = src->cache && !over ? O_DIRECT : 0;
-	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | direct,
-			0600);
-	if (fd < 0 && errno == EINVAL)
-		fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	int fd = beneath_open(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | direct, 0600);
+	if (fd == -EINVAL)
+		fd = beneath_open(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0) {
-		tool_error("restore: cannot write next to '%s': %s", dest, strerror(errno));
+		tool_error("restore: cannot write next to '%s': %s", dest, strerror(-fd));
 		close(dirfd);
 		stg_manifest_done(&m);
 		return 1;
@@ -299,7 +348,10 @@ static int write_version(const struct source *src, const char *path, uint64_t ve
 		{.tv_sec = m.mtime_ns / 1000000000, .tv_nsec = m.mtime_ns % 1000000000},
 		{.tv_sec = m.mtime_ns / 1000000000, .tv_nsec = m.mtime_ns % 1000000000},
 	};
-	if (fchmod(fd, m.mode) < 0 || futimens(fd, times) < 0 || fsync(fd) < 0) {
+	/* setuid, setgid and sticky only when asked: a cache's owner would
+	 * otherwise choose a setuid file of root's. */
+	mode_t mode = m.mode & (o->keep_special ? 07777 : 0777);
+	if (fchmod(fd, mode) < 0 || futimens(fd, times) < 0 || fsync(fd) < 0) {
 		tool_error("restore: finishing '%s': %s", dest, strerror(errno));
 		goto out_unlink;
 	}
@@ -310,8 +362,11 @@ static int write_version(const struct source *src, const char *path, uint64_t ve
 	fsync(dirfd);
 	close(fd);
 	close(dirfd);
-	printf("restored %s version %" PRIu64 " (%" PRIu64 " bytes) to %s%s\n", path, version, size,
-	       dest, over ? ", merged from its nodes' parts" : src->cache ? "" : " from the servers");
+	char epath[TOOL_ESCAPED_SIZE(PATH_MAX)], edest[TOOL_ESCAPED_SIZE(sizeof(dest))];
+	printf("restored %s version %" PRIu64 " (%" PRIu64 " bytes) to %s%s\n",
+	       tool_escape(path, epath, sizeof(epath)), version, size,
+	       tool_escape(dest, edest, sizeof(edest)),
+	       over ? ", merged from its nodes' parts" : src->cache ? "" : " from the servers");
 	stg_manifest_done(&m);
 	return 0;
 out_unlink:
@@ -385,7 +440,7 @@ static int load_version(struct stg_cache *cache, struct remote *rm,
 		r = stg_catalog_read(f.dirfd, id, m);
 		stg_catalog_unlock(&f);
 		if (r == 0) {
-			*src = (struct source){.cache = cache};
+			*src = (struct source){.cache = cache, .replicas = rm};
 			return 0;
 		}
 	}
@@ -404,7 +459,8 @@ static int load_version(struct stg_cache *cache, struct remote *rm,
  * parts grouped (jobversion.h) and a job version's parts merged. */
 static int restore_job_version(struct stg_cache *cache, struct remote *rm,
 			       const struct remote_version *rv, size_t nrv, const char *path,
-			       const uint64_t *ids_in, size_t n_in, uint64_t number, const char *to)
+			       const uint64_t *ids_in, size_t n_in, uint64_t number,
+			       const struct opts *o)
 {
 	/* Room for an id to stand for a part on each server (remote_get_parts). */
 	size_t cap = n_in * (rm ? rm->policy->nservers : 1) + 1, n = 0;
@@ -506,7 +562,7 @@ static int restore_job_version(struct stg_cache *cache, struct remote *rm,
 	struct stg_manifest base = ms[first];
 	ms[first] = (struct stg_manifest){0}; /* write_version consumes it */
 	if (!jv->is_job || jv->nparts == 1) {
-		failed = write_version(&srcs[first], path, number, &base, NULL, to);
+		failed = write_version(&srcs[first], path, number, &base, NULL, o);
 		goto out;
 	}
 	struct stg_manifest *parts = calloc(jv->nparts, sizeof(*parts));
@@ -517,7 +573,7 @@ static int restore_job_version(struct stg_cache *cache, struct remote *rm,
 			psrcs[i - 1] = srcs[jv->parts[i]];
 		}
 		struct overlay over = {.srcs = psrcs, .parts = parts, .n = jv->nparts - 1};
-		failed = write_version(&srcs[first], path, number, &base, &over, to);
+		failed = write_version(&srcs[first], path, number, &base, &over, o);
 	} else {
 		tool_error("restore: out of memory");
 		stg_manifest_done(&base);
@@ -543,7 +599,7 @@ out:
  * has that version, else from the servers that listed it. */
 static int restore_path(struct stg_cache *cache, struct remote *rm,
 			const struct remote_version *rv, size_t nrv, const char *path,
-			uint64_t number, const char *to)
+			const struct opts *o)
 {
 	uint64_t *ids;
 	ssize_t n = version_ids(cache, rv, nrv, path, &ids);
@@ -566,6 +622,7 @@ static int restore_path(struct stg_cache *cache, struct remote *rm,
 	struct stg_manifest newest;
 	struct source src;
 	int pin = cache ? stg_gc_pin(cache) : -1;
+	uint64_t number = o->version;
 	int r = load_version(cache, rm, rv, nrv, path, ids[n - 1], &newest, &src);
 	int failed;
 	if (r == -EBADMSG && !number) {
@@ -580,7 +637,7 @@ static int restore_path(struct stg_cache *cache, struct remote *rm,
 		uint64_t *numbers = malloc((size_t)n * sizeof(*numbers));
 		if (numbers) {
 			stg_version_numbers(ids, (size_t)n, numbers);
-			failed = write_version(&src, path, numbers[n - 1], &newest, NULL, to);
+			failed = write_version(&src, path, numbers[n - 1], &newest, NULL, o);
 		} else {
 			tool_error("restore: out of memory");
 			stg_manifest_done(&newest);
@@ -590,12 +647,29 @@ static int restore_path(struct stg_cache *cache, struct remote *rm,
 	} else {
 		if (r == 0)
 			stg_manifest_done(&newest);
-		failed = restore_job_version(cache, rm, rv, nrv, path, ids, (size_t)n, number, to);
+		failed = restore_job_version(cache, rm, rv, nrv, path, ids, (size_t)n, number, o);
 	}
 	if (pin >= 0)
 		stg_gc_unpin(pin);
 	free(ids);
 	return failed;
+}
+
+/* Whether the cache and the directories restore reads belong to the user
+ * or to root (else says so). */
+static bool cache_owned(const struct stg_cache *c)
+{
+	const struct {
+		int fd;
+		const char *sub;
+	} dirs[] = {{c->dirfd, ""}, {c->files_fd, "/files"}, {c->packs_fd, "/packs"}};
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		char name[PATH_MAX + 8];
+		snprintf(name, sizeof(name), "%s%s", c->dir, dirs[i].sub);
+		if (!tool_owned("restore", dirs[i].fd, name, "--allow-foreign-cache"))
+			return false;
+	}
+	return true;
 }
 
 int cmd_restore(int argc, char **argv)
@@ -604,16 +678,21 @@ int cmd_restore(int argc, char **argv)
 		{"policy", required_argument, NULL, 'p'},
 		{"version", required_argument, NULL, 'v'},
 		{"to", required_argument, NULL, 't'},
+		{"allow-foreign-cache", no_argument, NULL, 'F'},
+		{"keep-special-bits", no_argument, NULL, 'K'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
 	const char *policy = NULL, *to = NULL;
 	uint64_t version = 0;
+	bool allow_foreign = false, keep_special = false;
 	int c;
 	while ((c = getopt_long(argc, argv, "p:v:t:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': policy = optarg; break;
 		case 't': to = optarg; break;
+		case 'F': allow_foreign = true; break;
+		case 'K': keep_special = true; break;
 		case 'v': {
 			char *end;
 			errno = 0;
@@ -650,6 +729,12 @@ int cmd_restore(int argc, char **argv)
 	struct stg_cache *cache;
 	if (tool_open(policy, &p, &cache))
 		return 1;
+	if (cache && !allow_foreign && !cache_owned(cache)) {
+		stg_cache_free(cache);
+		stg_policy_free(p);
+		return 1;
+	}
+	const struct opts o = {.to = to, .version = version, .keep_special = keep_special};
 	struct remote rm;
 	bool have_remote = p->has_cluster && remote_init(&rm, p) == 0;
 	int failed = p->has_cluster && !have_remote;
@@ -660,11 +745,12 @@ int cmd_restore(int argc, char **argv)
 			continue;
 		}
 		struct find fd = {.prefix = abs};
-		int r = cache ? stg_catalog_foreach(cache, find_paths, &fd) : 0;
+		int r = cache ? stg_catalog_scan(cache, find_paths, bad_entry, &fd) : 0;
 		if (r < 0) {
 			tool_error("restore: cannot read the cache: %s", strerror(-r));
 			failed = 1;
 		}
+		failed |= fd.bad;
 		struct remote_version *rv = NULL;
 		size_t nrv = 0, reached = 0;
 		if (have_remote) {
@@ -688,7 +774,7 @@ int cmd_restore(int argc, char **argv)
 			if (k > 0 && strcmp(fd.paths[k], fd.paths[k - 1]) == 0)
 				continue;
 			failed |= restore_path(cache, have_remote ? &rm : NULL, rv, nrv, fd.paths[k],
-					       version, to);
+					       &o);
 		}
 		for (size_t k = 0; k < fd.n; k++)
 			free(fd.paths[k]);

@@ -63,9 +63,10 @@ static void show_flusher(struct stg_cache *cache)
 	bool running = tool_flusher_running(cache, &pid);
 	printf("queue:    %zu version%s still to replicate\n", n, n == 1 ? "" : "s");
 	for (size_t i = 0; i < n && i < 10; i++) {
-		char path[4096];
+		char path[4096], name[TOOL_ESCAPED_SIZE(sizeof(path))];
 		stg_queue_item_path(cache, &items[i], path, sizeof(path));
-		printf("          %s version %" PRIu64 "\n", path, stg_version_seq(items[i].version));
+		printf("          %s version %" PRIu64 "\n", tool_escape(path, name, sizeof(name)),
+		       stg_version_seq(items[i].version));
 	}
 	if (n > 10)
 		printf("          ... and %zu more\n", n - 10);

@@ -127,7 +127,8 @@ static void *writer(void *p)
 }
 
 int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
-		     stg_progress_fn progress, void *arg, struct stg_materialize_error *err)
+		     stg_progress_fn progress, void *arg, tool_refetch_fn refetch,
+		     void *refetch_arg, struct stg_materialize_error *err)
 {
 	struct ring rg = {.fd = fd, .progress = progress, .arg = arg, .total = m->size};
 	pthread_mutex_init(&rg.lock, NULL);
@@ -168,13 +169,16 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 			break;
 		struct slot *s = &rg.slots[rg.head];
 		r = stg_pack_reader_read(&rd, e, s->buf, scratch);
-		if (r < 0) {
-			if (err) {
-				err->chunk = i;
-				err->entry = *e;
-			}
-			break;
+		if (r < 0 && err) {
+			err->chunk = i;
+			err->entry = *e;
 		}
+		/* (r stays the cache's error when the refetch fails too) */
+		if ((r == -EBADMSG || r == -ENOENT) && refetch &&
+		    refetch(refetch_arg, i, err, s->buf) == 0)
+			r = 0;
+		if (r < 0)
+			break;
 		pthread_mutex_lock(&rg.lock);
 		s->off = off;
 		s->len = e->raw_len;

@@ -403,3 +403,14 @@ int remote_materialize(struct remote *rm, const char *path, const struct stg_man
 	*ret_chunk = atomic_load(&f.failed_chunk);
 	return atomic_load(&f.failed);
 }
+
+int remote_fetch_chunk(struct remote_session *s, const char *path, const struct stg_manifest *m,
+		       uint32_t i, uint8_t *buf)
+{
+	struct fetch f = {.rm = s->rm, .path = path, .m = m};
+	const uint8_t *data;
+	int r = fetch_chunk(&f, s, i, buf, &data);
+	if (r == 0 && data != buf)
+		memcpy(buf, data, m->entries[i].raw_len);
+	return r;
+}

@@ -85,3 +85,10 @@ ssize_t remote_get_parts(struct remote_session *s, const char *path, uint64_t ve
 int remote_materialize(struct remote *rm, const char *path, const struct stg_manifest *m,
 		       int fd, void (*progress)(void *arg, uint64_t done, uint64_t total),
 		       void *arg, uint64_t *ret_chunk);
+
+/* Fetches chunk i of m (a version of path) into buf from the first of its
+ * replicas with a good copy, over the connections of s, as
+ * remote_materialize does. Returns 0, or -ENOENT / -EBADMSG when no server
+ * has a good copy, or -errno. */
+int remote_fetch_chunk(struct remote_session *s, const char *path, const struct stg_manifest *m,
+		       uint32_t i, uint8_t *buf);

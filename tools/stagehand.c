@@ -47,6 +47,51 @@ void tool_error(const char *fmt, ...)
 	fputc('\n', stderr);
 }
 
+const char *tool_escape(const char *s, char *buf, size_t len)
+{
+	size_t o = 0;
+	/* (5: the longest escape and the NUL) */
+	for (; *s && o + 5 <= len; s++) {
+		unsigned char c = (unsigned char)*s;
+		char e = c == '\\' ? '\\' : c == '\n' ? 'n' : c == '\t' ? 't' : c == '\r' ? 'r' : 0;
+		if (e)
+			o += (size_t)snprintf(buf + o, len - o, "\\%c", e);
+		else if (c < 0x20 || c == 0x7f)
+			o += (size_t)snprintf(buf + o, len - o, "\\%03o", c);
+		else
+			buf[o++] = (char)c;
+	}
+	buf[o] = '\0';
+	return buf;
+}
+
+void tool_bad_entry(const char *cmd, const char *id, int err)
+{
+	if (err == -EBADMSG)
+		tool_error("%s: cache entry 'files/%s' refused: its recorded path is not an "
+			   "absolute, normalized path (it has a '..', a '.', an empty name or a NUL, "
+			   "or is too long)",
+			   cmd, id);
+	else
+		tool_error("%s: cache entry 'files/%s': cannot read its path: %s", cmd, id,
+			   strerror(-err));
+}
+
+bool tool_owned(const char *cmd, int dirfd, const char *dir, const char *option)
+{
+	struct stat st;
+	if (fstat(dirfd, &st) < 0) {
+		tool_error("%s: cannot check who owns '%s': %s", cmd, dir, strerror(errno));
+		return false;
+	}
+	if (st.st_uid == 0 || st.st_uid == geteuid())
+		return true;
+	tool_error("%s: '%s' belongs to uid %u, neither to you (uid %u) nor to root: whoever owns "
+		   "it decides what is restored, and where; %s uses it anyway",
+		   cmd, dir, (unsigned)st.st_uid, (unsigned)geteuid(), option);
+	return false;
+}
+
 int tool_open(const char *policy_file, struct stg_policy **ret_policy, struct stg_cache **ret_cache)
 {
 	char *file = policy_file ? strdup(policy_file) : stg_policy_locate();

@@ -19,6 +19,21 @@ int tool_abspath(const char *in, char *out, size_t outlen);
 /* "1.5 GiB"-style size into buf. */
 const char *tool_human(uint64_t bytes, char *buf, size_t len);
 
+/* Bytes tool_escape needs for a string of n bytes (NUL included). */
+#define TOOL_ESCAPED_SIZE(n) (4 * (n) + 1)
+
+/* s with a backslash, a control character or DEL written as a C escape
+ * (\\, \n, \t, \r, else \ooo), as ls -b does: a name with a newline
+ * cannot forge lines of a listing. Into buf; returns buf. */
+const char *tool_escape(const char *s, char *buf, size_t len);
+
+/* Says why a cache entry was skipped (stg_catalog_scan's bad callback). */
+void tool_bad_entry(const char *cmd, const char *id, int err);
+
+/* Whether dir (a descriptor of it) belongs to the user running the tool or
+ * to root; else says so, naming it, and how to use it anyway: option. */
+bool tool_owned(const char *cmd, int dirfd, const char *dir, const char *option);
+
 void tool_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Is the cache's flusher running? Its pid in *ret_pid (may be NULL). */

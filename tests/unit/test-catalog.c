@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The cache and its catalog: staging versions, dedup, rename, deletion. */
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
 
 #include "builder.h"
@@ -9,6 +10,7 @@
 #include "make-part.h"
 #include "materialize.h"
 #include "queue.h"
+#include "util.h"
 #include "version.h"
 
 static struct stg_path_rule rule = {
@@ -203,6 +205,62 @@ static void test_remint(struct stg_cache *c, const uint8_t *data, size_t n)
 	c->ship = false;
 }
 
+struct scanned {
+	int good, bad;
+	char bad_id[STG_HASH_HEX_LEN + 1];
+};
+
+static int count_good(void *arg, const char *path, int filedirfd)
+{
+	(void)path;
+	(void)filedirfd;
+	((struct scanned *)arg)->good++;
+	return 0;
+}
+
+static void count_bad(void *arg, const char *id, int err)
+{
+	struct scanned *sc = arg;
+	CHECK_EQ(err, -EBADMSG);
+	sc->bad++;
+	snprintf(sc->bad_id, sizeof(sc->bad_id), "%s", id);
+}
+
+/* A recorded path is checked when it is read: what is not absolute and
+ * normalized (a crafted "..", NUL) is rejected, and a scan names the entry. */
+static void test_recorded_paths(struct stg_cache *c)
+{
+	struct scanned before = {0};
+	CHECK_EQ(stg_catalog_scan(c, count_good, count_bad, &before), 0);
+	CHECK_EQ(before.bad, 0);
+	struct stg_catalog_file f;
+	CHECK_EQ(stg_catalog_lock(c, "/ckpt/rec", true, &f), 0);
+	char path[PATH_MAX];
+	CHECK_EQ(stg_catalog_read_path(f.dirfd, path, sizeof(path)), 0);
+	CHECK(strcmp(path, "/ckpt/rec") == 0);
+	static const struct {
+		const char *s;
+		size_t len;
+	} bad[] = {
+		{"/ckpt/../../etc/passwd", 22}, {"ckpt/rec", 8}, {"/ckpt//rec", 10}, {"/ckpt/./rec", 11},
+		{"/ckpt/rec/", 10}, {"/ckpt/..", 8}, {"/ckpt\0/p", 8}, {"", 0},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		CHECK_EQ(stg_write_file_atomic(f.dirfd, "path", bad[i].s, bad[i].len, false), 0);
+		CHECK_EQ(stg_catalog_read_path(f.dirfd, path, sizeof(path)), -EBADMSG);
+		struct scanned sc = {0};
+		CHECK_EQ(stg_catalog_scan(c, count_good, count_bad, &sc), 0);
+		CHECK_EQ(sc.bad, 1);
+		CHECK(strcmp(sc.bad_id, f.id) == 0);
+		CHECK_EQ(sc.good, before.good);
+	}
+	/* Too long for the caller's buffer is no path either. */
+	CHECK_EQ(stg_write_file_atomic(f.dirfd, "path", "/ckpt/rec", 9, false), 0);
+	CHECK_EQ(stg_catalog_read_path(f.dirfd, path, 9), -EBADMSG);
+	CHECK_EQ(stg_catalog_read_path(f.dirfd, path, 10), 0);
+	stg_catalog_unlock(&f);
+}
+
 int main(void)
 {
 	char *dir = harness_tmpdir();
@@ -309,6 +367,7 @@ int main(void)
 	CHECK_EQ(stg_version_seq((uint64_t)after), 2);
 
 	test_remint(c, data, n);
+	test_recorded_paths(c);
 
 	/* A cache of another format is refused. */
 	char fmt[4300];
