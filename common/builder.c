@@ -37,6 +37,8 @@ struct stg_builder {
 	size_t tablecap;
 	struct stg_hash zero_hash; /* of chunk_size zero bytes */
 	int pinfd;
+	bool published;    /* a manifest names its pack: the pack stays */
+	bool full;         /* the cache or its file system was full */
 	bool defer_collect;
 	bool open;         /* publish as an open version (fsync) */
 	uint64_t replaces; /* the writer's open version this one supersedes */
@@ -106,9 +108,21 @@ void stg_builder_free(struct stg_builder *b)
 {
 	if (!b)
 		return;
-	stg_pack_writer_free(b->pack);
+	/* A version never published leaves nothing: its pack, which only it
+	 * knows of (the index learns of it at publication), goes now. */
+	if (b->published)
+		stg_pack_writer_free(b->pack);
+	else
+		stg_pack_writer_discard(b->pack);
 	stg_fd_drop(b->pinfd);
 	stg_gc_unpin(b->pinfd);
+	/* Out of space: what pruning freed while others had the cache pinned
+	 * may still be there; collect it, or the cache stays full. */
+	if (!b->published && b->full) {
+		int r = stg_gc_collect(b->cache, 0, NULL);
+		if (r < 0 && r != -EAGAIN)
+			stg_log_errno(STG_LOG_DEBUG, r, "collecting after a failed version");
+	}
 	if (b->has_base)
 		stg_manifest_done(&b->base);
 	free(b->entries);
@@ -236,6 +250,14 @@ static int remember_stored(struct stg_builder *b, const struct stg_manifest_entr
 	return 0;
 }
 
+/* Passes r on, remembering when it says the cache is full. */
+static int out_of_space(struct stg_builder *b, int r)
+{
+	if (r == -ENOSPC || r == -EDQUOT)
+		b->full = true;
+	return r;
+}
+
 /* The chunk is in the pack writer's buffer and hashed: find it, or store it. */
 static int place(struct stg_builder *b, uint64_t index, size_t len, const struct stg_hash *h)
 {
@@ -265,7 +287,7 @@ static int place(struct stg_builder *b, uint64_t index, size_t len, const struct
 	if (r == 0)
 		r = remember_stored(b, &e);
 	if (r < 0)
-		return r;
+		return out_of_space(b, r);
 	b->stats.new_chunks++;
 	b->stats.stored_bytes += e.stored_len;
 	record(b, index, &e);
@@ -454,10 +476,6 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 	r = sync ? stg_pack_writer_sync(b->pack) : stg_pack_writer_flush(b->pack);
 	if (r < 0)
 		goto out_done;
-	/* The index only helps later versions find chunks: a failure costs dedup. */
-	int ir = stg_index_add(b->cache, b->stored, b->nstored);
-	if (ir < 0)
-		stg_log_errno(STG_LOG_DEBUG, ir, "indexing the chunks of '%s'", b->path);
 	if (b->part && !stg_part_valid(b->part, m.size)) {
 		stg_log(STG_LOG_ERROR, "'%s': the node's part does not check out", b->path);
 		r = -EINVAL;
@@ -505,6 +523,10 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 	if (b->replaces)
 		inherit_new(f.dirfd, b->replaces, &m);
 	r = stg_catalog_publish(&f, b->path, &m, sync);
+	/* Published, even when what follows the rename failed: the pack stays. */
+	char name[40];
+	stg_catalog_manifest_name(m.version, name);
+	b->published = r == 0 || faccessat(f.dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
 	int pruned = 0;
 	/* The writer's own open version goes once this one is published: a
 	 * crash in between leaves both, the newer one first. Only an open one:
@@ -523,6 +545,13 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 			pruned += pr;
 	}
 	stg_catalog_unlock(&f);
+	/* The index only helps later versions find chunks (a failure costs
+	 * dedup); until the version is published, no other may use its pack. */
+	if (b->published) {
+		int ir = stg_index_add(b->cache, b->stored, b->nstored);
+		if (ir < 0)
+			stg_log_errno(STG_LOG_DEBUG, ir, "indexing the chunks of '%s'", b->path);
+	}
 	/* A caller that goes on from these locations keeps the pin until it
 	 * has pinned anew (stg_builder_free releases it). */
 	if (b->defer_collect)
@@ -541,7 +570,7 @@ out_done:
 	if (m.part != merged)
 		m.part = NULL; /* the caller's */
 	stg_manifest_done(&m);
-	return r < 0 ? r : (int64_t)m.version;
+	return r < 0 ? out_of_space(b, r) : (int64_t)m.version;
 }
 
 int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_path_rule *rule,
@@ -574,12 +603,6 @@ int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_pa
 	}
 	int64_t v = r < 0 ? r : stg_builder_commit(b, size, mode, mtime_ns);
 	stg_builder_free(b);
-	if (v < 0) {
-		/* What this failed version stored is referenced by nothing. */
-		int gr = stg_gc_collect(c, 0, NULL);
-		if (gr < 0 && gr != -EAGAIN)
-			stg_log_errno(STG_LOG_DEBUG, gr, "collecting after a failed commit");
-	}
 	return v;
 }
 

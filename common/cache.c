@@ -58,6 +58,35 @@ void stg_cache_count_packs(struct stg_cache *c, uint64_t *ret_packs, uint64_t *r
 	closedir(d);
 }
 
+/* Shadow files are anonymous files of tmp/ (O_TMPFILE), named with linkat()
+ * when another process must find them. A file system without O_TMPFILE (9p,
+ * NFS, Lustre, GPFS, most FUSE ones) cannot stand in: an unlinked named file
+ * can never be linked again, and on 9p not even fstat'ed. Every file system
+ * with O_TMPFILE links it too, so opening one is the whole probe. */
+static int probe_tmpfile(int tmp_fd)
+{
+	int fd = openat(tmp_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL ? -EOPNOTSUPP
+										: -errno;
+	close(fd);
+	return 0;
+}
+
+const char *stg_cache_strerror(int r)
+{
+	switch (r) {
+	case -EPROTO:
+		return "it holds a cache of another format";
+	case -EOPNOTSUPP:
+		return "its file system has no O_TMPFILE, which the cache's shadow files need "
+		       "(9p, NFS, Lustre, GPFS and FUSE file systems lack it): put [cache] dir "
+		       "on a local file system such as ext4, xfs, btrfs or tmpfs";
+	default:
+		return strerror(-r);
+	}
+}
+
 int stg_cache_open(const char *dir, struct stg_cache **ret_cache)
 {
 	int r = stg_mkdir_p(dir, 0700);
@@ -85,7 +114,8 @@ int stg_cache_open(const char *dir, struct stg_cache **ret_cache)
 	    (r = c->index_fd = open_subdir(c->dirfd, "index")) < 0 ||
 	    (r = c->files_fd = open_subdir(c->dirfd, "files")) < 0 ||
 	    (r = c->tmp_fd = open_subdir(c->dirfd, "tmp")) < 0 ||
-	    (r = c->queue_fd = open_subdir(c->dirfd, "queue")) < 0)
+	    (r = c->queue_fd = open_subdir(c->dirfd, "queue")) < 0 ||
+	    (r = probe_tmpfile(c->tmp_fd)) < 0)
 		goto out_free;
 	c->usage_fd = openat(c->dirfd, "usage", O_RDWR | O_CLOEXEC);
 	if (c->usage_fd < 0 && errno == ENOENT) {

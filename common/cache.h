@@ -24,8 +24,12 @@ struct stg_cache {
 };
 
 /* Opens the cache at dir, creating it (and its parents) when missing.
- * Returns 0, -EPROTO for a cache of another format, or -errno. */
+ * Returns 0, -EPROTO for a cache of another format, -EOPNOTSUPP on a file
+ * system without O_TMPFILE, or -errno. */
 int stg_cache_open(const char *dir, struct stg_cache **ret_cache);
+
+/* Why stg_cache_open failed with r, for a message. */
+const char *stg_cache_strerror(int r);
 
 void stg_cache_free(struct stg_cache *c);
 

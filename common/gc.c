@@ -246,6 +246,7 @@ static int compact(struct stg_cache *c, struct stg_manifest_entry *live, size_t 
 	struct stg_pack_writer *w = NULL;
 	int r = mv.v && rec ? stg_pack_writer_new(c, maxlen, &w) : -ENOMEM;
 	size_t nemptied = 0;
+	bool named = false; /* manifests may point into the new pack */
 	uint64_t budget = STG_COMPACT_BUDGET;
 	for (size_t p = 0; r == 0 && p < npacks; p++) {
 		struct run run;
@@ -279,6 +280,7 @@ static int compact(struct stg_cache *c, struct stg_manifest_entry *live, size_t 
 		 * both, and the next collection finishes the job. */
 		r = stg_pack_writer_sync(w);
 		qsort(mv.v, mv.n, sizeof(*mv.v), cmp_move);
+		named = r == 0;
 		if (r == 0)
 			r = stg_catalog_foreach(c, relocate_file, &mv);
 		/* The live set follows too (it becomes the index). */
@@ -290,7 +292,12 @@ static int compact(struct stg_cache *c, struct stg_manifest_entry *live, size_t 
 			}
 		}
 	}
-	stg_pack_writer_free(w);
+	/* A copy that failed (a full disk) before any manifest named it goes:
+	 * it would only take the room that is missing. */
+	if (r < 0 && !named)
+		stg_pack_writer_discard(w);
+	else
+		stg_pack_writer_free(w);
 	free(mv.v);
 	free(rec);
 	return r < 0 ? r : (int)nemptied;
@@ -433,10 +440,12 @@ int stg_gc_collect(struct stg_cache *c, int wait, struct stg_gc_result *ret)
 		r = -ENOMEM;
 		goto out;
 	}
+	/* Compacting only saves room: when it fails (on a full disk), the
+	 * collection goes on without it. */
 	int ncompacted = compact(c, entries, ne, ids, sizes, np, emptied);
 	if (ncompacted < 0) {
-		r = ncompacted;
-		goto out;
+		stg_log_errno(STG_LOG_DEBUG, ncompacted, "compacting packs");
+		ncompacted = 0;
 	}
 	for (int k = 0; k < ncompacted; k++) {
 		for (size_t p = 0; p < np; p++) {
@@ -458,8 +467,9 @@ int stg_gc_collect(struct stg_cache *c, int wait, struct stg_gc_result *ret)
 	stg_cache_count_packs(c, &npacks, &bytes);
 	res.packs_kept = npacks;
 	res.bytes_kept = bytes;
-	if (r == 0)
-		r = stg_cache_set_usage(c, bytes);
+	/* Exact whatever else failed: a count left too high fills the cache. */
+	int ur = stg_cache_set_usage(c, bytes);
+	r = r < 0 ? r : ur;
 out:
 	free(live.slots);
 	free(entries);

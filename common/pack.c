@@ -43,6 +43,7 @@ struct stg_pack_writer {
 	bool direct;     /* fd has O_DIRECT */
 	uint64_t end;    /* where the next record goes */
 	uint64_t allocated; /* the pack is preallocated up to here */
+	uint64_t reserved; /* bytes of the cache's capacity its records took */
 	uint32_t max_chunk;
 	struct slot slots[RING];
 	int nslots;      /* RING, fewer for big chunks: memory stays bounded */
@@ -130,29 +131,43 @@ int stg_pack_writer_flush(struct stg_pack_writer *w)
 	return w->err;
 }
 
-void stg_pack_writer_free(struct stg_pack_writer *w)
+/* Closes the pack; without keep (a version that was never published), the
+ * pack goes, and so does its share of the cache's usage. */
+static void close_pack(struct stg_pack_writer *w, bool keep)
 {
-	if (!w)
-		return;
 	stg_pack_writer_flush(w);
 	if (w->ctx)
 		syscall(SYS_io_destroy, w->ctx);
 	if (w->fd >= 0) {
-		if (w->allocated > w->end)
+		if (keep && w->allocated > w->end)
 			ftruncate(w->fd, (off_t)w->end); /* what was preallocated and not used */
 		stg_fd_drop(w->fd);
 		close(w->fd);
-		if (w->end == 0) {
+		if (!keep || w->end == 0) {
 			char name[32];
 			pack_name(w->id, name);
 			unlinkat(w->cache->packs_fd, name, 0);
 		}
 	}
+	if (!keep && w->reserved)
+		stg_cache_reserve_undo(w->cache, w->reserved);
 	for (int i = 0; i < RING; i++) {
 		free(w->slots[i].buf);
 		free(w->slots[i].cbuf);
 	}
 	free(w);
+}
+
+void stg_pack_writer_free(struct stg_pack_writer *w)
+{
+	if (w)
+		close_pack(w, true);
+}
+
+void stg_pack_writer_discard(struct stg_pack_writer *w)
+{
+	if (w)
+		close_pack(w, false);
 }
 
 uint8_t *stg_pack_writer_buffer(struct stg_pack_writer *w)
@@ -207,6 +222,8 @@ static int write_record(struct stg_pack_writer *w, const uint8_t *rec, size_t le
 			uint64_t grow = w->allocated + PREALLOC > w->end + len ? PREALLOC : len + PREALLOC;
 			if (fallocate(w->fd, 0, (off_t)w->allocated, (off_t)grow) == 0)
 				w->allocated += grow;
+			else /* a full file system may keep part of it: give that back */
+				ftruncate(w->fd, (off_t)(w->allocated > w->end ? w->allocated : w->end));
 		}
 		if (w->end + len <= w->allocated) {
 			struct slot *s = &w->slots[w->cur];
@@ -277,6 +294,7 @@ int stg_pack_writer_append(struct stg_pack_writer *w, size_t len, const struct s
 		stg_cache_reserve_undo(w->cache, padded);
 		return r;
 	}
+	w->reserved += padded;
 	e->hash = *h;
 	e->raw_len = (uint32_t)len;
 	e->stored_len = stored;

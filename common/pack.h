@@ -29,6 +29,10 @@ int stg_pack_writer_new(struct stg_cache *c, uint32_t max_chunk, struct stg_pack
 /* Closes the pack (removing it if nothing was written). */
 void stg_pack_writer_free(struct stg_pack_writer *w);
 
+/* Closes and removes the pack, giving back the capacity its records took:
+ * for a pack no manifest names, which nothing else may have found. */
+void stg_pack_writer_discard(struct stg_pack_writer *w);
+
 /* The writer's staging buffer for the next chunk's raw bytes (max_chunk bytes),
  * suitably aligned: callers fill it (copying while hashing), then append. */
 uint8_t *stg_pack_writer_buffer(struct stg_pack_writer *w);

@@ -169,7 +169,8 @@ static int load(struct flusher *fl, const char *policy_file)
 	}
 	r = stg_cache_open(fl->policy->cache_dir, &fl->cache);
 	if (r < 0) {
-		stg_log_errno(STG_LOG_ERROR, r, "cannot open the cache '%s'", fl->policy->cache_dir);
+		stg_log(STG_LOG_ERROR, "cannot open the cache '%s': %s", fl->policy->cache_dir,
+			stg_cache_strerror(r));
 		return r;
 	}
 	fl->cache->capacity = fl->policy->capacity;

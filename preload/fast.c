@@ -27,7 +27,7 @@
 /* Everything here is guarded by the session's fast_lock, which outlives it:
  * a thread waiting to write must find out the fast path ended meanwhile. */
 struct fast {
-	struct stg_builder *b;
+	struct stg_builder *b; /* NULL once failed */
 	uint32_t cs;      /* chunk size */
 	uint64_t pos;     /* the descriptor's offset, as the application sees it */
 	uint64_t sealed;  /* [0, sealed) are whole chunks handed to the builder */
@@ -85,7 +85,7 @@ void fast_discard(struct session *s)
 void fast_renamed(struct session *s)
 {
 	pthread_mutex_lock(&s->fast_lock);
-	if (s->fast)
+	if (s->fast && s->fast->b)
 		stg_builder_set_path(s->fast->b, s->path);
 	pthread_mutex_unlock(&s->fast_lock);
 }
@@ -175,8 +175,11 @@ ssize_t fast_write(struct session *s, const struct iovec *iov, int cnt, int64_t 
 		ssize_t r = append(f, iov[i].iov_base, iov[i].iov_len);
 		if (r < 0) {
 			/* The file now misses bytes the application meant to write:
-			 * this version must not be published half-done. */
+			 * this version must not be published half-done, and what it
+			 * stored goes now, not at close (the cache may be full). */
 			f->failed = (int)r;
+			stg_builder_free(f->b);
+			f->b = NULL;
 			if (total == 0)
 				total = r;
 			break;

@@ -47,18 +47,8 @@ static int park_mtime(int fd)
 
 static int create_shadow(const char *path)
 {
+	/* The cache is refused where there is no O_TMPFILE (stg_cache_open). */
 	int fd = real_openat(shim.cache->tmp_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-	if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
-		/* No O_TMPFILE here: a named file, unlinked at once, does the same. */
-		char name[64];
-		static unsigned counter;
-		snprintf(name, sizeof(name), "shadow.%d.%u", (int)getpid(),
-			 __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
-		fd = real_openat(shim.cache->tmp_fd, name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC,
-				 0600);
-		if (fd >= 0)
-			unlinkat(shim.cache->tmp_fd, name, 0);
-	}
 	if (fd < 0)
 		return -errno;
 	/* Lets a program exec'd with this descriptor find out what it is. */

@@ -245,8 +245,7 @@ struct stg_cache *shim_cache(void)
 			shim_log(STG_LOG_WARN,
 				 "cache directory '%s' is not usable (%s); passing every file "
 				 "through untouched",
-				 shim.policy->cache_dir,
-				 r == -EPROTO ? "it holds a cache of another format" : strerror(-r));
+				 shim.policy->cache_dir, stg_cache_strerror(r));
 		}
 	}
 	pthread_mutex_unlock(&shim.lock);

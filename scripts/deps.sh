@@ -9,7 +9,7 @@ packages=(
 	libxxhash-dev liblz4-dev liburing-dev libjemalloc-dev libinih-dev
 	libibverbs-dev librdmacm-dev
 	bats rsync tar python3 python3-numpy python3-h5py python3-venv time strace util-linux
-	iproute2 netcat-openbsd procps
+	iproute2 netcat-openbsd procps bindfs fuse3
 	mpich libmpich-dev libhdf5-mpich-dev
 	cargo golang-go
 )

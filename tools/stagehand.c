@@ -121,7 +121,7 @@ int tool_open(const char *policy_file, struct stg_policy **ret_policy, struct st
 	}
 	if (r < 0) {
 		tool_error("cannot open the cache '%s': %s", (*ret_policy)->cache_dir,
-			   r == -EPROTO ? "it holds a cache of another format" : strerror(-r));
+			   stg_cache_strerror(r));
 		stg_policy_free(*ret_policy);
 		return 1;
 	}
