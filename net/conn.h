@@ -103,6 +103,16 @@ int stg_conn_connect(const char *hostport, int timeout_ms, struct stg_conn *ret)
 int stg_conn_open(const char *hostport, enum stg_transport_kind kind, int timeout_ms,
 		  struct stg_conn *ret, char *why, size_t whylen);
 
+/* Opens a connection as stg_conn_open does and authenticates as uid
+ * (stg_conn_auth_client). A server that answers BUSY, or drops the
+ * connection while it logs in, is tried again after a pause (growing, with
+ * jitter) until timeout_ms have passed. On failure *ret is closed, the
+ * text of the server's last ERROR still in ret->error. Returns 0 or as
+ * those two (-EBUSY: still busy at the deadline). */
+int stg_conn_login(const char *hostport, enum stg_transport_kind kind, int timeout_ms,
+		   const struct stg_secret *s, uint32_t uid, struct stg_conn *ret, char *why,
+		   size_t whylen);
+
 /* "tcp" or "rdma". */
 const char *stg_conn_transport(const struct stg_conn *c);
 
