@@ -149,7 +149,8 @@ static int frame_buffer(struct stg_conn *c, size_t len)
 	uint8_t *nb = malloc(want);
 	if (!nb) {
 		if (want > SMALL_FRAME && c->budget) {
-			c->cap = want; /* gives the bytes back */
+			/* Gives the bytes back (with the small buffer). */
+			c->cap = want;
 			release_buffer(c, 0);
 		}
 		return -ENOMEM;

@@ -88,8 +88,10 @@ int stg_conn_login(const char *hostport, enum stg_transport_kind kind, int timeo
 	for (int tries = 0;; tries++) {
 		int left = (int)(deadline - stg_monotonic_ms());
 		int r = stg_conn_open(hostport, kind, left > 0 ? left : 1, ret, why, whylen);
-		if (r < 0)
+		if (r < 0) {
+			ret->error[0] = '\0'; /* not an earlier try's */
 			return r;
+		}
 		r = stg_conn_auth_client(ret, s, uid);
 		if (r == 0)
 			return 0;

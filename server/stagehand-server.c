@@ -41,8 +41,8 @@ static void usage(FILE *f)
 		"  --segment-size SIZE   seal segments past this size (default 1G)\n"
 		"  --gc-interval SECS    collect unreferenced chunks this often (default 60)\n"
 		"  --timeout SECS        per request once it has begun (default 30)\n"
-		"  --max-connections N   concurrent connections (default 1024); when all\n"
-		"                        are taken, the one idle the longest is closed\n"
+		"  --max-connections N   logged-in connections at once (default 1024); when\n"
+		"                        all are taken, the one idle the longest is closed\n"
 		"  --max-handshakes N    connections logging in at once, a quarter of them\n"
 		"                        from any one address (default 256)\n"
 		"  --max-per-user N      connections of one uid (default: 3/4 of\n"
@@ -365,7 +365,11 @@ int main(int argc, char **argv)
 					c == 'U' ? &limits.max_per_user :
 					c == 'H' ? &handshake_s : &idle_s;
 			if (parse_uint(optarg, 1000000, dst) < 0 || *dst == 0) {
-				fprintf(stderr, "stagehand-server: bad number '%s'\n", optarg);
+				const struct option *o = opts;
+				while (o->val != c)
+					o++;
+				fprintf(stderr, "stagehand-server: bad --%s '%s' (a whole number from "
+					"1 to 1000000)\n", o->name, optarg);
 				return 2;
 			}
 			break;

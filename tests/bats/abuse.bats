@@ -121,6 +121,7 @@ EOS
 @test "hundreds of connections that never log in, reopened at any rate: restores go on" {
 	SERVER_OPTS=()
 	staged 1 cluster.replicas=1
+	restore_during "no attack"
 	# from another address: what a stranger is
 	attack preauth 300 --from 127.0.0.2
 	restore_during "300 connections that never log in"
