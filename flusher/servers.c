@@ -48,10 +48,16 @@ static int ensure_connected(struct server *s)
 	if (s->connected)
 		return 0;
 	char why[sizeof(s->why_not_rdma)];
-	int r = stg_conn_open(s->name, s->fl->policy->transport, s->fl->timeout_ms, &s->conn, why,
-			      sizeof(why));
+	s->conn.error[0] = '\0';
+	/* A busy server is tried again within the timeout (stg_conn_login). */
+	int r = stg_conn_login(s->name, s->fl->policy->transport, s->fl->timeout_ms,
+			       &s->fl->secret, s->fl->uid, &s->conn, why, sizeof(why));
 	if (r < 0) {
-		if (why[0])
+		if (r == -EACCES)
+			stg_log(STG_LOG_ERROR,
+				"server %s refused our secret (is secret_file the cluster's?)",
+				s->name);
+		else if (why[0] && !s->conn.error[0])
 			snprintf(s->conn.error, sizeof(s->conn.error), "%s", why);
 		return r;
 	}
@@ -60,15 +66,6 @@ static int ensure_connected(struct server *s)
 		stg_log(STG_LOG_WARN, "server %s: rdma unavailable (%s); using tcp", s->name, why);
 	snprintf(s->why_not_rdma, sizeof(s->why_not_rdma), "%s", why);
 	stg_log(STG_LOG_INFO, "server %s: connected over %s", s->name, stg_conn_transport(&s->conn));
-	r = stg_conn_auth_client(&s->conn, &s->fl->secret, s->fl->uid);
-	if (r < 0) {
-		if (r == -EACCES)
-			stg_log(STG_LOG_ERROR,
-				"server %s refused our secret (is secret_file the cluster's?)",
-				s->name);
-		stg_conn_close(&s->conn);
-		return r;
-	}
 	s->connected = true;
 	return 0;
 }

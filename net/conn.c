@@ -8,11 +8,13 @@
  * users of a connection still see PUT_CHUNK and CHUNK messages. */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "chunk.h"
 #include "conn.h"
@@ -78,6 +80,87 @@ const char *stg_conn_transport(const struct stg_conn *c)
 	return c->t ? c->t->name : "none";
 }
 
+/* Frames up to this size share one buffer per connection, kept for the
+ * next; a larger one gets a buffer of its own size, taken from the
+ * connection's budget (if any) and given back once the frame is done with. */
+#define SMALL_FRAME (64u << 10)
+
+void stg_conn_budget_init(struct stg_conn_budget *b, size_t limit)
+{
+	pthread_mutex_init(&b->lock, NULL);
+	pthread_cond_init(&b->freed, NULL);
+	b->limit = limit;
+	b->held = 0;
+}
+
+/* Waits up to timeout_ms for n bytes of the budget. Returns 0 or -ENOBUFS. */
+static int budget_take(struct stg_conn_budget *b, size_t n, int timeout_ms)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += timeout_ms / 1000;
+	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	int r = 0;
+	pthread_mutex_lock(&b->lock);
+	while (b->held + n > b->limit && r == 0)
+		r = pthread_cond_timedwait(&b->freed, &b->lock, &until);
+	if (b->held + n <= b->limit) {
+		b->held += n;
+		r = 0;
+	}
+	pthread_mutex_unlock(&b->lock);
+	return r ? -ENOBUFS : 0;
+}
+
+/* Frees the receive buffer if it is larger than keep bytes. */
+static void release_buffer(struct stg_conn *c, size_t keep)
+{
+	if (c->cap <= keep)
+		return;
+	free(c->buf);
+	if (c->budget && c->cap > SMALL_FRAME) {
+		pthread_mutex_lock(&c->budget->lock);
+		c->budget->held -= c->cap;
+		pthread_cond_broadcast(&c->budget->freed);
+		pthread_mutex_unlock(&c->budget->lock);
+	}
+	c->buf = NULL;
+	c->cap = 0;
+}
+
+/* Room for a body of len bytes in c->buf. Returns 0, -ENOMEM or -ENOBUFS
+ * (the budget stayed spent for the connection's timeout). */
+static int frame_buffer(struct stg_conn *c, size_t len)
+{
+	/* The previous frame is done with: a large buffer goes back. */
+	release_buffer(c, SMALL_FRAME);
+	if (len <= c->cap)
+		return 0;
+	size_t want = len <= SMALL_FRAME ? (len < 4096 ? 4096 : len) : len;
+	if (want > SMALL_FRAME && c->budget) {
+		int r = budget_take(c->budget, want, c->timeout_ms);
+		if (r < 0)
+			return r;
+	}
+	uint8_t *nb = malloc(want);
+	if (!nb) {
+		if (want > SMALL_FRAME && c->budget) {
+			/* Gives the bytes back (with the small buffer). */
+			c->cap = want;
+			release_buffer(c, 0);
+		}
+		return -ENOMEM;
+	}
+	free(c->buf);
+	c->buf = nb;
+	c->cap = want;
+	return 0;
+}
+
 void stg_conn_close(struct stg_conn *c)
 {
 	if (c->t)
@@ -87,9 +170,7 @@ void stg_conn_close(struct stg_conn *c)
 		munmap(c->pool, c->pool_size);
 	c->pool = NULL;
 	c->pool_size = 0;
-	free(c->buf);
-	c->buf = NULL;
-	c->cap = 0;
+	release_buffer(c, 0);
 }
 
 int stg_conn_pool(struct stg_conn *c, size_t size, enum stg_pool_use use)
@@ -395,15 +476,10 @@ int stg_conn_try_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret
 		int r = stg_wire_header_decode(c->hdr, max_body, &h);
 		if (r < 0)
 			return r;
-		if (h.length > c->cap) {
-			/* Room for the largest frame seen so far (kept for the next). */
-			size_t want = h.length < 4096 ? 4096 : h.length;
-			uint8_t *nb = malloc(want);
-			if (!nb)
-				return -ENOMEM;
-			free(c->buf);
-			c->buf = nb;
-			c->cap = want;
+		r = frame_buffer(c, h.length);
+		if (r < 0) {
+			c->hdr_got = 0;
+			return r;
 		}
 		c->body_len = h.length;
 		c->body_got = 0;
@@ -438,12 +514,9 @@ int stg_conn_wait(struct stg_conn *c, int timeout_ms)
 {
 	if (c->hdr_got > 0 || c->in_body)
 		return 0;
+	/* Between frames: an idle connection holds no large buffer. */
+	release_buffer(c, SMALL_FRAME);
 	return c->t->wait(c, false, timeout_ms);
-}
-
-int stg_conn_wait_idle(struct stg_conn *c)
-{
-	return stg_conn_wait(c, c->t->idle_limit_ms);
 }
 
 int stg_conn_pollable(struct stg_conn *c, short *events)
@@ -572,6 +645,13 @@ int stg_conn_auth_server(struct stg_conn *c, const struct stg_secret *s, uint32_
 		explicit_bzero(key, sizeof(key));
 		stg_conn_send_error(c, m.tag, -EACCES, "authentication failed");
 		return -EACCES;
+	}
+	char why[STG_WIRE_MAX_ERROR_TEXT + 1];
+	r = c->admit_uid ? c->admit_uid(c, m.auth.uid, why, sizeof(why)) : 0;
+	if (r < 0) {
+		explicit_bzero(key, sizeof(key));
+		stg_conn_send_error(c, m.tag, r, "%s", why);
+		return r;
 	}
 	struct stg_msg ok = {.type = STG_MSG_AUTH_OK, .tag = m.tag};
 	stg_auth_server_mac(key, ch.challenge.nonce, m.auth.nonce, m.auth.uid, ok.auth_ok.mac);

@@ -6,6 +6,7 @@
  * connection's pool, and arrive as ordinary PUT_CHUNK and CHUNK messages. */
 #pragma once
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,6 +28,17 @@ enum stg_pool_use {
 	STG_POOL_RECEIVE, /* chunk objects written here (GET_CHUNK) */
 };
 
+/* Memory for large frames, shared by the connections that name it (a
+ * server's bound on what its clients make it hold): a connection receiving
+ * one waits, up to its timeout, until others give enough back. */
+struct stg_conn_budget {
+	pthread_mutex_t lock;
+	pthread_cond_t freed;
+	size_t limit, held;
+};
+
+void stg_conn_budget_init(struct stg_conn_budget *b, size_t limit);
+
 struct stg_conn {
 	const struct stg_transport *t;
 	void *impl;      /* the transport's own state */
@@ -35,13 +47,21 @@ struct stg_conn {
 	int timeout_ms;  /* for each send or receive as a whole */
 	uint32_t next_tag;
 
-	/* Receiving: the frame being assembled (its body is decoded in place). */
+	/* Receiving: the frame being assembled (its body is decoded in place).
+	 * A buffer past 64 KiB is taken from the budget, when there is one, and
+	 * freed when the next frame begins or the connection waits for one. */
 	uint8_t hdr[STG_WIRE_HEADER_SIZE];
 	size_t hdr_got;
 	uint8_t *buf;
 	size_t cap, body_got;
 	uint32_t body_len;
 	bool in_body;
+	struct stg_conn_budget *budget;
+
+	/* Server: asked once a client has proven uid whether to take it on; a
+	 * refusal (-EBUSY and why) is sent instead of AUTH_OK. */
+	int (*admit_uid)(struct stg_conn *c, uint32_t uid, char *why, size_t whylen);
+	void *admit_arg;
 
 	/* Sending without blocking (stg_conn_post_bulk): a small frame or a
 	 * header, then a body that stays the caller's until it is written. */
@@ -82,6 +102,16 @@ int stg_conn_connect(const char *hostport, int timeout_ms, struct stg_conn *ret)
  * rdma: RDMA or an error (-ENODEV: no device here), the reason in why. */
 int stg_conn_open(const char *hostport, enum stg_transport_kind kind, int timeout_ms,
 		  struct stg_conn *ret, char *why, size_t whylen);
+
+/* Opens a connection as stg_conn_open does and authenticates as uid
+ * (stg_conn_auth_client). A server that answers BUSY, or drops the
+ * connection while it logs in, is tried again after a pause (growing, with
+ * jitter) until timeout_ms have passed. On failure *ret is closed, the
+ * text of the server's last ERROR still in ret->error. Returns 0 or as
+ * those two (-EBUSY: still busy at the deadline). */
+int stg_conn_login(const char *hostport, enum stg_transport_kind kind, int timeout_ms,
+		   const struct stg_secret *s, uint32_t uid, struct stg_conn *ret, char *why,
+		   size_t whylen);
 
 /* "tcp" or "rdma". */
 const char *stg_conn_transport(const struct stg_conn *c);
@@ -124,18 +154,13 @@ int stg_conn_send_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uin
 /* Receives one frame of at most max_body bytes and decodes it into *ret,
  * whose pointers refer to the connection's buffers until the next receive.
  * Returns 0, -EPIPE (the peer closed between frames), -EPROTO / -EBADMSG
- * (malformed), -ETIMEDOUT or -errno. */
+ * (malformed), -ETIMEDOUT, -ENOBUFS (the budget stayed spent) or -errno. */
 int stg_conn_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret);
 
 /* Waits until a frame starts arriving (or the peer closes): timeout_ms < 0
- * waits for ever. Returns 0 or -ETIMEDOUT. */
+ * waits for ever. The last message received is done with (a large buffer
+ * is freed). Returns 0 or -ETIMEDOUT. */
 int stg_conn_wait(struct stg_conn *c, int timeout_ms);
-
-/* Waits for the next request of an idle client for as long as the
- * transport can tell that it is alive: for ever on TCP (keepalive notices a
- * dead peer), 5 minutes on RDMA (nothing else would). Returns 0 or
- * -ETIMEDOUT (the caller closes; a live client reconnects). */
-int stg_conn_wait_idle(struct stg_conn *c);
 
 /* Sends req (its tag is set) and receives the reply, which must have type
  * want and the same tag. An ERROR reply returns its code as -errno, its text

@@ -3,10 +3,14 @@
  * this node and build have, and what the server accepts. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "conn.h"
+#include "util.h"
 #if HAVE_RDMA
 #include <infiniband/verbs.h>
 
@@ -55,4 +59,51 @@ int stg_conn_open(const char *hostport, enum stg_transport_kind kind, int timeou
 		return r;
 #endif
 	return stg_conn_connect(hostport, timeout_ms, ret);
+}
+
+/* Pauses before another try at a busy server: doubling from 50 ms to 2 s,
+ * each drawn between half and all of it, so that the clients a server
+ * turned away together do not come back together. */
+#define BUSY_PAUSE_MIN_MS 50
+#define BUSY_PAUSE_MAX_MS 2000
+
+static int pause_ms(int tries)
+{
+	static _Thread_local unsigned seed;
+	if (!seed)
+		seed = (unsigned)stg_monotonic_ms() ^ (unsigned)getpid() ^ (unsigned)(uintptr_t)&seed;
+	int ms = BUSY_PAUSE_MIN_MS << (tries < 6 ? tries : 6);
+	if (ms > BUSY_PAUSE_MAX_MS)
+		ms = BUSY_PAUSE_MAX_MS;
+	return ms / 2 + (int)(rand_r(&seed) % (unsigned)(ms / 2 + 1));
+}
+
+int stg_conn_login(const char *hostport, enum stg_transport_kind kind, int timeout_ms,
+		   const struct stg_secret *s, uint32_t uid, struct stg_conn *ret, char *why,
+		   size_t whylen)
+{
+	if (timeout_ms <= 0)
+		timeout_ms = STG_CONN_TIMEOUT_MS;
+	int64_t deadline = stg_monotonic_ms() + timeout_ms;
+	for (int tries = 0;; tries++) {
+		int left = (int)(deadline - stg_monotonic_ms());
+		int r = stg_conn_open(hostport, kind, left > 0 ? left : 1, ret, why, whylen);
+		if (r < 0) {
+			ret->error[0] = '\0'; /* not an earlier try's */
+			return r;
+		}
+		r = stg_conn_auth_client(ret, s, uid);
+		if (r == 0)
+			return 0;
+		stg_conn_close(ret);
+		/* Busy, or dropped while we logged in (the server made room for
+		 * others): again, after a pause, while there is time. */
+		if (r != -EBUSY && r != -ECONNRESET && r != -EPIPE)
+			return r;
+		int ms = pause_ms(tries);
+		if (stg_monotonic_ms() + ms >= deadline)
+			return r;
+		struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+		nanosleep(&ts, NULL);
+	}
 }

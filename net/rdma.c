@@ -608,9 +608,6 @@ static const struct stg_transport rdma_transport = {
 	.wait = rdma_wait,
 	.pollable = rdma_pollable,
 	.close = rdma_close,
-	/* An idle queue pair exchanges nothing: a peer that died without a
-	 * disconnect (a reboot, a cut link) would hold its slot for ever. */
-	.idle_limit_ms = 300000,
 	.one_sided = true,
 	.pool_register = rdma_pool_register,
 	.pool_rkey = rdma_pool_rkey,

@@ -82,7 +82,6 @@ const struct stg_transport stg_tcp_transport = {
 	.wait = tcp_wait,
 	.pollable = tcp_pollable,
 	.close = tcp_close,
-	.idle_limit_ms = -1, /* keepalive (tune) notices a dead peer */
 };
 
 static void tune(int fd)

@@ -30,10 +30,6 @@ struct stg_transport {
 
 	void (*close)(struct stg_conn *c);
 
-	/* How long a peer may stay silent between requests before it must be
-	 * taken for dead (< 0: for ever, the transport notices a dead peer). */
-	int idle_limit_ms;
-
 	/* One-sided moves; NULL for a stream-only transport. */
 	bool one_sided;
 	/* (Re-)registers c->pool (pool_size bytes) for remote reads and writes. */

@@ -12,16 +12,76 @@
 #include "files.h"
 #include "store.h"
 
+enum admit_state {
+	ADMIT_FREE,
+	ADMIT_HANDSHAKE, /* not yet authenticated */
+	ADMIT_IDLE,      /* waiting for its next request */
+	ADMIT_WORKING,
+	ADMIT_HELD,      /* for counting: any but free */
+};
+
+struct admit_slot {
+	enum admit_state state;
+	bool evicted;     /* asked to close: counted free already */
+	int fd;           /* to evict it by; -1: not evictable (RDMA) */
+	uint32_t uid;
+	int64_t since_ms; /* in its state since */
+	char addr[64];    /* the peer's address, without its port */
+};
+
+struct admit_limits {
+	unsigned max_connections;
+	unsigned max_handshakes; /* a quarter of them per address */
+	unsigned max_per_user;
+};
+
+/* Admission of connections (admit.c). */
+struct admit {
+	pthread_mutex_t lock;
+	struct admit_limits limits;
+	struct admit_slot *slots;
+	unsigned nslots;
+	unsigned refused; /* since the last log line about it */
+	int64_t logged_ms;
+};
+
+int admit_init(struct admit *a, const struct admit_limits *l);
+
+/* A slot for a new connection from addr (fd, or -1 over RDMA), logging in.
+ * Returns the slot, or -EBUSY with the reason in why. */
+int admit_accept(struct admit *a, const char *addr, int fd, char *why, size_t whylen);
+
+/* The connection of slot has proven uid: takes it on, or returns -EBUSY
+ * with the reason in why (the user holds its share, or the slot was
+ * evicted while it logged in). */
+int admit_login(struct admit *a, int slot, uint32_t uid, char *why, size_t whylen);
+
+/* The connection waits for its next request (idle) or serves one. Returns
+ * whether it was asked to close. */
+bool admit_idle(struct admit *a, int slot, bool idle);
+
+/* Was the connection asked to close? */
+bool admit_evicted(struct admit *a, int slot);
+
+/* The connection closes (before its descriptor is). Returns whether it had
+ * been asked to. */
+bool admit_release(struct admit *a, int slot);
+
+/* Logs a refusal, at a limited rate: what names the peer and the reason. */
+void admit_refused(struct admit *a, const char *what);
+
+/* Connections held. */
+unsigned admit_connections(struct admit *a);
+
 struct server {
 	struct stg_store *store;
 	struct stg_files *files;
 	struct stg_secret secret;
 	int timeout_ms;
-	unsigned max_connections;
-	atomic_uint connections;
-	/* Connections not yet authenticated: each holds a thread and, over
-	 * RDMA, locked buffers, so strangers get only a few at a time. */
-	atomic_uint handshaking;
+	int handshake_ms; /* to log in, at each step */
+	int idle_ms;      /* a silent client is closed after this */
+	struct admit admit;
+	struct stg_conn_budget frames; /* memory of large frames */
 	int64_t started_ns;
 
 	/* Held shared while a manifest is checked and written, exclusively while
@@ -40,12 +100,11 @@ struct server {
 struct session_arg {
 	struct server *srv;
 	struct stg_conn conn; /* accepted, over either transport */
+	int slot;             /* its admission */
 };
 
-#define SERVER_MAX_HANDSHAKES 32
-
-/* Serves one connection until it closes; frees arg. The connection is
- * counted in connections and handshaking already. */
+/* Serves one connection until it closes; frees arg. The connection holds
+ * its slot already; the session gives it back. */
 void *server_session(void *arg);
 
 /* The collector thread. */

@@ -3,6 +3,7 @@
  * malformed frame or a failed authentication drops the peer; a request that
  * cannot be served gets an ERROR and the connection goes on. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 struct session {
 	struct server *srv;
 	struct stg_conn conn;
+	int slot;
 	uint32_t uid;
 };
 
@@ -282,7 +284,7 @@ static int on_stat(struct session *s, const struct stg_msg *req)
 	m.stat_reply.segment_bytes = st.segment_bytes;
 	m.stat_reply.index_bytes = st.index_bytes;
 	m.stat_reply.uptime_s = (uint64_t)((stg_now_ns() - s->srv->started_ns) / 1000000000);
-	m.stat_reply.connections = atomic_load(&s->srv->connections);
+	m.stat_reply.connections = admit_connections(&s->srv->admit);
 	return reply(s, &m, req->tag);
 }
 
@@ -305,33 +307,80 @@ static int dispatch(struct session *s, const struct stg_msg *m)
 	}
 }
 
+static int admit_uid(struct stg_conn *c, uint32_t uid, char *why, size_t whylen)
+{
+	struct session *s = c->admit_arg;
+	return admit_login(&s->srv->admit, s->slot, uid, why, whylen);
+}
+
+/* Logs in: a short deadline for each step, so that strangers hold their
+ * slot briefly. A client refused for being one too many (or too slow) is
+ * told BUSY, and tries again later. Returns 0 or -errno. */
+static int login(struct session *s)
+{
+	struct server *srv = s->srv;
+	s->conn.timeout_ms = srv->handshake_ms;
+	int r = stg_conn_auth_server(&s->conn, &srv->secret, &s->uid);
+	s->conn.timeout_ms = srv->timeout_ms;
+	if (r == 0 || r == -EBUSY)
+		return r;
+	if (admit_evicted(&srv->admit, s->slot)) {
+		stg_conn_send_error(&s->conn, 0, -EBUSY, "too many connections logging in");
+		return -EBUSY;
+	}
+	if (r == -ETIMEDOUT) {
+		char what[400];
+		snprintf(what, sizeof(what), "%s: logging in took longer than %d s", s->conn.peer,
+			 srv->handshake_ms / 1000);
+		admit_refused(&srv->admit, what);
+		stg_conn_send_error(&s->conn, 0, -EBUSY, "logging in took longer than %d s",
+				    srv->handshake_ms / 1000);
+		return r;
+	}
+	stg_log_errno(STG_LOG_WARN, r, "%s: dropped: authentication failed", s->conn.peer);
+	return r;
+}
+
 void *server_session(void *arg)
 {
 	struct session_arg *a = arg;
-	struct session s = {.srv = a->srv, .conn = a->conn};
+	struct session s = {.srv = a->srv, .conn = a->conn, .slot = a->slot};
 	free(a);
+	s.conn.budget = &s.srv->frames;
+	s.conn.admit_uid = admit_uid;
+	s.conn.admit_arg = &s;
 
-	int r = stg_conn_auth_server(&s.conn, &s.srv->secret, &s.uid);
-	atomic_fetch_sub(&s.srv->handshaking, 1);
-	if (r < 0) {
-		stg_log_errno(STG_LOG_WARN, r, "%s: dropped: authentication failed", s.conn.peer);
+	int r = login(&s);
+	if (r < 0)
 		goto out;
-	}
 	stg_log(STG_LOG_DEBUG, "%s: authenticated as uid %u", s.conn.peer, s.uid);
 	for (;;) {
 		struct stg_msg m;
-		/* An idle client may sit between requests for as long as the
-		 * transport can tell it is alive; the deadline applies once a
-		 * frame has begun. */
-		r = stg_conn_wait_idle(&s.conn);
+		/* An idle client may sit between requests for --idle-timeout;
+		 * the deadline applies once a frame has begun. Idle, its slot
+		 * may be taken for a newcomer. */
+		admit_idle(&s.srv->admit, s.slot, true);
+		r = stg_conn_wait(&s.conn, s.srv->idle_ms);
+		if (admit_idle(&s.srv->admit, s.slot, false)) {
+			stg_log(STG_LOG_DEBUG, "%s: closed, idle, for a new connection", s.conn.peer);
+			break;
+		}
 		if (r == -ETIMEDOUT) {
-			stg_log(STG_LOG_INFO, "%s: closed after a long silence", s.conn.peer);
+			stg_log(STG_LOG_DEBUG, "%s: closed after %d s idle", s.conn.peer,
+				s.srv->idle_ms / 1000);
 			break;
 		}
 		if (r == 0)
 			r = stg_conn_recv(&s.conn, STG_WIRE_MAX_BODY, &m);
 		if (r == -EPIPE)
 			break;
+		if (r == -ENOBUFS) {
+			stg_log(STG_LOG_WARN, "%s: dropped: its frame waited %d s for memory "
+				"(--frame-memory is in use)", s.conn.peer, s.srv->timeout_ms / 1000);
+			stg_conn_send_error(&s.conn, 0, -EBUSY, "the server's frame memory is in "
+					    "use: try again later");
+			break;
+		}
 		if (r < 0) {
 			stg_log_errno(STG_LOG_WARN, r, "%s: dropped", s.conn.peer);
 			if (r == -EPROTO || r == -EBADMSG)
@@ -342,7 +391,7 @@ void *server_session(void *arg)
 			break;
 	}
 out:
+	admit_release(&s.srv->admit, s.slot);
 	stg_conn_close(&s.conn);
-	atomic_fetch_sub(&s.srv->connections, 1);
 	return NULL;
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,7 +41,18 @@ static void usage(FILE *f)
 		"  --segment-size SIZE   seal segments past this size (default 1G)\n"
 		"  --gc-interval SECS    collect unreferenced chunks this often (default 60)\n"
 		"  --timeout SECS        per request once it has begun (default 30)\n"
-		"  --max-connections N   concurrent connections (default 256)\n"
+		"  --max-connections N   logged-in connections at once (default 1024); when\n"
+		"                        all are taken, the one idle the longest is closed\n"
+		"  --max-handshakes N    connections logging in at once, a quarter of them\n"
+		"                        from any one address (default 256)\n"
+		"  --max-per-user N      connections of one uid (default: 3/4 of\n"
+		"                        --max-connections)\n"
+		"  --handshake-timeout SECS  to log in (default 5)\n"
+		"  --idle-timeout SECS   close a connection silent this long between\n"
+		"                        requests, over TCP and RDMA (default 60)\n"
+		"  --frame-memory SIZE   memory for received frames past 64 KiB, all\n"
+		"                        connections together (default 256M, at least\n"
+		"                        65M); a frame waits for its share, up to --timeout\n"
 		"  --port-file F         write the port listened on into F (with port 0)\n"
 		"  --transport T         tcp, rdma or auto (default): besides TCP, accept\n"
 		"                        RDMA on the same port number (auto: when a device\n"
@@ -70,6 +82,26 @@ static int parse_uint(const char *s, unsigned max, unsigned *ret)
 	return 0;
 }
 
+/* Raises the limit of open descriptors to the hard one, for n connections
+ * and the server's own files. Returns how many connections fit. */
+static unsigned fit_descriptors(unsigned n)
+{
+	const unsigned own = 64;
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return n;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)n + own)
+		return n;
+	unsigned fit = rl.rlim_cur > own * 2 ? (unsigned)rl.rlim_cur - own : own;
+	stg_log(STG_LOG_WARN, "only %u descriptors may be open (ulimit -n): %u connections at "
+		"most, not %u", (unsigned)rl.rlim_cur, fit, n);
+	return fit;
+}
+
 static int listen_on(const char *hostport, char *bound, size_t boundlen, int *ret_port)
 {
 	char host[256], port[16];
@@ -90,7 +122,8 @@ static int listen_on(const char *hostport, char *bound, size_t boundlen, int *re
 	}
 	int one = 1;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 128) < 0) {
+	/* A whole job connects at once: a long queue (the kernel caps it). */
+	if (bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 4096) < 0) {
 		int r = -errno;
 		close(fd);
 		freeaddrinfo(res);
@@ -108,40 +141,19 @@ static int listen_on(const char *hostport, char *bound, size_t boundlen, int *re
 	return fd;
 }
 
-/* Counts a new connection in, unless there are too many already, or too
- * many still authenticating. */
-static bool admit(struct server *srv)
-{
-	if (atomic_fetch_add(&srv->handshaking, 1) >= SERVER_MAX_HANDSHAKES) {
-		atomic_fetch_sub(&srv->handshaking, 1);
-		return false;
-	}
-	if (atomic_fetch_add(&srv->connections, 1) >= srv->max_connections) {
-		atomic_fetch_sub(&srv->connections, 1);
-		atomic_fetch_sub(&srv->handshaking, 1);
-		return false;
-	}
-	return true;
-}
-
-static void unadmit(struct server *srv)
-{
-	atomic_fetch_sub(&srv->connections, 1);
-	atomic_fetch_sub(&srv->handshaking, 1);
-}
-
 /* Starts the thread of an accepted connection (admitted already); on
  * failure closes it. */
-static void start_session(struct server *srv, struct stg_conn *c)
+static void start_session(struct server *srv, struct stg_conn *c, int slot)
 {
 	struct session_arg *a = malloc(sizeof(*a));
 	if (!a) {
+		admit_release(&srv->admit, slot);
 		stg_conn_close(c);
-		unadmit(srv);
 		return;
 	}
 	a->srv = srv;
 	a->conn = *c;
+	a->slot = slot;
 	pthread_t t;
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
@@ -154,9 +166,9 @@ static void start_session(struct server *srv, struct stg_conn *c)
 	int r = pthread_create(&t, &attr, server_session, a);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (r != 0) {
+		admit_release(&srv->admit, slot);
 		stg_conn_close(&a->conn);
 		free(a);
-		unadmit(srv);
 	}
 	pthread_attr_destroy(&attr);
 }
@@ -180,16 +192,20 @@ static void accept_loop(struct server *srv, int lfd)
 			    NI_NUMERICHOST | NI_NUMERICSERV);
 		snprintf(peer, sizeof(peer), "%s:%s", host, port);
 		struct stg_conn c;
-		if (!admit(srv)) {
+		char why[200];
+		int slot = admit_accept(&srv->admit, host, fd, why, sizeof(why));
+		if (slot < 0) {
+			/* Told, so that it tries again later. */
 			stg_conn_init(&c, fd, host, 1000);
-			stg_conn_send_error(&c, 0, -EBUSY, "too many connections");
+			stg_conn_send_error(&c, 0, -EBUSY, "%s", why);
 			stg_conn_close(&c);
-			stg_log(STG_LOG_WARN, "%s: refused: %u connections already, or %u "
-				"authenticating", peer, srv->max_connections, SERVER_MAX_HANDSHAKES);
+			char what[300];
+			snprintf(what, sizeof(what), "%s: %s", peer, why);
+			admit_refused(&srv->admit, what);
 			continue;
 		}
 		stg_conn_init(&c, fd, peer, srv->timeout_ms);
-		start_session(srv, &c);
+		start_session(srv, &c, slot);
 	}
 }
 
@@ -206,19 +222,23 @@ static void *rdma_accept_loop(void *arg)
 	struct rdma_acceptor *ra = arg;
 	struct server *srv = ra->srv;
 	while (!stop_signal) {
-		bool admitted = admit(srv);
+		/* A slot is needed before the request is seen: RDMA connections
+		 * share one address here, and are never evicted. */
+		char why[200];
+		int slot = admit_accept(&srv->admit, "rdma", -1, why, sizeof(why));
 		struct stg_conn c;
-		int r = stg_rdma_accept(ra->listener, 500, !admitted, srv->timeout_ms, &c);
+		int r = stg_rdma_accept(ra->listener, 500, slot < 0, srv->timeout_ms, &c);
 		if (r == 0) {
-			start_session(srv, &c);
+			start_session(srv, &c, slot);
 			continue;
 		}
-		if (admitted)
-			unadmit(srv);
-		if (r == -EBUSY)
-			stg_log(STG_LOG_WARN, "an RDMA connection refused: %u connections already, "
-				"or %u authenticating", srv->max_connections, SERVER_MAX_HANDSHAKES);
-		else if (r != -EAGAIN && r != -EPROTO)
+		if (slot >= 0)
+			admit_release(&srv->admit, slot);
+		if (r == -EBUSY) {
+			char what[300];
+			snprintf(what, sizeof(what), "an RDMA connection: %s", why);
+			admit_refused(&srv->admit, what);
+		} else if (r != -EAGAIN && r != -EPROTO)
 			stg_log_errno(STG_LOG_WARN, r, "rdma: accept");
 	}
 	return NULL;
@@ -287,6 +307,11 @@ int main(int argc, char **argv)
 		{"gc-interval", required_argument, NULL, 'g'},
 		{"timeout", required_argument, NULL, 't'},
 		{"max-connections", required_argument, NULL, 'm'},
+		{"max-handshakes", required_argument, NULL, 'A'},
+		{"max-per-user", required_argument, NULL, 'U'},
+		{"handshake-timeout", required_argument, NULL, 'H'},
+		{"idle-timeout", required_argument, NULL, 'I'},
+		{"frame-memory", required_argument, NULL, 'F'},
 		{"port-file", required_argument, NULL, 'P'},
 		{"log-level", required_argument, NULL, 'L'},
 		{"user-key", required_argument, NULL, 'u'},
@@ -297,7 +322,9 @@ int main(int argc, char **argv)
 	};
 	const char *listen_addr = NULL, *store_dir = NULL, *secret_file = NULL, *port_file = NULL;
 	struct stg_store_options so = {0};
-	unsigned gc_interval = 60, timeout_s = 30, max_conn = 256;
+	unsigned gc_interval = 60, timeout_s = 30, handshake_s = 5, idle_s = 60;
+	struct admit_limits limits = {.max_connections = 1024, .max_handshakes = 256};
+	uint64_t frame_memory = 256ull << 20;
 	long user_key = -1;
 	enum stg_transport_kind transport = STG_TRANSPORT_AUTO;
 	stg_log_max_level = STG_LOG_INFO;
@@ -317,12 +344,32 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'F':
+			if (stg_parse_size(optarg, &frame_memory) < 0 ||
+			    frame_memory < STG_WIRE_MAX_BODY) {
+				fprintf(stderr, "stagehand-server: bad --frame-memory '%s' (at least "
+					"65M: one frame of the largest chunk)\n", optarg);
+				return 2;
+			}
+			break;
 		case 'g':
 		case 't':
-		case 'm': {
-			unsigned *dst = c == 'g' ? &gc_interval : c == 't' ? &timeout_s : &max_conn;
+		case 'm':
+		case 'A':
+		case 'U':
+		case 'H':
+		case 'I': {
+			unsigned *dst = c == 'g' ? &gc_interval : c == 't' ? &timeout_s :
+					c == 'm' ? &limits.max_connections :
+					c == 'A' ? &limits.max_handshakes :
+					c == 'U' ? &limits.max_per_user :
+					c == 'H' ? &handshake_s : &idle_s;
 			if (parse_uint(optarg, 1000000, dst) < 0 || *dst == 0) {
-				fprintf(stderr, "stagehand-server: bad number '%s'\n", optarg);
+				const struct option *o = opts;
+				while (o->val != c)
+					o++;
+				fprintf(stderr, "stagehand-server: bad --%s '%s' (a whole number from "
+					"1 to 1000000)\n", o->name, optarg);
 				return 2;
 			}
 			break;
@@ -422,7 +469,16 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	srv.timeout_ms = (int)(timeout_s * 1000);
-	srv.max_connections = max_conn;
+	srv.handshake_ms = (int)(handshake_s * 1000);
+	srv.idle_ms = (int)(idle_s * 1000);
+	if (limits.max_per_user == 0)
+		limits.max_per_user = limits.max_connections * 3 / 4 ? limits.max_connections * 3 / 4 : 1;
+	limits.max_connections = fit_descriptors(limits.max_connections);
+	if (admit_init(&srv.admit, &limits) < 0) {
+		stg_log(STG_LOG_ERROR, "out of memory");
+		return 1;
+	}
+	stg_conn_budget_init(&srv.frames, frame_memory);
 	srv.gc_interval_s = gc_interval;
 	srv.started_ns = stg_now_ns();
 	pthread_rwlock_init(&srv.manifest_lock, NULL);

@@ -58,18 +58,12 @@ struct stg_conn *remote_conn(struct remote_session *s, size_t i)
 	if (atomic_load(&rm->down[i]))
 		return NULL;
 	char why[sizeof(s->why_not_rdma[i])];
-	int r = stg_conn_open(rm->policy->server_list[i], rm->policy->transport, rm->timeout_ms,
-			      &s->conns[i], why, sizeof(why));
+	s->conns[i].error[0] = '\0';
+	int r = stg_conn_login(rm->policy->server_list[i], rm->policy->transport, rm->timeout_ms,
+			       &rm->secret, rm->uid, &s->conns[i], why, sizeof(why));
 	snprintf(s->why_not_rdma[i], sizeof(s->why_not_rdma[i]), "%s", why);
-	if (r == 0) {
-		r = stg_conn_auth_client(&s->conns[i], &rm->secret, rm->uid);
-		if (r < 0) {
-			report_down(rm, i, r, s->conns[i].error);
-			stg_conn_close(&s->conns[i]);
-		}
-	} else {
-		report_down(rm, i, r, why);
-	}
+	if (r < 0)
+		report_down(rm, i, r, s->conns[i].error[0] ? s->conns[i].error : why);
 	if (r < 0) {
 		s->err[i] = r;
 		atomic_store(&rm->down[i], true);
@@ -77,6 +71,28 @@ struct stg_conn *remote_conn(struct remote_session *s, size_t i)
 	}
 	s->open[i] = true;
 	return &s->conns[i];
+}
+
+int remote_call(struct remote_session *s, size_t i, struct stg_msg *req, uint8_t want,
+		size_t pool, struct stg_msg *ret)
+{
+	bool reused = s->open[i];
+	for (;;) {
+		struct stg_conn *c = remote_conn(s, i);
+		if (!c)
+			return s->err[i] ? s->err[i] : -ECONNRESET;
+		/* Where a chunk object may land: the connection's pool. */
+		int r = pool ? stg_conn_pool(c, pool, STG_POOL_RECEIVE) : 0;
+		if (r == 0)
+			r = stg_conn_call(c, req, want, ret);
+		/* A connection that served before may have been closed by the
+		 * server meanwhile (idle too long, or making room): a new one. */
+		if (!reused || (r != -EPIPE && r != -ECONNRESET))
+			return r;
+		stg_conn_close(c);
+		s->open[i] = false;
+		reused = false;
+	}
 }
 
 void remote_fail(struct remote_session *s, size_t i, int r)
@@ -118,23 +134,21 @@ int remote_list(struct remote *rm, const char *prefix, struct remote_version **r
 	size_t n = 0, cap = 0, reached = 0;
 	int r = 0;
 	for (size_t i = 0; i < rm->policy->nservers && r == 0; i++) {
-		struct stg_conn *c = remote_conn(&s, i);
-		if (!c)
+		if (!remote_conn(&s, i))
 			continue;
 		struct stg_msg req = {.type = STG_MSG_LIST}, rep;
 		req.list.prefix = prefix ? prefix : "";
 		req.list.prefix_len = prefix ? (uint32_t)strlen(prefix) : 0;
 		req.list.flags = STG_LIST_FLAGS;
-		int cr = stg_conn_call(c, &req, STG_MSG_LIST_REPLY_FLAGS, &rep);
+		int cr = remote_call(&s, i, &req, STG_MSG_LIST_REPLY_FLAGS, 0, &rep);
 		if (cr == -EPROTO) {
 			/* A server older than LIST_REPLY_FLAGS drops the connection
 			 * on the flag: list again without (it holds no parts, which
 			 * it refuses, so its versions are whole). */
-			stg_conn_close(c);
+			stg_conn_close(&s.conns[i]);
 			s.open[i] = false;
-			c = remote_conn(&s, i);
 			req.list.flags = 0;
-			cr = c ? stg_conn_call(c, &req, STG_MSG_LIST_REPLY, &rep) : -ECONNRESET;
+			cr = remote_call(&s, i, &req, STG_MSG_LIST_REPLY, 0, &rep);
 		}
 		if (cr < 0) {
 			remote_fail(&s, i, cr);
@@ -204,14 +218,13 @@ static int get_manifest(struct remote_session *s, const char *path, uint64_t ver
 		size_t i = order[k];
 		if (mask && !(mask & (1ull << i)))
 			continue;
-		struct stg_conn *c = remote_conn(s, i);
-		if (!c)
+		if (!remote_conn(s, i))
 			continue;
 		struct stg_msg req = {.type = STG_MSG_GET_MANIFEST}, rep;
 		req.get_manifest.version = version;
 		req.get_manifest.path = path;
 		req.get_manifest.path_len = (uint32_t)strlen(path);
-		int cr = stg_conn_call(c, &req, STG_MSG_MANIFEST, &rep);
+		int cr = remote_call(s, i, &req, STG_MSG_MANIFEST, 0, &rep);
 		if (cr < 0) {
 			remote_fail(s, i, cr);
 			if (cr != -ENOENT)
@@ -302,16 +315,12 @@ static int fetch_chunk(struct fetch *f, struct remote_session *s, uint64_t i, ui
 	int r = -ENOENT;
 	for (size_t k = 0; k < n; k++) {
 		size_t srv = order[k];
-		struct stg_conn *c = remote_conn(s, srv);
-		if (!c)
+		if (!remote_conn(s, srv))
 			continue;
 		struct stg_msg req = {.type = STG_MSG_GET_CHUNK}, rep;
 		req.get_chunk.hash = e->hash;
-		/* Where the object may land: the connection's pool. */
-		int cr = stg_conn_pool(c, STG_CHUNK_HEADER_SIZE + (size_t)e->stored_len,
-					STG_POOL_RECEIVE);
-		if (cr == 0)
-			cr = stg_conn_call(c, &req, STG_MSG_CHUNK, &rep);
+		int cr = remote_call(s, srv, &req, STG_MSG_CHUNK,
+				     STG_CHUNK_HEADER_SIZE + (size_t)e->stored_len, &rep);
 		if (cr == 0)
 			cr = stg_chunk_decode_view(rep.chunk.obj, rep.chunk.len, &e->hash, e->raw_len,
 						   buf, ret_data);

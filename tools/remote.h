@@ -44,6 +44,13 @@ void remote_session_done(struct remote_session *s);
 /* The connection to server i, or NULL when it is down (said once on stderr). */
 struct stg_conn *remote_conn(struct remote_session *s, size_t i);
 
+/* stg_conn_call on server i's connection, opened if need be, its pool made
+ * pool bytes first when pool is not 0 (a GET_CHUNK's object lands there). A
+ * connection that served before and is found closed is opened again once:
+ * the server closes idle ones. Returns 0 or -errno (remote_fail decides). */
+int remote_call(struct remote_session *s, size_t i, struct stg_msg *req, uint8_t want,
+		size_t pool, struct stg_msg *ret);
+
 /* After an error on server i's connection: closes it; a network failure
  * (not an answer such as "no such chunk") marks the server down. */
 void remote_fail(struct remote_session *s, size_t i, int r);

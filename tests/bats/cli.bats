@@ -19,6 +19,17 @@ setup() {
 	[ "$status" -eq 0 ]
 	run "$STAGEHAND_BUILD/server/stagehand-server" --help
 	[ "$status" -eq 0 ]
+	local o
+	for o in max-connections max-handshakes max-per-user handshake-timeout idle-timeout frame-memory; do
+		[[ "$output" == *"--$o "* ]] || fail "stagehand-server --help says nothing of --$o"
+	done
+	# a bad limit names itself
+	run "$STAGEHAND_BUILD/server/stagehand-server" --idle-timeout 0
+	[ "$status" -eq 2 ]
+	[[ "$output" == *"bad --idle-timeout '0'"* ]]
+	run "$STAGEHAND_BUILD/server/stagehand-server" --frame-memory 1M
+	[ "$status" -eq 2 ]
+	[[ "$output" == *"bad --frame-memory '1M' (at least 65M"* ]]
 }
 
 @test "unknown commands and options are usage errors (exit 2)" {

@@ -1,0 +1,166 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# A server nobody can lock out: a whole job restarting at once, and hostile
+# clients (tests/progs/abuse.c) that open connections by the hundred without
+# logging in, trickle bytes, sit idle once logged in or send oversized
+# frames. Through each, real restores from real servers on loopback succeed
+# byte for byte; their latencies are printed (bats --tap shows them as
+# comments), never bounded: timings belong in bench/restart.sh.
+
+bats_require_minimum_version 1.5.0
+load lib/common
+load lib/cluster
+
+CROWD="$BATS_TEST_DIRNAME/../progs/crowd.py"
+# Not the test's own uid: the attacker logs in as another user.
+ATTACKER_UID=4242
+
+setup() {
+	cluster_setup
+	ATTACKS=()
+}
+
+teardown() {
+	stop_attacks
+	cluster_teardown
+}
+
+# staged N [KEY=VALUE...]: N servers (further options in SERVER_OPTS), and
+# $REF/f (256 KiB, 4 chunks) on them alone: flushed, the cache removed.
+staged() {
+	start_servers "$1" "${SERVER_OPTS[@]}"
+	shift
+	cluster_default_policy "$@"
+	random_file "$REF/f" 262144
+	shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+}
+
+# attack MODE N [ARGS...]: starts tests/progs/abuse against server 0 and
+# waits until each of its N connections has been tried.
+attack() {
+	local mode="$1" n="$2" k=${#ATTACKS[@]}
+	shift 2
+	"$PROGS/abuse" "$mode" "$(srv_addr 0)" "$n" --ready "$T/attack$k.ready" "$@" \
+		>"$T/attack$k.out" 2>&1 3>&- &
+	ATTACKS+=("$!")
+	track "$!"
+	wait_for "$WAIT" test -e "$T/attack$k.ready" || fail "attack $mode: $(cat "$T/attack$k.out")"
+}
+
+# Stops the attacks (they print what they did).
+stop_attacks() {
+	local k
+	for k in "${!ATTACKS[@]}"; do
+		kill -TERM "${ATTACKS[$k]}" 2>/dev/null || true
+		wait_for "$WAIT" pid_gone "${ATTACKS[$k]}"
+		echo "# $(cat "$T/attack$k.out")" >&3
+	done
+	ATTACKS=()
+}
+
+# restore_during WHAT: three restores of $CKPT/f, one after the other, each
+# byte for byte; prints their latencies.
+restore_during() {
+	local k t0 ms
+	for k in 1 2 3; do
+		rm -rf "$BACK"
+		t0=$(date +%s%N)
+		run "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
+		ms=$((($(date +%s%N) - t0) / 1000000))
+		[ "$status" -eq 0 ] || fail "restore $k during $1: $output"
+		cmp "$REF/f" "$BACK$CKPT/f" || fail "restore $k during $1 differs"
+		echo "# restore during $1: $ms ms" >&3
+	done
+}
+
+# kib PID FIELD: a memory figure of /proc/PID/status (VmRSS, VmHWM) in KiB.
+kib() {
+	awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"
+}
+
+@test "a whole job restarts at once: 300 restores and 20 flushes, separate processes, 3 servers, all byte for byte" {
+	SERVER_OPTS=()
+	staged 3
+	# 20 nodes with a version each, not yet shipped: their flushers start
+	# with the crowd
+	local i
+	for ((i = 0; i < 20; i++)); do
+		mkdir -p "$T/ckpt$i"
+		cluster_policy "$T/node$i.conf" "$T/cache$i" "$T/ckpt$i/**"
+		random_file "$REF/g$i" 100000
+		STAGEHAND_POLICY="$T/node$i.conf" STAGEHAND_FLUSHER=/bin/true shim cp "$REF/g$i" "$T/ckpt$i/g"
+	done
+	cat >"$T/client.sh" <<EOS
+#!/bin/sh
+if [ "\$1" -lt 20 ]; then
+	exec "$STAGEHAND" flush --policy "$T/node\$1.conf" --wait --timeout "$WAIT"
+fi
+exec "$STAGEHAND" restore --policy "$POLICY" --to "$T/back\$1" "$CKPT/f"
+EOS
+	chmod +x "$T/client.sh"
+	run "$PYTHON" "$CROWD" 320 "$T/client.sh" '{i}'
+	echo "# $output" | head -1 >&3
+	[ "$status" -eq 0 ] || fail "$output"
+	for ((i = 20; i < 320; i++)); do
+		cmp "$REF/f" "$T/back$i$CKPT/f" || fail "restore $i differs"
+	done
+	# every node's version is on the servers: restored without its cache
+	for ((i = 0; i < 20; i++)); do
+		stop_flusher "$T/cache$i"
+		rm -rf "$T/cache$i" "$BACK"
+		run "$STAGEHAND" restore --policy "$T/node$i.conf" --to "$BACK" "$T/ckpt$i/g"
+		[ "$status" -eq 0 ] || fail "restore of node $i's version: $output"
+		cmp "$REF/g$i" "$BACK$T/ckpt$i/g"
+	done
+}
+
+@test "hundreds of connections that never log in, reopened at any rate: restores go on" {
+	SERVER_OPTS=()
+	staged 1 cluster.replicas=1
+	restore_during "no attack"
+	# from another address: what a stranger is
+	attack preauth 300 --from 127.0.0.2
+	restore_during "300 connections that never log in"
+}
+
+@test "slowloris, before and after logging in: restores go on" {
+	# the attacker's uid may hold 75 of the 100 connections
+	SERVER_OPTS=(--max-connections 100)
+	staged 1 cluster.replicas=1
+	attack slowloris 300 --from 127.0.0.2
+	attack slowloris 100 --secret "$SECRET" --uid "$ATTACKER_UID"
+	restore_during "400 connections trickling a byte a second"
+}
+
+@test "hundreds of idle logged-in connections: restores go on" {
+	# the attacker's uid may hold every connection: idle ones make room
+	SERVER_OPTS=(--max-connections 100 --max-per-user 100)
+	staged 1 cluster.replicas=1
+	attack idle 300 --secret "$SECRET" --uid "$ATTACKER_UID"
+	restore_during "300 idle logged-in connections"
+}
+
+@test "oversized frames: restores go on, the server's memory stays under its bound and is given back" {
+	SERVER_OPTS=()
+	staged 1 cluster.replicas=1
+	local pid="${SRV_PID[0]}"
+	echo "# server RSS before: $(kib "$pid" VmRSS) KiB" >&3
+	# 12 connections each send a 64 MiB frame, then stay
+	attack oversized 12 --secret "$SECRET" --uid "$ATTACKER_UID"
+	restore_during "12 connections sending 64 MiB frames"
+	# docs/PROTOCOL.md, "Timeouts and limits": frame buffers hold at most
+	# --frame-memory (256 MiB) in all; the rest, 64 MiB at most here
+	local hwm
+	hwm=$(kib "$pid" VmHWM)
+	echo "# server peak RSS: $hwm KiB" >&3
+	[ "$hwm" -le $(((256 + 64) * 1024)) ] || fail "peak RSS $hwm KiB"
+	# the frames were answered: their buffers are given back while the
+	# connections stay
+	wait_for "$WAIT" eval '[ "$(kib "$pid" VmRSS)" -le $((64 * 1024)) ]' ||
+		fail "RSS $(kib "$pid" VmRSS) KiB with the attacker's connections idle"
+	echo "# server RSS, the attacker idle: $(kib "$pid" VmRSS) KiB" >&3
+}
