@@ -20,10 +20,6 @@
 #include "log.h"
 #include "util.h"
 
-/* Refusals are logged at most this often (with a count), however fast an
- * attacker knocks. */
-#define REFUSAL_LOG_MS 10000
-
 int admit_init(struct admit *a, const struct admit_limits *l)
 {
 	memset(a, 0, sizeof(*a));
@@ -85,22 +81,6 @@ static int oldest(const struct admit *a, enum admit_state st, bool by_address)
 			best = (int)i;
 	}
 	return best;
-}
-
-/* Called with the lock held. */
-static void log_refusal(struct admit *a, const char *what)
-{
-	int64_t now = stg_monotonic_ms();
-	a->refused++;
-	if (a->logged_ms && now - a->logged_ms < REFUSAL_LOG_MS)
-		return;
-	if (a->refused == 1)
-		stg_log(STG_LOG_WARN, "refused (busy): %s", what);
-	else
-		stg_log(STG_LOG_WARN, "refused (busy) %u connections in %llds, the last: %s",
-			a->refused, (long long)((now - a->logged_ms) / 1000), what);
-	a->refused = 0;
-	a->logged_ms = now;
 }
 
 int admit_accept(struct admit *a, const char *addr, int fd, char *why, size_t whylen)
@@ -182,7 +162,7 @@ int admit_login(struct admit *a, int slot, uint32_t uid, char *why, size_t whyle
 	if (r < 0 && !s->evicted) {
 		char what[256];
 		snprintf(what, sizeof(what), "%s: %s", s->addr, why);
-		log_refusal(a, what);
+		admit_refused(what);
 	}
 	pthread_mutex_unlock(&a->lock);
 	return r;
@@ -218,11 +198,10 @@ bool admit_release(struct admit *a, int slot)
 	return evicted;
 }
 
-void admit_refused(struct admit *a, const char *what)
+/* (The log's rate limit keeps a flood of these to a few lines and a count.) */
+void admit_refused(const char *what)
 {
-	pthread_mutex_lock(&a->lock);
-	log_refusal(a, what);
-	pthread_mutex_unlock(&a->lock);
+	stg_log(STG_LOG_WARN, "refused (busy): %s", what);
 }
 
 unsigned admit_connections(struct admit *a)

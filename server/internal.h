@@ -41,8 +41,6 @@ struct admit {
 	struct admit_limits limits;
 	struct admit_slot *slots;
 	unsigned nslots;
-	unsigned refused; /* since the last log line about it */
-	int64_t logged_ms;
 };
 
 int admit_init(struct admit *a, const struct admit_limits *l);
@@ -67,8 +65,9 @@ bool admit_evicted(struct admit *a, int slot);
  * been asked to. */
 bool admit_release(struct admit *a, int slot);
 
-/* Logs a refusal, at a limited rate: what names the peer and the reason. */
-void admit_refused(struct admit *a, const char *what);
+/* Logs a refusal (the log's rate limit applies): what names the peer and
+ * the reason. */
+void admit_refused(const char *what);
 
 /* Connections held. */
 unsigned admit_connections(struct admit *a);

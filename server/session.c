@@ -332,7 +332,7 @@ static int login(struct session *s)
 		char what[400];
 		snprintf(what, sizeof(what), "%s: logging in took longer than %d s", s->conn.peer,
 			 srv->handshake_ms / 1000);
-		admit_refused(&srv->admit, what);
+		admit_refused(what);
 		stg_conn_send_error(&s->conn, 0, -EBUSY, "logging in took longer than %d s",
 				    srv->handshake_ms / 1000);
 		return r;

@@ -201,7 +201,7 @@ static void accept_loop(struct server *srv, int lfd)
 			stg_conn_close(&c);
 			char what[300];
 			snprintf(what, sizeof(what), "%s: %s", peer, why);
-			admit_refused(&srv->admit, what);
+			admit_refused(what);
 			continue;
 		}
 		stg_conn_init(&c, fd, peer, srv->timeout_ms);
@@ -237,7 +237,7 @@ static void *rdma_accept_loop(void *arg)
 		if (r == -EBUSY) {
 			char what[300];
 			snprintf(what, sizeof(what), "an RDMA connection: %s", why);
-			admit_refused(&srv->admit, what);
+			admit_refused(what);
 		} else if (r != -EAGAIN && r != -EPROTO)
 			stg_log_errno(STG_LOG_WARN, r, "rdma: accept");
 	}
