@@ -35,7 +35,9 @@ static void usage(FILE *f)
 		"for restore. Every connection must prove it knows the shared secret.\n"
 		"\n"
 		"  --listen HOST:PORT    address to listen on (port 0: any free port)\n"
-		"  --store DIR           the store directory (created when missing)\n"
+		"  --store DIR           the store directory (created when missing); it\n"
+		"                        must belong to this user or root, unless\n"
+		"  --allow-foreign-store (whoever owns it decides what is served)\n"
 		"  --secret-file F       the cluster's shared secret (at least 16 bytes)\n"
 		"  --capacity SIZE       bytes of segments at most (e.g. 500G; default: disk)\n"
 		"  --segment-size SIZE   seal segments past this size (default 1G)\n"
@@ -296,6 +298,26 @@ static int start_rdma(struct server *srv, enum stg_transport_kind kind, const ch
 #endif
 }
 
+/* Whether the store belongs to this user or to root, or is yet to be made
+ * (else says so): its owner could plant the manifests and chunks it serves.
+ * Asked before opening it, which reads what is there. */
+static bool store_owned(const char *dir)
+{
+	struct stat st;
+	if (stat(dir, &st) < 0) {
+		if (errno == ENOENT)
+			return true;
+		stg_log_errno(STG_LOG_ERROR, -errno, "cannot check who owns the store '%s'", dir);
+		return false;
+	}
+	if (st.st_uid == 0 || st.st_uid == geteuid())
+		return true;
+	stg_log(STG_LOG_ERROR, "the store '%s' belongs to uid %u, neither to this server's user "
+		"(uid %u) nor to root: whoever owns it decides what is served; "
+		"--allow-foreign-store uses it anyway", dir, (unsigned)st.st_uid, (unsigned)geteuid());
+	return false;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -316,6 +338,7 @@ int main(int argc, char **argv)
 		{"log-level", required_argument, NULL, 'L'},
 		{"user-key", required_argument, NULL, 'u'},
 		{"transport", required_argument, NULL, 'T'},
+		{"allow-foreign-store", no_argument, NULL, 'O'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{0},
@@ -326,6 +349,7 @@ int main(int argc, char **argv)
 	struct admit_limits limits = {.max_connections = 1024, .max_handshakes = 256};
 	uint64_t frame_memory = 256ull << 20;
 	long user_key = -1;
+	bool allow_foreign = false;
 	enum stg_transport_kind transport = STG_TRANSPORT_AUTO;
 	stg_log_max_level = STG_LOG_INFO;
 	stg_log_init_from_env();
@@ -407,6 +431,7 @@ int main(int argc, char **argv)
 			stg_log_max_level = (enum stg_log_level)l;
 			break;
 		}
+		case 'O': allow_foreign = true; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': printf("stagehand-server %s\n", STAGEHAND_VERSION); return 0;
 		default: usage(stderr); return 2;
@@ -456,6 +481,8 @@ int main(int argc, char **argv)
 			secret_file);
 		return 1;
 	}
+	if (!allow_foreign && !store_owned(store_dir))
+		return 1;
 	int r = stg_store_open(store_dir, &so, &srv.store);
 	if (r < 0) {
 		stg_log_errno(STG_LOG_ERROR, r, "cannot open the store '%s'%s", store_dir,

@@ -65,6 +65,25 @@ needs_root() {
 	"$STAGEHAND" restore --help | grep -q -- --allow-foreign-cache
 }
 
+@test "a server refuses a store owned by another user unless --allow-foreign-store" {
+	needs_root
+	mkdir -p "$T/srv0"
+	chown 1000 "$T/srv0"
+	run "$SERVER" --listen 127.0.0.1:0 --store "$T/srv0" --secret-file "$SECRET"
+	[ "$status" -eq 1 ] || fail "server: $output"
+	[[ "$output" == *"'$T/srv0' belongs to uid 1000"*"--allow-foreign-store"* ]] ||
+		fail "server: $output"
+	[ ! -e "$T/srv0/segments" ] && [ -z "$(ls -A "$T/srv0")" ] || fail "the store was opened"
+	start_server 0 --allow-foreign-store
+	echo data >"$REF/f"
+	cluster_default_policy cluster.replicas=1
+	shim cp "$REF/f" "$CKPT/f"
+	"$STAGEHAND" flush --wait --timeout "$WAIT" >/dev/null
+	rm -rf "$CACHE"
+	assert_restores "$REF/f" "$CKPT/f"
+	"$SERVER" --help | grep -q -- --allow-foreign-store
+}
+
 @test "setuid, setgid and sticky bits are dropped unless --keep-special-bits" {
 	needs_root
 	echo data >"$REF/f"
