@@ -18,6 +18,7 @@ struct server {
 	struct stg_secret secret;
 	int timeout_ms;
 	unsigned max_connections;
+	bool accept_v1; /* serve clients of protocol version 1 (no MACs) */
 	atomic_uint connections;
 	/* Connections not yet authenticated: each holds a thread and, over
 	 * RDMA, locked buffers, so strangers get only a few at a time. */

@@ -311,12 +311,20 @@ void *server_session(void *arg)
 	struct session s = {.srv = a->srv, .conn = a->conn};
 	free(a);
 
-	int r = stg_conn_auth_server(&s.conn, &s.srv->secret, &s.uid);
+	int r = stg_conn_auth_server(&s.conn, &s.srv->secret, s.srv->accept_v1, &s.uid);
 	atomic_fetch_sub(&s.srv->handshaking, 1);
 	if (r < 0) {
-		stg_log_errno(STG_LOG_WARN, r, "%s: dropped: authentication failed", s.conn.peer);
+		if (s.conn.error[0])
+			stg_log(STG_LOG_WARN, "%s: dropped: authentication failed: %s", s.conn.peer,
+				s.conn.error);
+		else
+			stg_log_errno(STG_LOG_WARN, r, "%s: dropped: authentication failed",
+				      s.conn.peer);
 		goto out;
 	}
+	if (s.conn.version < STG_WIRE_VERSION)
+		stg_log(STG_LOG_WARN, "%s: uid %u speaks protocol version %u: its frames carry no MAC",
+			s.conn.peer, s.uid, s.conn.version);
 	stg_log(STG_LOG_DEBUG, "%s: authenticated as uid %u", s.conn.peer, s.uid);
 	for (;;) {
 		struct stg_msg m;
@@ -333,9 +341,13 @@ void *server_session(void *arg)
 		if (r == -EPIPE)
 			break;
 		if (r < 0) {
-			stg_log_errno(STG_LOG_WARN, r, "%s: dropped", s.conn.peer);
-			if (r == -EPROTO || r == -EBADMSG)
-				stg_conn_send_error(&s.conn, 0, -EPROTO, "malformed message");
+			if (r == -EPROTO || r == -EBADMSG || r == -EBADE) {
+				/* The peer learns why, before the close. */
+				stg_log(STG_LOG_WARN, "%s: dropped: %s", s.conn.peer, s.conn.error);
+				stg_conn_send_error(&s.conn, 0, -EPROTO, "refused: %s", s.conn.error);
+			} else {
+				stg_log_errno(STG_LOG_WARN, r, "%s: dropped", s.conn.peer);
+			}
 			break;
 		}
 		if (dispatch(&s, &m) < 0)

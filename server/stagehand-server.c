@@ -45,6 +45,8 @@ static void usage(FILE *f)
 		"  --transport T         tcp, rdma or auto (default): besides TCP, accept\n"
 		"                        RDMA on the same port number (auto: when a device\n"
 		"                        has the address; rdma: or refuse to start)\n"
+		"  --accept-v1           also serve clients of protocol version 1, whose\n"
+		"                        requests carry no MAC (default: refuse them)\n"
 		"  --log-level L         error, warn, info (default) or debug\n"
 		"  --user-key UID        print the key file of user UID (derived from the\n"
 		"                        secret) and exit: give it to that user as their\n"
@@ -291,6 +293,7 @@ int main(int argc, char **argv)
 		{"log-level", required_argument, NULL, 'L'},
 		{"user-key", required_argument, NULL, 'u'},
 		{"transport", required_argument, NULL, 'T'},
+		{"accept-v1", no_argument, NULL, '1'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{0},
@@ -299,6 +302,7 @@ int main(int argc, char **argv)
 	struct stg_store_options so = {0};
 	unsigned gc_interval = 60, timeout_s = 30, max_conn = 256;
 	long user_key = -1;
+	bool accept_v1 = false;
 	enum stg_transport_kind transport = STG_TRANSPORT_AUTO;
 	stg_log_max_level = STG_LOG_INFO;
 	stg_log_init_from_env();
@@ -328,6 +332,7 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'P': port_file = optarg; break;
+		case '1': accept_v1 = true; break;
 		case 'T':
 			if (strcmp(optarg, "tcp") == 0)
 				transport = STG_TRANSPORT_TCP;
@@ -423,6 +428,7 @@ int main(int argc, char **argv)
 	}
 	srv.timeout_ms = (int)(timeout_s * 1000);
 	srv.max_connections = max_conn;
+	srv.accept_v1 = accept_v1;
 	srv.gc_interval_s = gc_interval;
 	srv.started_ns = stg_now_ns();
 	pthread_rwlock_init(&srv.manifest_lock, NULL);

@@ -1,0 +1,136 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# Sessions that cannot be hijacked: a man in the middle (tests/progs/
+# wire-proxy.py) between real clients (ls, restore, the flusher) and a real
+# server injects, replays or reorders frames after the client's login; the
+# server refuses the frame, says why in its log, and closes. Versions that do
+# not overlap are named on both sides, a malformed frame before the login
+# gets its ERROR, and a secret file others could change is refused.
+
+bats_require_minimum_version 1.5.0
+load lib/common
+load lib/cluster
+
+PROXY="$BATS_TEST_DIRNAME/../progs/wire-proxy.py"
+
+setup() {
+	cluster_setup
+	[ "$TRANSPORT" = tcp ] || skip "the proxy relays TCP"
+}
+
+teardown() {
+	cluster_teardown
+}
+
+# start_proxy [--every] MODE: a proxy in front of server 0 that tampers with
+# its first connection (or every one); $PROXY_ADDR is its address,
+# $T/proxy.log its account of what it did.
+start_proxy() {
+	local every=()
+	[ "$1" != --every ] || { every=(--every) && shift; }
+	"$PYTHON" "$PROXY" "${every[@]}" "$T/proxy.port" "$(srv_addr 0)" "$1" "$T/proxy.log" \
+		</dev/null >/dev/null 2>"$T/proxy.err" &
+	track $!
+	disown $!
+	wait_for "$WAIT" test -s "$T/proxy.port" || fail "proxy: $(cat "$T/proxy.err")"
+	PROXY_ADDR="127.0.0.1:$(cat "$T/proxy.port")"
+}
+
+# via_proxy FILE: the policy FILE with the proxy as its only server.
+via_proxy() {
+	sed -i "s/^servers = .*/servers = $PROXY_ADDR/" "$1"
+}
+
+# stores $REF/f as $CKPT/f on server 0, directly.
+store_file() {
+	cluster_default_policy cluster.replicas=1
+	random_file "$REF/f" 300000
+	shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+}
+
+# The server refused the tampered frame: it never answered it, logged the
+# refusal with the proxy's address, and told the client before closing.
+assert_refused() {
+	local log
+	log=$(cat "$T/proxy.log")
+	[[ "$log" != *"answered the"* ]] || fail "the server took the frame for the client's: $log"
+	[[ "$log" == *"server ERROR tag 0: "*"fails its MAC"* ]] || fail "proxy: $log"
+	[[ "$log" == *"server closed"* ]] || fail "proxy: $log"
+	grep -q "127\.0\.0\.1:[0-9]*: dropped: .*fails its MAC" "$T/srv0.log" ||
+		fail "server log: $(cat "$T/srv0.log")"
+}
+
+@test "integrity: through a plain relaying proxy, flush, ls and restore work" {
+	start_servers 1
+	start_proxy relay
+	cluster_default_policy cluster.replicas=1
+	via_proxy "$POLICY"
+	random_file "$REF/f" 300000
+	shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	run "$STAGEHAND" ls
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"$CKPT/f "* ]] || fail "ls: $output"
+	assert_restores "$REF/f" "$CKPT/f"
+	! grep -q "MAC" "$T/srv0.log"
+}
+
+@test "integrity: a LIST injected after the client's login is refused" {
+	start_servers 1
+	store_file
+	start_proxy --every inject-list
+	via_proxy "$POLICY"
+	run "$STAGEHAND" ls
+	grep -q "injected LIST" "$T/proxy.log"
+	assert_refused
+	# the client learns why its connection ended
+	[[ "$output" == *"fails its MAC"* ]] || fail "ls: $output"
+	[[ "$output" != *"$CKPT/f "* ]] || fail "ls: $output"
+}
+
+@test "integrity: a GET_CHUNK injected after the login of a restore is refused" {
+	start_servers 1
+	store_file
+	start_proxy --every inject-get
+	via_proxy "$POLICY"
+	run "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
+	grep -q "injected GET_CHUNK" "$T/proxy.log"
+	assert_refused
+	[ "$status" -ne 0 ] || fail "restore: $output"
+	[[ "$output" == *"fails its MAC"* ]] || fail "restore: $output"
+	[ ! -e "$BACK$CKPT/f" ]
+}
+
+@test "integrity: a replayed request is refused" {
+	start_servers 1
+	store_file
+	start_proxy replay
+	via_proxy "$POLICY"
+	run "$STAGEHAND" ls
+	grep -q "replayed LIST" "$T/proxy.log"
+	assert_refused
+}
+
+@test "integrity: reordered PUT_CHUNKs are refused; the flusher reconnects and ships" {
+	start_servers 1
+	start_proxy reorder
+	cluster_default_policy cluster.replicas=1
+	via_proxy "$POLICY"
+	# several chunks, streamed back to back on one connection
+	random_file "$REF/f" 1000000
+	shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	grep -q "reordered PUT_CHUNK" "$T/proxy.log"
+	assert_refused
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	assert_restores "$REF/f" "$CKPT/f"
+}

@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""A man in the middle for the stagehand wire protocol (docs/PROTOCOL.md).
+
+usage: wire-proxy.py [--every] PORT_FILE SERVER_HOST:PORT MODE LOG [HASH_HEX]
+
+Listens on 127.0.0.1 (any free port, written into PORT_FILE) and relays
+every connection to the server frame by frame. On the first connection
+(on every one with --every), once the server's AUTH_OK has gone by (the
+client is logged in), it tampers as MODE says; other connections are
+relayed untouched:
+
+  relay       nothing
+  inject-list sends a LIST of its own (as the client's uid) before the
+              client's first request, and swallows the answer
+  inject-get  the same with a GET_CHUNK of HASH_HEX (32 hex digits)
+  replay      sends the client's first request twice
+  reorder     holds the client's first PUT_CHUNK back until its next frame
+              has gone to the server
+
+Every event goes to LOG, one line each: "injected LIST", "answered the
+injected frame: LIST_REPLY", "server ERROR tag 0: TEXT", "server closed"...
+A line "answered the ..." means that the server took the tampered frame for
+the client's.
+"""
+import os
+import socket
+import struct
+import sys
+import threading
+
+HEADER = 16
+MAC = 32
+FLAG_MAC = 1
+TYPES = {1: "CHALLENGE", 2: "AUTH", 3: "AUTH_OK", 4: "ERROR", 5: "HAVE",
+         6: "HAVE_REPLY", 7: "PUT_CHUNK", 8: "OK", 9: "PUT_MANIFEST",
+         10: "MISSING", 11: "LIST", 12: "LIST_REPLY", 13: "GET_MANIFEST",
+         14: "MANIFEST", 15: "GET_CHUNK", 16: "CHUNK", 17: "STAT",
+         18: "STAT_REPLY", 22: "LIST_REPLY_FLAGS"}
+INJECTED_TAG = 0xDEADBEEF
+
+args = sys.argv[1:]
+every = args[:1] == ["--every"]
+if every:
+    args = args[1:]
+port_file, server, mode, log_path = args[:4]
+chunk_hash = bytes.fromhex(args[4]) if len(args) > 4 else bytes(16)
+host, port = server.rsplit(":", 1)
+log_lock = threading.Lock()
+first = threading.Lock()  # held for good by the connection that tampers
+
+
+def log(conn_no, text):
+    with log_lock, open(log_path, "a") as f:
+        f.write(f"conn {conn_no}: {text}\n")
+
+
+def read_exact(sock, n):
+    buf = b""
+    while len(buf) < n:
+        try:
+            part = sock.recv(n - len(buf))
+        except OSError:  # a reset: closed too
+            return None
+        if not part:
+            return None
+        buf += part
+    return buf
+
+
+def read_frame(sock):
+    """A whole frame (header, body, MAC when flagged), or None at the end."""
+    hdr = read_exact(sock, HEADER)
+    if hdr is None or len(hdr) < HEADER:
+        return None
+    flags, length = struct.unpack_from("<HI", hdr, 6)
+    rest = read_exact(sock, length + (MAC if flags & FLAG_MAC else 0))
+    return None if rest is None else hdr + rest
+
+
+def kind(frame):
+    return frame[5], struct.unpack_from("<I", frame, 12)[0]
+
+
+def forged(frame_like, type_, body):
+    """A frame of type_ in the connection's version, with a MAC of random
+    bytes when that version carries MACs: what an attacker can make."""
+    version = frame_like[4]
+    flags = FLAG_MAC if version >= 2 else 0
+    hdr = b"SHWP" + struct.pack("<BBHII", version, type_, flags, len(body), INJECTED_TAG)
+    return hdr + body + (os.urandom(MAC) if flags else b"")
+
+
+class Relay:
+    def __init__(self, no, client, upstream, tamper):
+        self.no, self.client, self.up = no, client, upstream
+        self.tamper = tamper
+        self.up_lock = threading.Lock()
+        self.logged_in = False
+        self.watched = {}  # tag -> what was done with the client's frame
+
+    def to_server(self, frame):
+        with self.up_lock:
+            self.up.sendall(frame)
+
+    def client_to_server(self):
+        held = None
+        while True:
+            frame = read_frame(self.client)
+            if frame is None:
+                break
+            t, tag = kind(frame)
+            if self.tamper and self.logged_in and mode == "replay" and t != 4:
+                self.tamper = False
+                self.watched[tag] = "replayed"
+                log(self.no, f"replayed {TYPES.get(t, t)}")
+                self.to_server(frame + frame)
+                continue
+            if self.tamper and self.logged_in and mode == "reorder":
+                if held is None and t == 7:
+                    held = frame
+                    continue
+                if held is not None:
+                    self.tamper = False
+                    self.watched[kind(held)[1]] = "reordered"
+                    log(self.no, f"reordered PUT_CHUNK after {TYPES.get(t, t)}")
+                    self.to_server(frame + held)
+                    held = None
+                    continue
+            self.to_server(frame)
+        try:
+            self.up.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def server_to_client(self):
+        seen = {}
+        while True:
+            frame = read_frame(self.up)
+            if frame is None:
+                log(self.no, "server closed")
+                break
+            t, tag = kind(frame)
+            name = TYPES.get(t, str(t))
+            if t == 4 and tag == 0:
+                text_len = struct.unpack_from("<H", frame, HEADER + 4)[0]
+                text = frame[HEADER + 6:HEADER + 6 + text_len].decode("ascii", "replace")
+                log(self.no, f"server ERROR tag 0: {text}")
+            if tag == INJECTED_TAG:
+                log(self.no, f"answered the injected frame: {name}")
+                continue
+            if tag in self.watched:
+                seen[tag] = seen.get(tag, 0) + 1
+                what = self.watched[tag]
+                if what == "replayed" and seen[tag] == 2:
+                    log(self.no, f"answered the replayed frame again: {name}")
+                    continue
+                if what == "reordered":
+                    log(self.no, f"answered the reordered frame: {name}")
+            if t == 3 and not self.logged_in:
+                self.logged_in = True
+                if self.tamper and mode in ("inject-list", "inject-get"):
+                    self.tamper = False
+                    if mode == "inject-list":
+                        self.to_server(forged(frame, 11, struct.pack("<HH", 0, 0)))
+                        log(self.no, "injected LIST")
+                    else:
+                        self.to_server(forged(frame, 15, chunk_hash))
+                        log(self.no, "injected GET_CHUNK")
+            try:
+                self.client.sendall(frame)
+            except OSError:
+                pass  # the client left: read on, to see the server close
+        try:
+            self.client.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+
+def serve(no, client):
+    up = socket.create_connection((host, int(port)))
+    tamper = mode != "relay" and (every or first.acquire(blocking=False))
+    relay = Relay(no, client, up, tamper)
+    log(no, "connected" + (f", tampering: {mode}" if tamper else ""))
+    back = threading.Thread(target=relay.server_to_client, daemon=True)
+    back.start()
+    try:
+        relay.client_to_server()
+    except OSError:
+        pass
+    back.join()
+    client.close()
+    up.close()
+
+
+def main():
+    lsock = socket.socket()
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(64)
+    with open(port_file + ".tmp", "w") as f:
+        f.write(str(lsock.getsockname()[1]))
+    os.rename(port_file + ".tmp", port_file)
+    no = 0
+    while True:
+        client, _ = lsock.accept()
+        no += 1
+        threading.Thread(target=serve, args=(no, client), daemon=True).start()
+
+
+main()
