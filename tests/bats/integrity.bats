@@ -134,3 +134,74 @@ assert_refused() {
 	rm -rf "$CACHE"
 	assert_restores "$REF/f" "$CKPT/f"
 }
+
+PEER="$BATS_TEST_DIRNAME/../progs/wire-peer.py"
+
+@test "protocol: a client whose versions do not overlap the server's names both ranges" {
+	local range
+	for range in "1 1" "3 4"; do
+		rm -f "$T/peer.port"
+		# shellcheck disable=SC2086
+		"$PYTHON" "$PEER" server "$T/peer.port" $range </dev/null >/dev/null 2>&1 &
+		track $!
+		disown $!
+		wait_for "$WAIT" test -s "$T/peer.port"
+		cat >"$T/old.conf" <<EOP
+[cache]
+dir = $T/cache
+[cluster]
+servers = 127.0.0.1:$(cat "$T/peer.port")
+secret_file = $SECRET
+EOP
+		run "$STAGEHAND" ls --policy "$T/old.conf"
+		[[ "$output" == *"the server speaks protocol versions ${range/ /..}, this client 2..2"* ]] ||
+			fail "ls against a server of versions $range: $output"
+	done
+}
+
+@test "protocol: a version-1 client is refused with an ERROR naming both versions, or served with --accept-v1" {
+	start_servers 1
+	store_file
+	run "$PYTHON" "$PEER" v1-client "$(srv_addr 0)" "$SECRET" "$(id -u)"
+	[ "$output" = "ERROR 5 the client speaks protocol version 1, this server 2..2 (1..2 when started with --accept-v1): upgrade the client" ] ||
+		fail "v1 client: $output"
+	grep -q "127\.0\.0\.1:[0-9]*: dropped: authentication failed: the client speaks protocol version 1, this server 2\.\.2" "$T/srv0.log" ||
+		fail "server log: $(cat "$T/srv0.log")"
+	stop_server 0
+	start_server 0 --accept-v1
+	run "$PYTHON" "$PEER" v1-client "$(srv_addr 0)" "$SECRET" "$(id -u)"
+	[ "$output" = "AUTH_OK
+LIST_REPLY 1" ] || fail "v1 client with --accept-v1: $output"
+	grep -q "uid $(id -u) speaks protocol version 1: its frames carry no MAC" "$T/srv0.log"
+}
+
+@test "protocol: a malformed frame before authentication gets an ERROR before the close" {
+	start_servers 1
+	local kind
+	for kind in magic long auth; do
+		run "$PYTHON" "$PEER" garbage "$(srv_addr 0)" "$kind"
+		[[ "$output" == "ERROR 5 malformed "*" before authentication" ]] || fail "$kind: $output"
+	done
+	[ "$(grep -c "dropped: authentication failed: malformed" "$T/srv0.log")" -eq 3 ] ||
+		fail "server log: $(cat "$T/srv0.log")"
+}
+
+@test "secret: a secret or key file its group may write is refused, naming the file and its mode" {
+	cp "$SECRET" "$T/shared-secret"
+	chmod 660 "$T/shared-secret"
+	run "$SERVER" --listen 127.0.0.1:0 --store "$T/store" --secret-file "$T/shared-secret"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"secret file '$T/shared-secret': writable by its group (mode 0660)"* ]] ||
+		fail "server: $output"
+	start_servers 1
+	chmod 620 "$T/shared-secret"
+	cluster_policy "$T/gw.conf" "$T/cache" "$CKPT/**" cluster.replicas=1 cluster.secret_file="$T/shared-secret"
+	run "$STAGEHAND" ls --policy "$T/gw.conf"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"secret file '$T/shared-secret': writable by its group (mode 0620)"* ]] ||
+		fail "ls: $output"
+	# readable by the group (a service group sharing it) is fine
+	chmod 640 "$T/shared-secret"
+	run "$STAGEHAND" ls --policy "$T/gw.conf"
+	[ "$status" -eq 0 ] || fail "ls with mode 0640: $output"
+}
