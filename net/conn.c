@@ -413,6 +413,11 @@ static int finish_frame(struct stg_conn *c, struct stg_msg *ret)
 		return refuse(c, r, "malformed %s", stg_msg_type_name(h.type));
 	c->frames_received++;
 	switch (m.type) {
+	case STG_MSG_ERROR:
+		/* Kept for the caller's message, whichever request it answers
+		 * (tag 0: the server's last word before it closes). */
+		refuse(c, 0, "%.*s", (int)m.error.text_len, m.error.text);
+		break;
 	case STG_MSG_PUT_CHUNK_REF: {
 		if (!c->t->one_sided || !c->authenticated)
 			return refuse(c, -EPROTO, "PUT_CHUNK_REF is not valid here");
@@ -580,10 +585,8 @@ int stg_conn_call(struct stg_conn *c, struct stg_msg *req, uint8_t want, struct 
 	c->landing = false;
 	if (r < 0)
 		return r;
-	if (m.type == STG_MSG_ERROR && (m.tag == req->tag || m.tag == 0)) {
-		snprintf(c->error, sizeof(c->error), "%.*s", (int)m.error.text_len, m.error.text);
+	if (m.type == STG_MSG_ERROR && (m.tag == req->tag || m.tag == 0))
 		return stg_wire_error_to_errno(m.error.code);
-	}
 	if (m.tag != req->tag)
 		return refuse(c, -EPROTO, "a reply to another request");
 	if (m.type != want)
@@ -591,13 +594,6 @@ int stg_conn_call(struct stg_conn *c, struct stg_msg *req, uint8_t want, struct 
 			      stg_msg_type_name(m.type));
 	*ret = m;
 	return 0;
-}
-
-/* The text of an ERROR received, as the failure of the call. */
-static int error_reply(struct stg_conn *c, const struct stg_msg *m)
-{
-	return refuse(c, stg_wire_error_to_errno(m->error.code), "%.*s", (int)m->error.text_len,
-		      m->error.text);
 }
 
 /* The handshake is done: frames from now on are of version v, and from
@@ -622,7 +618,7 @@ int stg_conn_auth_client(struct stg_conn *c, const struct stg_secret *s, uint32_
 	if (r < 0)
 		return r;
 	if (m.type == STG_MSG_ERROR)
-		return error_reply(c, &m);
+		return stg_wire_error_to_errno(m.error.code);
 	if (m.type != STG_MSG_CHALLENGE)
 		return refuse(c, -EPROTO, "expected CHALLENGE, got %s", stg_msg_type_name(m.type));
 	/* This client speaks STG_WIRE_VERSION only: never an older version
@@ -655,7 +651,7 @@ int stg_conn_auth_client(struct stg_conn *c, const struct stg_secret *s, uint32_
 	if (r < 0)
 		goto out;
 	if (m.type == STG_MSG_ERROR) {
-		r = error_reply(c, &m);
+		r = stg_wire_error_to_errno(m.error.code);
 		goto out;
 	}
 	if (m.type != STG_MSG_AUTH_OK || m.version != STG_WIRE_VERSION) {

@@ -76,8 +76,8 @@ struct stg_conn {
 
 	uint64_t bytes_sent, bytes_received; /* through the stream */
 	uint64_t frames_sent, frames_received;
-	/* Why the last call failed: the text of an ERROR received, or what was
-	 * wrong with what the peer sent. */
+	/* The text of the last ERROR received, or what was wrong with what
+	 * the peer sent: why the last call failed. */
 	char error[STG_WIRE_MAX_ERROR_TEXT + 1];
 };
 

@@ -24,48 +24,20 @@ import socket
 import struct
 import sys
 
-HEADER = 16
-
-
-def frame(version, type_, body, tag=0):
-    return b"SHWP" + struct.pack("<BBHII", version, type_, 0, len(body), tag) + body
-
-
-def read_exact(sock, n):
-    buf = b""
-    while len(buf) < n:
-        try:
-            part = sock.recv(n - len(buf))
-        except OSError:
-            return None
-        if not part:
-            return None
-        buf += part
-    return buf
-
-
-def read_frame(sock):
-    """(type, body) of the next frame, or None when the peer has closed."""
-    hdr = read_exact(sock, HEADER)
-    if hdr is None:
-        return None
-    flags, length = struct.unpack_from("<HI", hdr, 6)
-    body = read_exact(sock, length + (32 if flags & 1 else 0))
-    return None if body is None else (hdr[5], body)
-
+from wireframes import error_text, frame, kind, read_frame
 
 def report(reply):
-    if reply is None:
+    t = None if reply is None else kind(reply)[0]
+    if t is None:
         print("closed")
-    elif reply[0] == 4:
-        code, n = struct.unpack_from("<IH", reply[1])
-        print(f"ERROR {code} {reply[1][6:6 + n].decode('ascii', 'replace')}")
-    elif reply[0] == 3:
+    elif t == 4:
+        print("ERROR %d %s" % error_text(reply))
+    elif t == 3:
         print("AUTH_OK")
-    elif reply[0] == 12:
-        print(f"LIST_REPLY {struct.unpack_from('<I', reply[1])[0]}")
+    elif t == 12:
+        print(f"LIST_REPLY {struct.unpack_from('<I', reply, 16)[0]}")
     else:
-        print(f"type {reply[0]}")
+        print(f"type {t}")
     sys.stdout.flush()
 
 
@@ -96,9 +68,9 @@ def v1_client(hostport, secret_file, uid):
         secret = f.read().rstrip(b" \t\r\n")
     sock = connect(hostport)
     challenge = read_frame(sock)
-    if challenge is None or challenge[0] != 1:
+    if challenge is None or kind(challenge)[0] != 1:
         return report(challenge)
-    server_nonce = challenge[1][4:36]
+    server_nonce = challenge[16 + 4:16 + 36]
     client_nonce = os.urandom(32)
     le_uid = struct.pack("<I", uid)
     key = hmac.new(secret, b"stagehand uid key" + le_uid, hashlib.sha256).digest()
@@ -107,7 +79,7 @@ def v1_client(hostport, secret_file, uid):
     sock.sendall(frame(1, 2, le_uid + client_nonce + mac))
     reply = read_frame(sock)
     report(reply)
-    if reply is None or reply[0] != 3:
+    if reply is None or kind(reply)[0] != 3:
         return
     sock.sendall(frame(1, 11, struct.pack("<HH", 0, 0), tag=1))
     report(read_frame(sock))

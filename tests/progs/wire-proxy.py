@@ -29,9 +29,8 @@ import struct
 import sys
 import threading
 
-HEADER = 16
-MAC = 32
-FLAG_MAC = 1
+from wireframes import FLAG_MAC, MAC, error_text, frame, kind, read_frame
+
 TYPES = {1: "CHALLENGE", 2: "AUTH", 3: "AUTH_OK", 4: "ERROR", 5: "HAVE",
          6: "HAVE_REPLY", 7: "PUT_CHUNK", 8: "OK", 9: "PUT_MANIFEST",
          10: "MISSING", 11: "LIST", 12: "LIST_REPLY", 13: "GET_MANIFEST",
@@ -55,40 +54,13 @@ def log(conn_no, text):
         f.write(f"conn {conn_no}: {text}\n")
 
 
-def read_exact(sock, n):
-    buf = b""
-    while len(buf) < n:
-        try:
-            part = sock.recv(n - len(buf))
-        except OSError:  # a reset: closed too
-            return None
-        if not part:
-            return None
-        buf += part
-    return buf
-
-
-def read_frame(sock):
-    """A whole frame (header, body, MAC when flagged), or None at the end."""
-    hdr = read_exact(sock, HEADER)
-    if hdr is None or len(hdr) < HEADER:
-        return None
-    flags, length = struct.unpack_from("<HI", hdr, 6)
-    rest = read_exact(sock, length + (MAC if flags & FLAG_MAC else 0))
-    return None if rest is None else hdr + rest
-
-
-def kind(frame):
-    return frame[5], struct.unpack_from("<I", frame, 12)[0]
-
-
-def forged(frame_like, type_, body):
+def forged(like, type_, body):
     """A frame of type_ in the connection's version, with a MAC of random
     bytes when that version carries MACs: what an attacker can make."""
-    version = frame_like[4]
-    flags = FLAG_MAC if version >= 2 else 0
-    hdr = b"SHWP" + struct.pack("<BBHII", version, type_, flags, len(body), INJECTED_TAG)
-    return hdr + body + (os.urandom(MAC) if flags else b"")
+    version = like[4]
+    if version < 2:
+        return frame(version, type_, body, INJECTED_TAG)
+    return frame(version, type_, body, INJECTED_TAG, FLAG_MAC, os.urandom(MAC))
 
 
 class Relay:
@@ -99,35 +71,35 @@ class Relay:
         self.logged_in = False
         self.watched = {}  # tag -> what was done with the client's frame
 
-    def to_server(self, frame):
+    def to_server(self, f):
         with self.up_lock:
-            self.up.sendall(frame)
+            self.up.sendall(f)
 
     def client_to_server(self):
         held = None
         while True:
-            frame = read_frame(self.client)
-            if frame is None:
+            f = read_frame(self.client)
+            if f is None:
                 break
-            t, tag = kind(frame)
+            t, tag = kind(f)
             if self.tamper and self.logged_in and mode == "replay" and t != 4:
                 self.tamper = False
                 self.watched[tag] = "replayed"
                 log(self.no, f"replayed {TYPES.get(t, t)}")
-                self.to_server(frame + frame)
+                self.to_server(f + f)
                 continue
             if self.tamper and self.logged_in and mode == "reorder":
                 if held is None and t == 7:
-                    held = frame
+                    held = f
                     continue
                 if held is not None:
                     self.tamper = False
                     self.watched[kind(held)[1]] = "reordered"
                     log(self.no, f"reordered PUT_CHUNK after {TYPES.get(t, t)}")
-                    self.to_server(frame + held)
+                    self.to_server(f + held)
                     held = None
                     continue
-            self.to_server(frame)
+            self.to_server(f)
         try:
             self.up.shutdown(socket.SHUT_WR)
         except OSError:
@@ -136,16 +108,14 @@ class Relay:
     def server_to_client(self):
         seen = {}
         while True:
-            frame = read_frame(self.up)
-            if frame is None:
+            f = read_frame(self.up)
+            if f is None:
                 log(self.no, "server closed")
                 break
-            t, tag = kind(frame)
+            t, tag = kind(f)
             name = TYPES.get(t, str(t))
             if t == 4 and tag == 0:
-                text_len = struct.unpack_from("<H", frame, HEADER + 4)[0]
-                text = frame[HEADER + 6:HEADER + 6 + text_len].decode("ascii", "replace")
-                log(self.no, f"server ERROR tag 0: {text}")
+                log(self.no, f"server ERROR tag 0: {error_text(f)[1]}")
             if tag == INJECTED_TAG:
                 log(self.no, f"answered the injected frame: {name}")
                 continue
@@ -162,13 +132,13 @@ class Relay:
                 if self.tamper and mode in ("inject-list", "inject-get"):
                     self.tamper = False
                     if mode == "inject-list":
-                        self.to_server(forged(frame, 11, struct.pack("<HH", 0, 0)))
+                        self.to_server(forged(f, 11, struct.pack("<HH", 0, 0)))
                         log(self.no, "injected LIST")
                     else:
-                        self.to_server(forged(frame, 15, chunk_hash))
+                        self.to_server(forged(f, 15, chunk_hash))
                         log(self.no, "injected GET_CHUNK")
             try:
-                self.client.sendall(frame)
+                self.client.sendall(f)
             except OSError:
                 pass  # the client left: read on, to see the server close
         try:
