@@ -24,7 +24,7 @@ import socket
 import struct
 import sys
 
-from wireframes import error_text, frame, kind, read_frame
+from wireframes import error_text, frame, kind, listen_any, read_frame
 
 def report(reply):
     t = None if reply is None else kind(reply)[0]
@@ -47,13 +47,7 @@ def connect(hostport):
 
 
 def server(port_file, lo, hi):
-    lsock = socket.socket()
-    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen(16)
-    with open(port_file + ".tmp", "w") as f:
-        f.write(str(lsock.getsockname()[1]))
-    os.rename(port_file + ".tmp", port_file)
+    lsock = listen_any(port_file, 16)
     while True:
         conn, _ = lsock.accept()
         # The CHALLENGE is a version-1 frame, whatever the versions offered.

@@ -29,7 +29,7 @@ import struct
 import sys
 import threading
 
-from wireframes import FLAG_MAC, MAC, error_text, frame, kind, read_frame
+from wireframes import FLAG_MAC, MAC, error_text, frame, kind, listen_any, read_frame
 
 TYPES = {1: "CHALLENGE", 2: "AUTH", 3: "AUTH_OK", 4: "ERROR", 5: "HAVE",
          6: "HAVE_REPLY", 7: "PUT_CHUNK", 8: "OK", 9: "PUT_MANIFEST",
@@ -164,13 +164,7 @@ def serve(no, client):
 
 
 def main():
-    lsock = socket.socket()
-    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen(64)
-    with open(port_file + ".tmp", "w") as f:
-        f.write(str(lsock.getsockname()[1]))
-    os.rename(port_file + ".tmp", port_file)
+    lsock = listen_any(port_file, 64)
     no = 0
     while True:
         client, _ = lsock.accept()

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
 """Frames of the stagehand wire protocol (docs/PROTOCOL.md), as the test
 peers (wire-proxy.py, wire-peer.py) read and write them."""
+import os
+import socket
 import struct
 
 HEADER = 16
@@ -46,3 +48,16 @@ def error_text(f):
     """(code, text) of an ERROR frame."""
     code, n = struct.unpack_from("<IH", f, HEADER)
     return code, f[HEADER + 6:HEADER + 6 + n].decode("ascii", "replace")
+
+
+def listen_any(port_file, backlog):
+    """A socket listening on 127.0.0.1, any free port, written into
+    port_file (atomically: a reader sees the whole number or nothing)."""
+    lsock = socket.socket()
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(backlog)
+    with open(port_file + ".tmp", "w") as f:
+        f.write(str(lsock.getsockname()[1]))
+    os.rename(port_file + ".tmp", port_file)
+    return lsock
