@@ -258,8 +258,8 @@ int stg_secret_load(const char *path, struct stg_secret *ret, char *err, size_t 
 	/* Anyone who can read the secret can derive every uid's key and act as
 	 * any user; anyone who can write it can lock everyone out, or replace it
 	 * with one of their own. A group may read it (a service group sharing
-	 * the secret), never write it. Checked on
-	 * the open descriptor, so the mode is that of the file actually read. */
+	 * the secret), never write it. Checked on the open descriptor, so the
+	 * mode is that of the file actually read. */
 	if (st.st_mode & 027) {
 		r = -EPERM;
 		set_err(err, errlen,

@@ -268,8 +268,9 @@ size_t stg_wire_seal(uint8_t *frame, size_t len, size_t cap, const uint8_t key[S
 int stg_wire_decode(const struct stg_wire_header *h, const uint8_t *body, struct stg_msg *ret);
 
 /* Encodes a whole frame (header and body, no MAC) of msg->type, in
- * msg->version, into out, which holds cap bytes. Returns the frame's length, or 0 when it does not fit (or msg is
- * not encodable as given). LIST_REPLY is built with stg_wire_list_add. */
+ * msg->version, into out, which holds cap bytes. Returns the frame's length,
+ * or 0 when it does not fit (or msg is not encodable as given). LIST_REPLY is
+ * built with stg_wire_list_add. */
 size_t stg_wire_encode(const struct stg_msg *msg, uint8_t *out, size_t cap);
 
 /* The frame length stg_wire_encode needs for msg. */

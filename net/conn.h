@@ -156,8 +156,9 @@ int stg_conn_wait_idle(struct stg_conn *c);
 
 /* Sends req (its tag is set) and receives the reply, which must have type
  * want and the same tag. An ERROR reply (or one with tag 0, which the server
- * sends before it closes) returns its code as -errno, its text in c->error. A GET_CHUNK's object lands in the pool, which must hold it
- * (stg_conn_pool). Returns 0 or -errno. */
+ * sends before it closes) returns its code as -errno, its text in c->error.
+ * A GET_CHUNK's object lands in the pool, which must hold it (stg_conn_pool).
+ * Returns 0 or -errno. */
 int stg_conn_call(struct stg_conn *c, struct stg_msg *req, uint8_t want, struct stg_msg *ret);
 
 
