@@ -256,14 +256,17 @@ int stg_secret_load(const char *path, struct stg_secret *ret, char *err, size_t 
 		goto out_close;
 	}
 	/* Anyone who can read the secret can derive every uid's key and act as
-	 * any user; anyone who can write it can lock everyone out. Checked on
-	 * the open descriptor, so the mode is that of the file actually read. */
-	if (st.st_mode & 007) {
+	 * any user; anyone who can write it can lock everyone out, or replace it
+	 * with one of their own. A group may read it (a service group sharing
+	 * the secret), never write it. Checked on the open descriptor, so the
+	 * mode is that of the file actually read. */
+	if (st.st_mode & 027) {
 		r = -EPERM;
 		set_err(err, errlen,
-			"secret file '%s': accessible by other users (mode %04o), "
-			"which would let them impersonate anyone; chmod 600 or 640 it",
-			path, (unsigned)(st.st_mode & 07777));
+			"secret file '%s': %s (mode %04o), which would let them "
+			"impersonate anyone or lock everyone out; chmod 600 or 640 it",
+			path, st.st_mode & 007 ? "accessible by other users" : "writable by its group",
+			(unsigned)(st.st_mode & 07777));
 		goto out_close;
 	}
 
@@ -375,6 +378,26 @@ void stg_auth_server_mac(const uint8_t key[STG_SHA256_LEN], const uint8_t *serve
 			 const uint8_t *client_nonce, uint32_t uid, uint8_t out[STG_AUTH_MAC_LEN])
 {
 	proof(key, server_label, sizeof(server_label) - 1, client_nonce, server_nonce, uid, out);
+}
+
+void stg_auth_derive(const uint8_t key[STG_SHA256_LEN], enum stg_auth_derived what,
+		     const struct stg_auth_transcript *t, uint8_t out[STG_SHA256_LEN])
+{
+	static const char *const labels[] = {
+		[STG_AUTH_CLIENT_PROOF] = "stagehand v2 client",
+		[STG_AUTH_SERVER_PROOF] = "stagehand v2 server",
+		[STG_AUTH_KEY_C2S] = "stagehand v2 client frames",
+		[STG_AUTH_KEY_S2C] = "stagehand v2 server frames",
+	};
+	uint8_t tail[4 + 3 * 2];
+	stg_put_le32(tail, t->uid);
+	stg_put_le16(tail + 4, t->min_version);
+	stg_put_le16(tail + 6, t->max_version);
+	stg_put_le16(tail + 8, t->version);
+	const void *pieces[] = { labels[what], t->server_nonce, t->client_nonce, tail };
+	const size_t lens[] = { strlen(labels[what]), STG_AUTH_NONCE_LEN, STG_AUTH_NONCE_LEN,
+				sizeof(tail) };
+	stg_hmac_sha256(key, STG_SHA256_LEN, pieces, lens, 4, out);
 }
 
 int stg_auth_mac_equal(const uint8_t *a, const uint8_t *b)

@@ -44,8 +44,8 @@ void stg_user_key_format(const struct stg_secret *cluster, uint32_t uid, char *o
 
 /* Reads a secret file: its bytes, trailing whitespace removed; at least
  * STG_SECRET_MIN of them. On failure returns -errno (-EINVAL when too short
- * or too long, -EPERM when other users may read or write it) and writes a
- * message naming the file into err. */
+ * or too long, -EPERM when other users may read or write it, or its group
+ * write it) and writes a message naming the file and its mode into err. */
 int stg_secret_load(const char *path, struct stg_secret *ret, char *err, size_t errlen);
 
 /* The key of uid: HMAC(secret, "stagehand uid key" || uid as 4 bytes LE), or
@@ -61,6 +61,28 @@ void stg_auth_client_mac(const uint8_t key[STG_SHA256_LEN], const uint8_t *serve
  * server nonce || uid LE). */
 void stg_auth_server_mac(const uint8_t key[STG_SHA256_LEN], const uint8_t *server_nonce,
 			 const uint8_t *client_nonce, uint32_t uid, uint8_t out[STG_AUTH_MAC_LEN]);
+
+/* What a version-2 handshake binds: both nonces, the uid, the range of
+ * versions the server offered and the version the client chose. A MITM who
+ * changes any of them (to force an older version, say) fails the proofs. */
+struct stg_auth_transcript {
+	uint8_t server_nonce[STG_AUTH_NONCE_LEN];
+	uint8_t client_nonce[STG_AUTH_NONCE_LEN];
+	uint32_t uid;
+	uint16_t min_version, max_version, version;
+};
+
+enum stg_auth_derived {
+	STG_AUTH_CLIENT_PROOF, /* the AUTH's mac */
+	STG_AUTH_SERVER_PROOF, /* the AUTH_OK's mac */
+	STG_AUTH_KEY_C2S,      /* the key of the MACs of the client's frames */
+	STG_AUTH_KEY_S2C,      /* the key of the MACs of the server's frames */
+};
+
+/* HMAC(uid key, label of what || server nonce || client nonce || uid LE32 ||
+ * min, max, version LE16): the proofs and session keys of version 2. */
+void stg_auth_derive(const uint8_t key[STG_SHA256_LEN], enum stg_auth_derived what,
+		     const struct stg_auth_transcript *t, uint8_t out[STG_SHA256_LEN]);
 
 /* Compares MACs in constant time: 1 when equal. */
 int stg_auth_mac_equal(const uint8_t *a, const uint8_t *b);

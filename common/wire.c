@@ -34,29 +34,71 @@ const char *stg_msg_type_name(uint8_t type)
 	return type_names[type];
 }
 
-void stg_wire_header_encode(uint8_t *out, uint8_t type, uint32_t length, uint32_t tag)
+void stg_wire_header_encode(uint8_t *out, const struct stg_wire_header *h)
 {
 	memcpy(out, STG_WIRE_MAGIC, 4);
-	out[4] = STG_WIRE_VERSION;
-	out[5] = type;
-	stg_put_le16(out + 6, 0);
-	stg_put_le32(out + 8, length);
-	stg_put_le32(out + 12, tag);
+	out[4] = h->version ? h->version : STG_WIRE_VERSION;
+	out[5] = h->type;
+	stg_put_le16(out + 6, h->flags);
+	stg_put_le32(out + 8, h->length);
+	stg_put_le32(out + 12, h->tag);
 }
 
 int stg_wire_header_decode(const uint8_t *buf, uint32_t max_body, struct stg_wire_header *ret)
 {
-	if (memcmp(buf, STG_WIRE_MAGIC, 4) != 0 || buf[4] != STG_WIRE_VERSION)
+	uint8_t version = buf[4];
+	if (memcmp(buf, STG_WIRE_MAGIC, 4) != 0 || version < STG_WIRE_VERSION_OLDEST ||
+	    version > STG_WIRE_VERSION)
 		return -EPROTO;
-	if (buf[5] == 0 || buf[5] > STG_MSG_TYPE_MAX || stg_get_le16(buf + 6) != 0)
+	/* Version 1 defines no flag. */
+	uint16_t flags = stg_get_le16(buf + 6);
+	if (flags & ~(version >= 2 ? STG_WIRE_FLAG_MAC : 0u))
+		return -EPROTO;
+	if (buf[5] == 0 || buf[5] > STG_MSG_TYPE_MAX)
 		return -EPROTO;
 	uint32_t length = stg_get_le32(buf + 8);
 	if (length > max_body || length > STG_WIRE_MAX_BODY)
 		return -EPROTO;
+	ret->version = version;
 	ret->type = buf[5];
+	ret->flags = flags;
 	ret->length = length;
 	ret->tag = stg_get_le32(buf + 12);
 	return 0;
+}
+
+size_t stg_wire_frame_size(const struct stg_wire_header *h)
+{
+	return STG_WIRE_HEADER_SIZE + (size_t)h->length +
+	       (h->flags & STG_WIRE_FLAG_MAC ? STG_WIRE_MAC_SIZE : 0);
+}
+
+uint32_t stg_wire_mac_covered(uint8_t type, uint32_t length)
+{
+	if ((type == STG_MSG_PUT_CHUNK || type == STG_MSG_CHUNK) && length > STG_CHUNK_HEADER_SIZE)
+		return STG_CHUNK_HEADER_SIZE;
+	return length;
+}
+
+void stg_wire_frame_mac(const uint8_t key[STG_SHA256_LEN], uint64_t seq, const uint8_t *hdr,
+			const uint8_t *body, uint8_t out[STG_WIRE_MAC_SIZE])
+{
+	uint8_t le[8];
+	stg_put_le64(le, seq);
+	const void *pieces[] = { le, hdr, body };
+	const size_t lens[] = { sizeof(le), STG_WIRE_HEADER_SIZE,
+				stg_wire_mac_covered(hdr[5], stg_get_le32(hdr + 8)) };
+	stg_hmac_sha256(key, STG_SHA256_LEN, pieces, lens, 3, out);
+}
+
+size_t stg_wire_seal(uint8_t *frame, size_t len, size_t cap, const uint8_t key[STG_SHA256_LEN],
+		     uint64_t seq)
+{
+	if (len < STG_WIRE_HEADER_SIZE || cap < len || cap - len < STG_WIRE_MAC_SIZE)
+		return 0;
+	stg_put_le16(frame + 6, STG_WIRE_FLAG_MAC);
+	stg_wire_frame_mac(key, seq, frame, frame + STG_WIRE_HEADER_SIZE, frame + len);
+	return len + STG_WIRE_MAC_SIZE;
 }
 
 bool stg_wire_path_valid(const char *s, size_t len)
@@ -123,6 +165,7 @@ int stg_wire_decode(const struct stg_wire_header *h, const uint8_t *b, struct st
 	uint32_t len = h->length;
 	struct stg_msg m;
 	memset(&m, 0, sizeof(m));
+	m.version = h->version;
 	m.type = h->type;
 	m.tag = h->tag;
 	switch (h->type) {
@@ -347,7 +390,9 @@ size_t stg_wire_encode(const struct stg_msg *m, uint8_t *out, size_t cap)
 		return 0;
 	size_t n = total - STG_WIRE_HEADER_SIZE;
 	uint8_t *b = out + STG_WIRE_HEADER_SIZE;
-	stg_wire_header_encode(out, m->type, (uint32_t)n, m->tag);
+	struct stg_wire_header h = {.version = m->version, .type = m->type, .length = (uint32_t)n,
+				    .tag = m->tag};
+	stg_wire_header_encode(out, &h);
 	switch (m->type) {
 	case STG_MSG_CHALLENGE:
 		stg_put_le16(b, m->challenge.min_version);

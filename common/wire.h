@@ -11,8 +11,13 @@
 #include "hash.h"
 
 #define STG_WIRE_MAGIC "SHWP"
-#define STG_WIRE_VERSION 1
+/* The version this build speaks, and the oldest whose frames it decodes. */
+#define STG_WIRE_VERSION 2
+#define STG_WIRE_VERSION_OLDEST 1
 #define STG_WIRE_HEADER_SIZE 16
+/* Header flags (version 2): a MAC of STG_WIRE_MAC_SIZE bytes follows the body. */
+#define STG_WIRE_FLAG_MAC 1u
+#define STG_WIRE_MAC_SIZE 32
 /* A frame body holds at most one chunk object of the largest chunk size. */
 #define STG_WIRE_MAX_BODY ((64u << 20) + (1u << 20))
 /* Before authentication, nothing longer than an AUTH is accepted. */
@@ -64,7 +69,9 @@ enum stg_wire_error {
 #define STG_WERR_MAX 8
 
 struct stg_wire_header {
+	uint8_t version;
 	uint8_t type;
+	uint16_t flags;  /* STG_WIRE_FLAG_* */
 	uint32_t length; /* of the body */
 	uint32_t tag;    /* chosen by the requester, echoed in the reply */
 };
@@ -200,6 +207,7 @@ struct stg_msg_stat_reply {
 
 /* A decoded message; pointers refer into the body it was decoded from. */
 struct stg_msg {
+	uint8_t version; /* of its frame; 0 encodes as STG_WIRE_VERSION */
 	uint8_t type;
 	uint32_t tag;
 	union {
@@ -227,20 +235,42 @@ struct stg_msg {
 
 const char *stg_msg_type_name(uint8_t type);
 
-/* Writes a frame header (STG_WIRE_HEADER_SIZE bytes). */
-void stg_wire_header_encode(uint8_t *out, uint8_t type, uint32_t length, uint32_t tag);
+/* Writes a frame header (STG_WIRE_HEADER_SIZE bytes); version 0 is
+ * STG_WIRE_VERSION. */
+void stg_wire_header_encode(uint8_t *out, const struct stg_wire_header *h);
 
-/* Validates a frame header: magic, version, known type, zero flags, length
- * within max_body. Returns 0 or -EPROTO. */
+/* Validates a frame header: magic, a version this build decodes, known type,
+ * flags defined for that version, length within max_body. Returns 0 or
+ * -EPROTO. */
 int stg_wire_header_decode(const uint8_t *buf, uint32_t max_body, struct stg_wire_header *ret);
+
+/* The bytes of the whole frame a header starts: header, body and MAC. */
+size_t stg_wire_frame_size(const struct stg_wire_header *h);
+
+/* The body bytes a frame's MAC covers: all of them, except in PUT_CHUNK and
+ * CHUNK, whose payload is verified by the content hash that the object's
+ * header (covered) names. */
+uint32_t stg_wire_mac_covered(uint8_t type, uint32_t length);
+
+/* The MAC of a version-2 frame, sent or received as the seq-th of its
+ * direction: HMAC-SHA256(key, seq as u64 LE || header || covered body).
+ * hdr is the frame's header as sent (with STG_WIRE_FLAG_MAC), body its body. */
+void stg_wire_frame_mac(const uint8_t key[STG_SHA256_LEN], uint64_t seq, const uint8_t *hdr,
+			const uint8_t *body, uint8_t out[STG_WIRE_MAC_SIZE]);
+
+/* Turns an encoded version-2 frame of len bytes, in a buffer of cap, into one
+ * that carries its MAC. Returns the new length, or 0 when it does not fit. */
+size_t stg_wire_seal(uint8_t *frame, size_t len, size_t cap, const uint8_t key[STG_SHA256_LEN],
+		     uint64_t seq);
 
 /* Validates a body of the type the header names, field by field, and points
  * ret's members into it. Returns 0 or -EBADMSG. */
 int stg_wire_decode(const struct stg_wire_header *h, const uint8_t *body, struct stg_msg *ret);
 
-/* Encodes a whole frame (header and body) of msg->type into out, which holds
- * cap bytes. Returns the frame's length, or 0 when it does not fit (or msg is
- * not encodable as given). LIST_REPLY is built with stg_wire_list_add. */
+/* Encodes a whole frame (header and body, no MAC) of msg->type, in
+ * msg->version, into out, which holds cap bytes. Returns the frame's length,
+ * or 0 when it does not fit (or msg is not encodable as given). LIST_REPLY is
+ * built with stg_wire_list_add. */
 size_t stg_wire_encode(const struct stg_msg *msg, uint8_t *out, size_t cap);
 
 /* The frame length stg_wire_encode needs for msg. */

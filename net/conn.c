@@ -5,7 +5,10 @@
  * connection's timeout. On transports with one-sided operations, chunk
  * objects do not travel in the stream: PUT_CHUNK_REF / GET_CHUNK_REF name a
  * region of the client's pool and the server pulls or pushes the object; the
- * users of a connection still see PUT_CHUNK and CHUNK messages. */
+ * users of a connection still see PUT_CHUNK and CHUNK messages. From
+ * protocol version 2 on, every frame after the handshake carries a MAC under
+ * a session key of its direction, over its sequence number there: a frame
+ * injected, replayed, reordered or dropped by someone on the path fails it. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -23,6 +26,19 @@
 #include "util.h"
 
 #define POOL_ALIGN (1u << 20)
+
+/* Fails the current call with r, saying why in c->error. */
+static int refuse(struct stg_conn *c, int r, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int refuse(struct stg_conn *c, int r, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->error, sizeof(c->error), fmt, ap);
+	va_end(ap);
+	return r;
+}
 
 /* Time left before a deadline (at least 0). */
 static int left_ms(int64_t deadline)
@@ -171,6 +187,8 @@ void stg_conn_close(struct stg_conn *c)
 	c->pool = NULL;
 	c->pool_size = 0;
 	release_buffer(c, 0);
+	explicit_bzero(c->key_tx, sizeof(c->key_tx));
+	explicit_bzero(c->key_rx, sizeof(c->key_rx));
 }
 
 int stg_conn_pool(struct stg_conn *c, size_t size, enum stg_pool_use use)
@@ -209,35 +227,55 @@ void stg_conn_pool_idle(struct stg_conn *c)
 	c->pool_size = 0;
 }
 
-static bool tx_pending(const struct stg_conn *c)
+/* What is queued to go next: the frame or header in tx, the body, its MAC.
+ * Returns a pointer to the offset of that part, or NULL when all is sent. */
+static size_t *tx_next(struct stg_conn *c, const uint8_t **ret_p, size_t *ret_n)
 {
-	return c->tx_off < c->tx_len || c->tx_body_off < c->tx_body_len;
+	if (c->tx_off < c->tx_len) {
+		*ret_p = c->tx + c->tx_off;
+		*ret_n = c->tx_len - c->tx_off;
+		return &c->tx_off;
+	}
+	if (c->tx_body_off < c->tx_body_len) {
+		*ret_p = c->tx_body + c->tx_body_off;
+		*ret_n = c->tx_body_len - c->tx_body_off;
+		return &c->tx_body_off;
+	}
+	if (c->tx_mac_off < c->tx_mac_len) {
+		*ret_p = c->tx_mac + c->tx_mac_off;
+		*ret_n = c->tx_mac_len - c->tx_mac_off;
+		return &c->tx_mac_off;
+	}
+	return NULL;
+}
+
+static bool tx_pending(struct stg_conn *c)
+{
+	const uint8_t *p;
+	size_t n;
+	return tx_next(c, &p, &n) != NULL;
+}
+
+static void tx_reset(struct stg_conn *c)
+{
+	c->tx_len = c->tx_off = 0;
+	c->tx_body = NULL;
+	c->tx_body_len = c->tx_body_off = 0;
+	c->tx_mac_len = c->tx_mac_off = 0;
 }
 
 int stg_conn_flush(struct stg_conn *c)
 {
-	while (tx_pending(c)) {
-		const uint8_t *p;
-		size_t n;
-		if (c->tx_off < c->tx_len) {
-			p = c->tx + c->tx_off;
-			n = c->tx_len - c->tx_off;
-		} else {
-			p = c->tx_body + c->tx_body_off;
-			n = c->tx_body_len - c->tx_body_off;
-		}
+	const uint8_t *p;
+	size_t n, *off;
+	while ((off = tx_next(c, &p, &n))) {
 		ssize_t w = c->t->write(c, p, n);
 		if (w < 0)
 			return (int)w;
-		if (c->tx_off < c->tx_len)
-			c->tx_off += (size_t)w;
-		else
-			c->tx_body_off += (size_t)w;
+		*off += (size_t)w;
 		c->bytes_sent += (uint64_t)w;
 	}
-	c->tx_len = c->tx_off = 0;
-	c->tx_body = NULL;
-	c->tx_body_len = c->tx_body_off = 0;
+	tx_reset(c);
 	return 0;
 }
 
@@ -283,16 +321,38 @@ int stg_conn_send(struct stg_conn *c, const void *buf, size_t len)
 	return send_until(c, buf, len, stg_monotonic_ms() + c->timeout_ms);
 }
 
+/* The version of the frames this side sends: the one chosen, or during the
+ * handshake the oldest, which every peer reads. */
+static uint8_t frame_version(const struct stg_conn *c)
+{
+	return c->version ? c->version : STG_WIRE_VERSION_OLDEST;
+}
+
+/* Encodes m into out (cap bytes) as this connection's next frame, sealed
+ * with its MAC when the connection has them. Returns the length or 0. */
+static size_t encode_frame(struct stg_conn *c, const struct stg_msg *m, uint8_t *out, size_t cap)
+{
+	struct stg_msg f = *m;
+	if (!f.version)
+		f.version = frame_version(c);
+	size_t n = stg_wire_encode(&f, out, cap);
+	if (n && c->macs)
+		n = stg_wire_seal(out, n, cap, c->key_tx, c->seq_tx++);
+	return n;
+}
+
 int stg_conn_send_msg(struct stg_conn *c, const struct stg_msg *m)
 {
 	size_t n = stg_wire_encoded_size(m);
 	if (n == 0)
 		return -EINVAL;
-	uint8_t small[512];
+	n += STG_WIRE_MAC_SIZE;
+	uint8_t small[512 + STG_WIRE_MAC_SIZE];
 	uint8_t *buf = n <= sizeof(small) ? small : malloc(n);
 	if (!buf)
 		return -ENOMEM;
-	int r = stg_wire_encode(m, buf, n) == n ? stg_conn_send(c, buf, n) : -EINVAL;
+	n = encode_frame(c, m, buf, n);
+	int r = n ? stg_conn_send(c, buf, n) : -EINVAL;
 	c->frames_sent += r == 0;
 	if (buf != small)
 		free(buf);
@@ -335,16 +395,27 @@ static int queue_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uint
 		m.put_chunk_ref.addr = (uint64_t)(uintptr_t)obj;
 		m.put_chunk_ref.rkey = c->t->pool_rkey(c);
 		m.put_chunk_ref.len = len;
-		c->tx_len = stg_wire_encode(&m, c->tx, sizeof(c->tx));
+		c->tx_len = encode_frame(c, &m, c->tx, sizeof(c->tx));
 		c->tx_off = 0;
 		return c->tx_len ? 0 : -EINVAL;
 	}
-	stg_wire_header_encode(c->tx, type, len, tag);
+	struct stg_wire_header h = {.version = frame_version(c), .type = type, .length = len,
+				    .tag = tag};
+	if (c->macs)
+		h.flags = STG_WIRE_FLAG_MAC;
+	stg_wire_header_encode(c->tx, &h);
 	c->tx_len = STG_WIRE_HEADER_SIZE;
 	c->tx_off = 0;
 	c->tx_body = obj;
 	c->tx_body_len = len;
 	c->tx_body_off = 0;
+	/* The MAC covers the object's header only (stg_wire_mac_covered): it
+	 * names the content hash, against which the payload is verified. */
+	c->tx_mac_len = c->tx_mac_off = 0;
+	if (c->macs) {
+		stg_wire_frame_mac(c->key_tx, c->seq_tx++, c->tx, obj, c->tx_mac);
+		c->tx_mac_len = STG_WIRE_MAC_SIZE;
+	}
 	return 0;
 }
 
@@ -389,12 +460,8 @@ int stg_conn_send_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uin
 		r = queue_bulk(c, type, tag, obj, len);
 	if (r == 0)
 		r = flush_until(c, deadline);
-	if (r < 0) {
-		/* Nothing of the caller's may stay queued. */
-		c->tx_len = c->tx_off = 0;
-		c->tx_body = NULL;
-		c->tx_body_len = c->tx_body_off = 0;
-	}
+	if (r < 0)
+		tx_reset(c); /* nothing of the caller's may stay queued */
 	return r;
 }
 
@@ -408,15 +475,33 @@ static int finish_frame(struct stg_conn *c, struct stg_msg *ret)
 	c->in_body = false;
 	if (r < 0)
 		return r;
+	if (c->macs) {
+		/* Checked before anything of the frame is believed: the MAC
+		 * proves its sender, and its number that nothing was replayed,
+		 * reordered or dropped before it. */
+		uint8_t want[STG_WIRE_MAC_SIZE];
+		stg_wire_frame_mac(c->key_rx, c->seq_rx, c->hdr, c->buf, want);
+		if (!stg_auth_mac_equal(want, c->buf + h.length))
+			return refuse(c, -EBADE,
+				      "frame %llu of the connection fails its MAC: forged, "
+				      "replayed, reordered or dropped on the way",
+				      (unsigned long long)c->seq_rx);
+		c->seq_rx++;
+	}
 	struct stg_msg m;
 	r = stg_wire_decode(&h, c->buf, &m);
 	if (r < 0)
-		return r;
+		return refuse(c, r, "malformed %s", stg_msg_type_name(h.type));
 	c->frames_received++;
 	switch (m.type) {
+	case STG_MSG_ERROR:
+		/* Kept for the caller's message, whichever request it answers
+		 * (tag 0: the server's last word before it closes). */
+		refuse(c, 0, "%.*s", (int)m.error.text_len, m.error.text);
+		break;
 	case STG_MSG_PUT_CHUNK_REF: {
 		if (!c->t->one_sided || !c->authenticated)
-			return -EPROTO;
+			return refuse(c, -EPROTO, "PUT_CHUNK_REF is not valid here");
 		struct stg_msg_put_chunk_ref ref = m.put_chunk_ref;
 		r = stg_conn_pool(c, ref.len, STG_POOL_LOCAL);
 		if (r < 0)
@@ -431,7 +516,7 @@ static int finish_frame(struct stg_conn *c, struct stg_msg *ret)
 	}
 	case STG_MSG_GET_CHUNK_REF: {
 		if (!c->t->one_sided || !c->authenticated)
-			return -EPROTO;
+			return refuse(c, -EPROTO, "GET_CHUNK_REF is not valid here");
 		struct stg_msg_get_chunk_ref ref = m.get_chunk_ref;
 		c->landing = true;
 		c->landing_tag = m.tag;
@@ -445,7 +530,7 @@ static int finish_frame(struct stg_conn *c, struct stg_msg *ret)
 	case STG_MSG_CHUNK_REF: {
 		if (!c->t->one_sided || !c->landing || c->landing_tag != m.tag ||
 		    m.chunk_ref.len > c->landing_cap)
-			return -EPROTO;
+			return refuse(c, -EPROTO, "CHUNK_REF answers no GET_CHUNK_REF");
 		uint32_t len = m.chunk_ref.len;
 		c->landing = false;
 		m.type = STG_MSG_CHUNK;
@@ -460,12 +545,30 @@ static int finish_frame(struct stg_conn *c, struct stg_msg *ret)
 	return 0;
 }
 
+/* Is a frame's header what this point of the connection allows? During the
+ * handshake, any version this build reads and no MAC; then the version
+ * chosen, with a MAC from version 2 on. */
+static int check_header(struct stg_conn *c, const struct stg_wire_header *h)
+{
+	bool mac = h->flags & STG_WIRE_FLAG_MAC;
+	if (!c->version)
+		return mac ? refuse(c, -EPROTO, "a frame with a MAC before authentication") : 0;
+	if (h->version != c->version)
+		return refuse(c, -EPROTO, "a frame of protocol version %u on a connection of version %u",
+			      h->version, c->version);
+	if (mac != c->macs)
+		return refuse(c, -EPROTO, mac ? "a frame with a MAC on a connection without"
+					      : "a frame without the MAC it must carry");
+	return 0;
+}
+
 int stg_conn_try_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret)
 {
 	while (!c->in_body) {
 		ssize_t n = c->t->read(c, c->hdr + c->hdr_got, STG_WIRE_HEADER_SIZE - c->hdr_got);
 		if (n == 0)
-			return c->hdr_got == 0 ? -EPIPE : -EPROTO;
+			return c->hdr_got == 0 ? -EPIPE
+					       : refuse(c, -EPROTO, "the peer closed within a frame");
 		if (n < 0)
 			return (int)n;
 		c->hdr_got += (size_t)n;
@@ -475,20 +578,24 @@ int stg_conn_try_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret
 		struct stg_wire_header h;
 		int r = stg_wire_header_decode(c->hdr, max_body, &h);
 		if (r < 0)
+			return refuse(c, r, "malformed frame header");
+		r = check_header(c, &h);
+		if (r < 0)
 			return r;
-		r = frame_buffer(c, h.length);
+		size_t body = stg_wire_frame_size(&h) - STG_WIRE_HEADER_SIZE;
+		r = frame_buffer(c, body);
 		if (r < 0) {
 			c->hdr_got = 0;
 			return r;
 		}
-		c->body_len = h.length;
+		c->body_len = (uint32_t)body;
 		c->body_got = 0;
 		c->in_body = true;
 	}
 	while (c->body_got < c->body_len) {
 		ssize_t n = c->t->read(c, c->buf + c->body_got, c->body_len - c->body_got);
 		if (n == 0)
-			return -EPROTO;
+			return refuse(c, -EPROTO, "the peer closed within a frame");
 		if (n < 0)
 			return (int)n;
 		c->body_got += (size_t)n;
@@ -526,6 +633,7 @@ int stg_conn_pollable(struct stg_conn *c, short *events)
 
 int stg_conn_call(struct stg_conn *c, struct stg_msg *req, uint8_t want, struct stg_msg *ret)
 {
+	c->error[0] = '\0';
 	req->tag = c->next_tag++;
 	struct stg_msg sent = *req;
 	if (c->t->one_sided && req->type == STG_MSG_GET_CHUNK) {
@@ -550,17 +658,30 @@ int stg_conn_call(struct stg_conn *c, struct stg_msg *req, uint8_t want, struct 
 	c->landing = false;
 	if (r < 0)
 		return r;
-	if (m.tag != req->tag)
-		return -EPROTO;
-	if (m.type == STG_MSG_ERROR) {
-		snprintf(c->error, sizeof(c->error), "%.*s", (int)m.error.text_len, m.error.text);
+	if (m.type == STG_MSG_ERROR && (m.tag == req->tag || m.tag == 0))
 		return stg_wire_error_to_errno(m.error.code);
-	}
+	if (m.tag != req->tag)
+		return refuse(c, -EPROTO, "a reply to another request");
 	if (m.type != want)
-		return -EPROTO;
-	c->error[0] = '\0';
+		return refuse(c, -EPROTO, "expected %s, got %s", stg_msg_type_name(want),
+			      stg_msg_type_name(m.type));
 	*ret = m;
 	return 0;
+}
+
+/* The handshake is done: frames from now on are of version v, and from
+ * version 2 on carry MACs under the session keys of t. */
+static void start_session(struct stg_conn *c, uint8_t v, const uint8_t key[STG_SHA256_LEN],
+			  const struct stg_auth_transcript *t, bool server)
+{
+	c->version = v;
+	c->authenticated = true;
+	if (v < 2)
+		return;
+	stg_auth_derive(key, server ? STG_AUTH_KEY_S2C : STG_AUTH_KEY_C2S, t, c->key_tx);
+	stg_auth_derive(key, server ? STG_AUTH_KEY_C2S : STG_AUTH_KEY_S2C, t, c->key_rx);
+	c->seq_tx = c->seq_rx = 0;
+	c->macs = true;
 }
 
 int stg_conn_auth_client(struct stg_conn *c, const struct stg_secret *s, uint32_t uid)
@@ -569,27 +690,33 @@ int stg_conn_auth_client(struct stg_conn *c, const struct stg_secret *s, uint32_
 	int r = stg_conn_recv(c, STG_WIRE_MAX_PREAUTH, &m);
 	if (r < 0)
 		return r;
-	if (m.type == STG_MSG_ERROR) {
-		snprintf(c->error, sizeof(c->error), "%.*s", (int)m.error.text_len, m.error.text);
+	if (m.type == STG_MSG_ERROR)
 		return stg_wire_error_to_errno(m.error.code);
-	}
-	if (m.type != STG_MSG_CHALLENGE || m.challenge.min_version > STG_WIRE_VERSION ||
-	    m.challenge.max_version < STG_WIRE_VERSION)
-		return -EPROTO;
-	uint8_t server_nonce[STG_AUTH_NONCE_LEN];
-	memcpy(server_nonce, m.challenge.nonce, sizeof(server_nonce));
+	if (m.type != STG_MSG_CHALLENGE)
+		return refuse(c, -EPROTO, "expected CHALLENGE, got %s", stg_msg_type_name(m.type));
+	/* This client speaks STG_WIRE_VERSION only: never an older version
+	 * (a man in the middle could ask for one), never a newer one. */
+	if (m.challenge.min_version > STG_WIRE_VERSION || m.challenge.max_version < STG_WIRE_VERSION)
+		return refuse(c, -EPROTO,
+			      "the server speaks protocol versions %u..%u, this client %u..%u: "
+			      "upgrade the older side",
+			      m.challenge.min_version, m.challenge.max_version, STG_WIRE_VERSION,
+			      STG_WIRE_VERSION);
+	struct stg_auth_transcript t = {.uid = uid,
+					.min_version = m.challenge.min_version,
+					.max_version = m.challenge.max_version,
+					.version = STG_WIRE_VERSION};
+	memcpy(t.server_nonce, m.challenge.nonce, sizeof(t.server_nonce));
 	uint8_t key[STG_SHA256_LEN];
-	if (stg_auth_uid_key(s, uid, key) < 0) {
-		snprintf(c->error, sizeof(c->error), "the secret file is the key of uid %u, not %u",
-			 s->uid, uid);
-		return -EACCES;
-	}
-	struct stg_msg a = {.type = STG_MSG_AUTH, .tag = m.tag};
-	a.auth.uid = uid;
-	r = stg_auth_random(a.auth.nonce, sizeof(a.auth.nonce));
+	if (stg_auth_uid_key(s, uid, key) < 0)
+		return refuse(c, -EACCES, "the secret file is the key of uid %u, not %u", s->uid, uid);
+	r = stg_auth_random(t.client_nonce, sizeof(t.client_nonce));
 	if (r < 0)
 		goto out;
-	stg_auth_client_mac(key, server_nonce, a.auth.nonce, uid, a.auth.mac);
+	struct stg_msg a = {.version = STG_WIRE_VERSION, .type = STG_MSG_AUTH, .tag = m.tag};
+	a.auth.uid = uid;
+	memcpy(a.auth.nonce, t.client_nonce, sizeof(a.auth.nonce));
+	stg_auth_derive(key, STG_AUTH_CLIENT_PROOF, &t, a.auth.mac);
 	r = stg_conn_send_msg(c, &a);
 	if (r < 0)
 		goto out;
@@ -597,69 +724,122 @@ int stg_conn_auth_client(struct stg_conn *c, const struct stg_secret *s, uint32_
 	if (r < 0)
 		goto out;
 	if (m.type == STG_MSG_ERROR) {
-		snprintf(c->error, sizeof(c->error), "%.*s", (int)m.error.text_len, m.error.text);
 		r = stg_wire_error_to_errno(m.error.code);
 		goto out;
 	}
-	if (m.type != STG_MSG_AUTH_OK) {
-		r = -EPROTO;
+	if (m.type != STG_MSG_AUTH_OK || m.version != STG_WIRE_VERSION) {
+		r = refuse(c, -EPROTO, "expected AUTH_OK of version %u, got %s of version %u",
+			   STG_WIRE_VERSION, stg_msg_type_name(m.type), m.version);
 		goto out;
 	}
 	uint8_t want[STG_AUTH_MAC_LEN];
-	stg_auth_server_mac(key, server_nonce, a.auth.nonce, uid, want);
-	/* The server proves it knows the key too: a client never talks to an
-	 * impostor that merely accepts everything. */
-	r = stg_auth_mac_equal(want, m.auth_ok.mac) ? 0 : -EACCES;
-	c->authenticated = r == 0;
-	if (r < 0)
-		snprintf(c->error, sizeof(c->error), "the server's proof of the secret is wrong");
+	stg_auth_derive(key, STG_AUTH_SERVER_PROOF, &t, want);
+	/* The server proves it knows the key too, and saw the same handshake:
+	 * a client never talks to an impostor that merely accepts everything. */
+	if (!stg_auth_mac_equal(want, m.auth_ok.mac)) {
+		r = refuse(c, -EACCES, "the server's proof of the secret is wrong");
+		goto out;
+	}
+	start_session(c, STG_WIRE_VERSION, key, &t, false);
 out:
 	explicit_bzero(key, sizeof(key));
 	return r;
 }
 
-int stg_conn_auth_server(struct stg_conn *c, const struct stg_secret *s, uint32_t *ret_uid)
+/* A version-1 AUTH, checked and answered as version 1 did: no frame MACs. */
+/* The client of AUTH m has proven its uid: whether the server takes it on
+ * (c->admit_uid), else BUSY and why are sent. Returns 0 or -EBUSY. */
+static int admitted(struct stg_conn *c, const struct stg_msg *m)
 {
-	struct stg_msg ch = {.type = STG_MSG_CHALLENGE, .tag = 0};
-	ch.challenge.min_version = STG_WIRE_VERSION;
-	ch.challenge.max_version = STG_WIRE_VERSION;
-	int r = stg_auth_random(ch.challenge.nonce, sizeof(ch.challenge.nonce));
+	char why[STG_WIRE_MAX_ERROR_TEXT + 1];
+	int r = c->admit_uid ? c->admit_uid(c, m->auth.uid, why, sizeof(why)) : 0;
+	if (r < 0)
+		stg_conn_send_error(c, m->tag, r, "%s", why);
+	return r;
+}
+
+static int auth_v1(struct stg_conn *c, const uint8_t key[STG_SHA256_LEN],
+		   const uint8_t *server_nonce, const struct stg_msg *m)
+{
+	uint8_t want[STG_AUTH_MAC_LEN];
+	stg_auth_client_mac(key, server_nonce, m->auth.nonce, m->auth.uid, want);
+	if (!stg_auth_mac_equal(want, m->auth.mac))
+		return -EACCES;
+	int r = admitted(c, m);
 	if (r < 0)
 		return r;
+	struct stg_msg ok = {.version = 1, .type = STG_MSG_AUTH_OK, .tag = m->tag};
+	stg_auth_server_mac(key, server_nonce, m->auth.nonce, m->auth.uid, ok.auth_ok.mac);
+	r = stg_conn_send_msg(c, &ok);
+	if (r == 0)
+		start_session(c, 1, key, NULL, true);
+	return r;
+}
+
+int stg_conn_auth_server(struct stg_conn *c, const struct stg_secret *s, bool accept_v1,
+			 uint32_t *ret_uid)
+{
+	/* Version 1 is always offered, so that a client of that version learns
+	 * from an ERROR why it is refused; a version-2 client never picks it,
+	 * and its proof binds the range offered. */
+	struct stg_auth_transcript t = {.min_version = 1, .max_version = STG_WIRE_VERSION,
+					.version = STG_WIRE_VERSION};
+	struct stg_msg ch = {.type = STG_MSG_CHALLENGE, .tag = 0};
+	ch.challenge.min_version = t.min_version;
+	ch.challenge.max_version = t.max_version;
+	int r = stg_auth_random(t.server_nonce, sizeof(t.server_nonce));
+	if (r < 0)
+		return r;
+	memcpy(ch.challenge.nonce, t.server_nonce, sizeof(t.server_nonce));
 	r = stg_conn_send_msg(c, &ch);
 	if (r < 0)
 		return r;
 	struct stg_msg m;
 	r = stg_conn_recv(c, STG_WIRE_MAX_PREAUTH, &m);
+	if (r == -EPROTO || r == -EBADMSG) {
+		stg_conn_send_error(c, 0, -EPROTO, "%s before authentication", c->error);
+		return r;
+	}
 	if (r < 0)
 		return r;
 	if (m.type != STG_MSG_AUTH) {
 		stg_conn_send_error(c, m.tag, -EPROTO, "expected AUTH, got %s",
 				    stg_msg_type_name(m.type));
+		return refuse(c, -EPROTO, "expected AUTH, got %s", stg_msg_type_name(m.type));
+	}
+	if (m.version == 1 && !accept_v1) {
+		refuse(c, -EPROTO,
+		       "the client speaks protocol version 1, this server %u..%u (1..%u when "
+		       "started with --accept-v1): upgrade the client",
+		       STG_WIRE_VERSION, STG_WIRE_VERSION, STG_WIRE_VERSION);
+		stg_conn_send_error(c, m.tag, -EPROTO, "%s", c->error);
 		return -EPROTO;
 	}
 	uint8_t key[STG_SHA256_LEN], want[STG_AUTH_MAC_LEN];
 	stg_auth_uid_key(s, m.auth.uid, key); /* a server holds the cluster secret */
-	stg_auth_client_mac(key, ch.challenge.nonce, m.auth.nonce, m.auth.uid, want);
+	if (m.version == 1) {
+		r = auth_v1(c, key, t.server_nonce, &m);
+		goto out;
+	}
+	t.uid = m.auth.uid;
+	memcpy(t.client_nonce, m.auth.nonce, sizeof(t.client_nonce));
+	stg_auth_derive(key, STG_AUTH_CLIENT_PROOF, &t, want);
 	if (!stg_auth_mac_equal(want, m.auth.mac)) {
-		explicit_bzero(key, sizeof(key));
-		stg_conn_send_error(c, m.tag, -EACCES, "authentication failed");
-		return -EACCES;
+		r = -EACCES;
+		goto out;
 	}
-	char why[STG_WIRE_MAX_ERROR_TEXT + 1];
-	r = c->admit_uid ? c->admit_uid(c, m.auth.uid, why, sizeof(why)) : 0;
-	if (r < 0) {
-		explicit_bzero(key, sizeof(key));
-		stg_conn_send_error(c, m.tag, r, "%s", why);
-		return r;
-	}
-	struct stg_msg ok = {.type = STG_MSG_AUTH_OK, .tag = m.tag};
-	stg_auth_server_mac(key, ch.challenge.nonce, m.auth.nonce, m.auth.uid, ok.auth_ok.mac);
-	explicit_bzero(key, sizeof(key));
+	if ((r = admitted(c, &m)) < 0)
+		goto out;
+	struct stg_msg ok = {.version = STG_WIRE_VERSION, .type = STG_MSG_AUTH_OK, .tag = m.tag};
+	stg_auth_derive(key, STG_AUTH_SERVER_PROOF, &t, ok.auth_ok.mac);
 	r = stg_conn_send_msg(c, &ok);
-	if (r < 0)
-		return r;
-	c->authenticated = true;
-	*ret_uid = m.auth.uid;
-	return 0;
+	if (r == 0)
+		start_session(c, STG_WIRE_VERSION, key, &t, true);
+out:
+	explicit_bzero(key, sizeof(key));
+	if (r == -EACCES)
+		stg_conn_send_error(c, m.tag, -EACCES, "authentication failed");
+	if (r == 0)
+		*ret_uid = m.auth.uid;
+	return r;
 }

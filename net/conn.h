@@ -64,11 +64,14 @@ struct stg_conn {
 	void *admit_arg;
 
 	/* Sending without blocking (stg_conn_post_bulk): a small frame or a
-	 * header, then a body that stays the caller's until it is written. */
-	uint8_t tx[64];
+	 * header, then a body that stays the caller's until it is written,
+	 * then the body's MAC. */
+	uint8_t tx[64 + STG_WIRE_MAC_SIZE];
 	size_t tx_len, tx_off;
 	const uint8_t *tx_body;
 	size_t tx_body_len, tx_body_off;
+	uint8_t tx_mac[STG_WIRE_MAC_SIZE];
+	size_t tx_mac_len, tx_mac_off;
 
 	/* Memory that chunk objects move through (registered on RDMA). */
 	uint8_t *pool;
@@ -83,10 +86,19 @@ struct stg_conn {
 	bool landing;
 	/* No memory of either side is exposed or reached before this. */
 	bool authenticated;
+	/* The protocol version the handshake chose (0 before). From version 2
+	 * on, every later frame carries a MAC under its direction's session
+	 * key over its number in that direction (docs/PROTOCOL.md). */
+	uint8_t version;
+	bool macs;
+	uint8_t key_tx[STG_SHA256_LEN], key_rx[STG_SHA256_LEN];
+	uint64_t seq_tx, seq_rx;
 
 	uint64_t bytes_sent, bytes_received; /* through the stream */
 	uint64_t frames_sent, frames_received;
-	char error[STG_WIRE_MAX_ERROR_TEXT + 1]; /* the text of the last ERROR */
+	/* The text of the last ERROR received, or what was wrong with what
+	 * the peer sent: why the last call failed. */
+	char error[STG_WIRE_MAX_ERROR_TEXT + 1];
 };
 
 /* Splits "host:port" or "[v6addr]:port" (port 0..65535). Returns 0 or -EINVAL. */
@@ -125,15 +137,19 @@ void stg_conn_init(struct stg_conn *c, int fd, const char *peer, int timeout_ms)
 
 void stg_conn_close(struct stg_conn *c);
 
-/* Client side of the handshake: proves knowledge of uid's key and checks the
- * server's proof. Returns 0, -EACCES (refused, or the server's proof is
- * wrong), -EPROTO or -errno. */
+/* Client side of the handshake (protocol version STG_WIRE_VERSION): proves
+ * knowledge of uid's key, checks the server's proof, and keys the frame MACs.
+ * Returns 0, -EACCES (refused, or the server's proof is wrong), -EPROTO (also
+ * when the server's versions exclude ours: c->error names both) or -errno. */
 int stg_conn_auth_client(struct stg_conn *c, const struct stg_secret *s, uint32_t uid);
 
-/* Server side: sends a challenge, checks the client's answer. On success
- * *ret_uid is the authenticated uid. On failure an ERROR has been sent when
- * possible; returns -EACCES, -EPROTO or -errno. */
-int stg_conn_auth_server(struct stg_conn *c, const struct stg_secret *s, uint32_t *ret_uid);
+/* Server side: sends a challenge, checks the client's answer. A version-1
+ * client (whose frames carry no MACs) is served only when accept_v1. On
+ * success *ret_uid is the authenticated uid. On failure an ERROR has been
+ * sent when possible and c->error says why; returns -EACCES, -EPROTO, -EBADMSG
+ * or -errno. */
+int stg_conn_auth_server(struct stg_conn *c, const struct stg_secret *s, bool accept_v1,
+			 uint32_t *ret_uid);
 
 /* Sends bytes (a whole frame or several) before the deadline. */
 int stg_conn_send(struct stg_conn *c, const void *buf, size_t len);
@@ -154,7 +170,9 @@ int stg_conn_send_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uin
 /* Receives one frame of at most max_body bytes and decodes it into *ret,
  * whose pointers refer to the connection's buffers until the next receive.
  * Returns 0, -EPIPE (the peer closed between frames), -EPROTO / -EBADMSG
- * (malformed), -ETIMEDOUT, -ENOBUFS (the budget stayed spent) or -errno. */
+ * (malformed), -EBADE (its MAC is wrong: forged, replayed, reordered or
+ * dropped frames; c->error says so), -ETIMEDOUT, -ENOBUFS (the budget stayed
+ * spent) or -errno. */
 int stg_conn_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret);
 
 /* Waits until a frame starts arriving (or the peer closes): timeout_ms < 0
@@ -163,9 +181,10 @@ int stg_conn_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret);
 int stg_conn_wait(struct stg_conn *c, int timeout_ms);
 
 /* Sends req (its tag is set) and receives the reply, which must have type
- * want and the same tag. An ERROR reply returns its code as -errno, its text
- * in c->error. A GET_CHUNK's object lands in the pool, which must hold it
- * (stg_conn_pool). Returns 0 or -errno. */
+ * want and the same tag. An ERROR reply (or one with tag 0, which the server
+ * sends before it closes) returns its code as -errno, its text in c->error.
+ * A GET_CHUNK's object lands in the pool, which must hold it (stg_conn_pool).
+ * Returns 0 or -errno. */
 int stg_conn_call(struct stg_conn *c, struct stg_msg *req, uint8_t want, struct stg_msg *ret);
 
 

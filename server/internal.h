@@ -81,6 +81,7 @@ struct server {
 	int idle_ms;      /* a silent client is closed after this */
 	struct admit admit;
 	struct stg_conn_budget frames; /* memory of large frames */
+	bool accept_v1; /* serve clients of protocol version 1 (no MACs) */
 	int64_t started_ns;
 
 	/* Held shared while a manifest is checked and written, exclusively while

@@ -320,7 +320,7 @@ static int login(struct session *s)
 {
 	struct server *srv = s->srv;
 	s->conn.timeout_ms = srv->handshake_ms;
-	int r = stg_conn_auth_server(&s->conn, &srv->secret, &s->uid);
+	int r = stg_conn_auth_server(&s->conn, &srv->secret, srv->accept_v1, &s->uid);
 	s->conn.timeout_ms = srv->timeout_ms;
 	if (r == 0 || r == -EBUSY)
 		return r;
@@ -337,7 +337,11 @@ static int login(struct session *s)
 				    srv->handshake_ms / 1000);
 		return r;
 	}
-	stg_log_errno(STG_LOG_WARN, r, "%s: dropped: authentication failed", s->conn.peer);
+	if (s->conn.error[0])
+		stg_log(STG_LOG_WARN, "%s: dropped: authentication failed: %s", s->conn.peer,
+			s->conn.error);
+	else
+		stg_log_errno(STG_LOG_WARN, r, "%s: dropped: authentication failed", s->conn.peer);
 	return r;
 }
 
@@ -353,6 +357,9 @@ void *server_session(void *arg)
 	int r = login(&s);
 	if (r < 0)
 		goto out;
+	if (s.conn.version < STG_WIRE_VERSION)
+		stg_log(STG_LOG_WARN, "%s: uid %u speaks protocol version %u: its frames carry no MAC",
+			s.conn.peer, s.uid, s.conn.version);
 	stg_log(STG_LOG_DEBUG, "%s: authenticated as uid %u", s.conn.peer, s.uid);
 	for (;;) {
 		struct stg_msg m;
@@ -382,9 +389,13 @@ void *server_session(void *arg)
 			break;
 		}
 		if (r < 0) {
-			stg_log_errno(STG_LOG_WARN, r, "%s: dropped", s.conn.peer);
-			if (r == -EPROTO || r == -EBADMSG)
-				stg_conn_send_error(&s.conn, 0, -EPROTO, "malformed message");
+			if (r == -EPROTO || r == -EBADMSG || r == -EBADE) {
+				/* The peer learns why, before the close. */
+				stg_log(STG_LOG_WARN, "%s: dropped: %s", s.conn.peer, s.conn.error);
+				stg_conn_send_error(&s.conn, 0, -EPROTO, "refused: %s", s.conn.error);
+			} else {
+				stg_log_errno(STG_LOG_WARN, r, "%s: dropped", s.conn.peer);
+			}
 			break;
 		}
 		if (dispatch(&s, &m) < 0)

@@ -59,6 +59,8 @@ static void usage(FILE *f)
 		"  --transport T         tcp, rdma or auto (default): besides TCP, accept\n"
 		"                        RDMA on the same port number (auto: when a device\n"
 		"                        has the address; rdma: or refuse to start)\n"
+		"  --accept-v1           also serve clients of protocol version 1, whose\n"
+		"                        requests carry no MAC (default: refuse them)\n"
 		"  --log-level L         error, warn, info (default) or debug\n"
 		"  --user-key UID        print the key file of user UID (derived from the\n"
 		"                        secret) and exit: give it to that user as their\n"
@@ -339,6 +341,7 @@ int main(int argc, char **argv)
 		{"user-key", required_argument, NULL, 'u'},
 		{"transport", required_argument, NULL, 'T'},
 		{"allow-foreign-store", no_argument, NULL, 'O'},
+		{"accept-v1", no_argument, NULL, '1'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{0},
@@ -349,7 +352,7 @@ int main(int argc, char **argv)
 	struct admit_limits limits = {.max_connections = 1024, .max_handshakes = 256};
 	uint64_t frame_memory = 256ull << 20;
 	long user_key = -1;
-	bool allow_foreign = false;
+	bool allow_foreign = false, accept_v1 = false;
 	enum stg_transport_kind transport = STG_TRANSPORT_AUTO;
 	stg_log_max_level = STG_LOG_INFO;
 	stg_log_init_from_env();
@@ -399,6 +402,7 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'P': port_file = optarg; break;
+		case '1': accept_v1 = true; break;
 		case 'T':
 			if (strcmp(optarg, "tcp") == 0)
 				transport = STG_TRANSPORT_TCP;
@@ -506,6 +510,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	stg_conn_budget_init(&srv.frames, frame_memory);
+	srv.accept_v1 = accept_v1;
 	srv.gc_interval_s = gc_interval;
 	srv.started_ns = stg_now_ns();
 	pthread_rwlock_init(&srv.manifest_lock, NULL);

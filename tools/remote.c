@@ -101,11 +101,14 @@ void remote_fail(struct remote_session *s, size_t i, int r)
 	 * connection usable; anything else means the stream or server is gone. */
 	if (r == -ENOENT || r == -EBADMSG || r == -EIO || r == -ENOSPC)
 		return;
+	/* The server's last word, or what was wrong with what it sent. */
+	char why[sizeof(s->conns[i].error)] = "";
 	if (s->open[i]) {
+		snprintf(why, sizeof(why), "%s", s->conns[i].error);
 		stg_conn_close(&s->conns[i]);
 		s->open[i] = false;
 	}
-	report_down(s->rm, i, r, NULL);
+	report_down(s->rm, i, r, why);
 	atomic_store(&s->rm->down[i], true);
 }
 

@@ -613,8 +613,17 @@ host, port, secret_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 wait = float(sys.argv[4])
 secret = open(secret_file, 'rb').read().rstrip(b' \t\r\n')
 
-def hdr(mtype, length, tag=1):
-    return b'SHWP' + bytes([1, mtype]) + b'\0\0' + struct.pack('<II', length, tag)
+def hdr(mtype, length, tag=1, flags=0):
+    return b'SHWP' + bytes([2, mtype]) + struct.pack('<HII', flags, length, tag)
+
+def hm(key, *pieces):
+    return hmac.new(key, b''.join(pieces), hashlib.sha256).digest()
+
+def sealed(key, mtype, body, seq=0):
+    # what an authenticated client sends: the frame and its MAC
+    # (docs/PROTOCOL.md, "Integrity of a session")
+    h = hdr(mtype, len(body), flags=1)
+    return h + body + hm(key, struct.pack('<Q', seq), h, body[:40] if mtype in (7, 16) else body)
 
 def conn():
     return socket.create_connection((host, port), timeout=wait)
@@ -626,7 +635,8 @@ def recv_frame(s):
         if not b:
             return None, b''
         h += b
-    (length,) = struct.unpack_from('<I', h, 8)
+    flags, length = struct.unpack_from('<HI', h, 6)
+    length += 32 if flags & 1 else 0
     body = b''
     while len(body) < length:
         b = s.recv(length - len(body))
@@ -656,18 +666,17 @@ def closed_by_server(s, what):
     wait_closed(s, what)
 
 def authed(uid=0):
+    # a version-2 login: the socket and the key of our frames' MACs
     s = conn()
     t, body = recv_frame(s)
     assert t == 1, t
-    server_nonce = body[4:36]
     nonce = os.urandom(32)
-    key = hmac.new(secret, b'stagehand uid key' + struct.pack('<I', uid), hashlib.sha256).digest()
-    mac = hmac.new(key, b'stagehand client' + server_nonce + nonce + struct.pack('<I', uid),
-                   hashlib.sha256).digest()
-    s.sendall(hdr(2, 68) + struct.pack('<I', uid) + nonce + mac)
+    transcript = body[4:36] + nonce + struct.pack('<IHHH', uid, *struct.unpack_from('<HH', body), 2)
+    key = hm(secret, b'stagehand uid key', struct.pack('<I', uid))
+    s.sendall(hdr(2, 68) + struct.pack('<I', uid) + nonce + hm(key, b'stagehand v2 client', transcript))
     t, body = recv_frame(s)
     assert t == 3, (t, body)
-    return s
+    return s, hm(key, b'stagehand v2 client frames', transcript)
 
 cases = 0
 # Slow clients first, all at once: silent, a partial header, a partial
@@ -677,7 +686,7 @@ slow = []
 for what, data in (('silent', b''), ('partial header', b'SHWP\1'),
                    ('partial AUTH', hdr(2, 68) + os.urandom(10))):
     s = conn(); s.sendall(data); slow.append((s, what))
-s = authed(); s.sendall(hdr(7, 1 << 20) + os.urandom(5000)); slow.append((s, 'partial PUT_CHUNK'))
+s, _ = authed(); s.sendall(hdr(7, 1 << 20, flags=1) + os.urandom(5000)); slow.append((s, 'partial PUT_CHUNK'))
 for s, what in slow:
     wait_closed(s, what)
     cases += 1
@@ -693,28 +702,33 @@ s = conn(); s.close(); cases += 1
 # a request before authentication
 s = conn(); s.sendall(hdr(7, 50) + os.urandom(50)); closed_by_server(s, 'unauthenticated PUT'); cases += 1
 # authenticated: a length past the largest frame
-s = authed(); s.sendall(hdr(7, 0xffffffff)); closed_by_server(s, 'huge PUT_CHUNK'); cases += 1
+s, _ = authed(); s.sendall(hdr(7, 0xffffffff, flags=1)); closed_by_server(s, 'huge PUT_CHUNK'); cases += 1
 # authenticated: a big frame announced, 1 MiB sent, then close
-s = authed(); s.sendall(hdr(7, 60 << 20) + os.urandom(1 << 20)); s.close(); cases += 1
+s, _ = authed(); s.sendall(hdr(7, 60 << 20, flags=1) + os.urandom(1 << 20)); s.close(); cases += 1
 # authenticated: a forged chunk object (its header does not check out)
 obj = b'SHCK' + struct.pack('<HHII', 1, 0, 4096, 4096) + os.urandom(16) + b'\0' * 8 + os.urandom(4096)
-s = authed(); s.sendall(hdr(7, len(obj)) + obj)
+s, key = authed(); s.sendall(sealed(key, 7, obj))
 t, body = recv_frame(s)
 if t != 4:
     sys.exit('a forged chunk was not refused (reply type %s)' % t)
 s.close(); cases += 1
 # authenticated: a manifest of random bytes for a path
 path, mf = b'/x/y', os.urandom(300)
-s = authed()
-s.sendall(hdr(9, 16 + len(path) + len(mf) + 1) + struct.pack('<IHHII', 3, len(path), 0, len(mf), 1)
-          + path + mf + b'\1')
+s, key = authed()
+s.sendall(sealed(key, 9, struct.pack('<IHHII', 3, len(path), 0, len(mf), 1) + path + mf + b'\1'))
 closed_by_server(s, 'random manifest'); cases += 1
 # authenticated: random bodies for every message type
 for mtype in range(1, 19):
-    s = authed(); body = os.urandom(200); s.sendall(hdr(mtype, len(body)) + body)
+    s, key = authed(); s.sendall(sealed(key, mtype, os.urandom(200)))
     closed_by_server(s, 'type %d' % mtype); cases += 1
 # authenticated, then random bytes
-s = authed(); s.sendall(os.urandom(3000)); closed_by_server(s, 'random after AUTH'); cases += 1
+s, _ = authed(); s.sendall(os.urandom(3000)); closed_by_server(s, 'random after AUTH'); cases += 1
+# authenticated: a well-formed request whose MAC is wrong
+s, _ = authed(); s.sendall(sealed(os.urandom(32), 17, b''))
+t, body = recv_frame(s)
+if t != 4 or b'fails its MAC' not in body:
+    sys.exit('a request with a wrong MAC was not refused (reply type %s)' % t)
+closed_by_server(s, 'wrong MAC'); cases += 1
 print(cases, 'cases sent')
 EOP
 	[ "$status" -eq 0 ] || fail "the client script: $output"

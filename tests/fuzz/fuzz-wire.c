@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Fuzz target for the wire decoder: any bytes go through the frame header,
- * body, LIST_REPLY walk, manifest and chunk decoders; whatever decodes must
- * encode back to the same bytes. Built as a libFuzzer target with clang
+ * body, LIST_REPLY walk, manifest and chunk decoders, and the MAC of frames
+ * that carry one; whatever decodes must encode back to the same bytes. Built as a libFuzzer target with clang
  * (-fsanitize=fuzzer), and otherwise with its own driver: mutations of the
  * golden frames for a bounded time (what CI runs, under ASan and UBSan). */
 #include <errno.h>
@@ -20,7 +20,8 @@ static void check_frame(const uint8_t *data, size_t size)
 	struct stg_wire_header h;
 	if (size < STG_WIRE_HEADER_SIZE || stg_wire_header_decode(data, STG_WIRE_MAX_BODY, &h) < 0)
 		return;
-	if (size - STG_WIRE_HEADER_SIZE < h.length)
+	size_t len = stg_wire_frame_size(&h);
+	if (size < len)
 		return;
 	const uint8_t *body = data + STG_WIRE_HEADER_SIZE;
 	struct stg_msg m;
@@ -69,12 +70,23 @@ static void check_frame(const uint8_t *data, size_t size)
 	default:
 		break;
 	}
-	/* A decoded message is exactly what its encoding says. */
-	size_t len = STG_WIRE_HEADER_SIZE + h.length;
+	/* A decoded message is exactly what its encoding says, and a MAC is
+	 * the same whether computed for sending or for checking. */
+	static const uint8_t key[STG_SHA256_LEN] = {1, 2, 3};
 	uint8_t *again = malloc(len);
 	if (!again)
 		return;
-	if (stg_wire_encode(&m, again, len) != len || memcmp(again, data, len) != 0)
+	size_t n = stg_wire_encode(&m, again, len);
+	if (h.flags & STG_WIRE_FLAG_MAC) {
+		n = stg_wire_seal(again, n, len, key, 5);
+		uint8_t mac[STG_WIRE_MAC_SIZE];
+		stg_wire_frame_mac(key, 5, data, body, mac);
+		if (n != len || memcmp(mac, again + len - sizeof(mac), sizeof(mac)) != 0)
+			abort();
+		n -= STG_WIRE_MAC_SIZE;
+	}
+	if (n != len - (h.flags & STG_WIRE_FLAG_MAC ? STG_WIRE_MAC_SIZE : 0) ||
+	    memcmp(again, data, n) != 0)
 		abort();
 	free(again);
 }
@@ -86,10 +98,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_frame(data, size);
 		struct stg_wire_header h;
 		if (stg_wire_header_decode(data, STG_WIRE_MAX_BODY, &h) < 0 ||
-		    size - STG_WIRE_HEADER_SIZE < h.length)
+		    size < stg_wire_frame_size(&h))
 			break;
-		data += STG_WIRE_HEADER_SIZE + h.length;
-		size -= STG_WIRE_HEADER_SIZE + h.length;
+		data += stg_wire_frame_size(&h);
+		size -= stg_wire_frame_size(&h);
 	}
 	return 0;
 }
@@ -176,7 +188,7 @@ int main(int argc, char **argv)
 		if (stg_wire_header_decode(seed + off, STG_WIRE_MAX_BODY, &h) < 0)
 			break;
 		starts[nstarts++] = off;
-		off += STG_WIRE_HEADER_SIZE + h.length;
+		off += stg_wire_frame_size(&h);
 	}
 	if (nstarts == 0) {
 		fprintf(stderr, "fuzz-wire: the seed files hold no frame\n");

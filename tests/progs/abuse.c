@@ -117,13 +117,11 @@ static int login(struct stg_conn *c)
 	return 0;
 }
 
+/* A frame as this connection seals it (its MAC is right): the server reads
+ * it whole before it finds the chunk garbage. */
 static int send_oversized(struct stg_conn *c, uint8_t *body)
 {
-	uint8_t h[STG_WIRE_HEADER_SIZE];
-	stg_wire_header_encode(h, STG_MSG_PUT_CHUNK, OVERSIZED_LEN, 7);
-	int r = stg_conn_send(c, h, sizeof(h));
-	if (r == 0)
-		r = stg_conn_send(c, body, OVERSIZED_LEN);
+	int r = stg_conn_send_bulk(c, STG_MSG_PUT_CHUNK, 7, body, OVERSIZED_LEN);
 	if (r == 0)
 		atomic_fetch_add(&frames, 1);
 	return r;
@@ -152,7 +150,9 @@ static void *attacker(void *arg)
 					if (poll(&p, 1, 5000) > 0)
 						(void)!recv(fd, ch, sizeof(ch), 0);
 					uint8_t a[STG_WIRE_HEADER_SIZE + 68] = {0};
-					stg_wire_header_encode(a, STG_MSG_AUTH, 68, 0);
+					struct stg_wire_header h = {.type = STG_MSG_AUTH,
+								    .length = 68};
+					stg_wire_header_encode(a, &h);
 					trickle(fd, a, sizeof(a));
 				}
 				close(fd);
@@ -166,8 +166,13 @@ static void *attacker(void *arg)
 				atomic_fetch_add(&refused, 1);
 			if (r == 0) {
 				if (mode == SLOWLORIS) {
-					uint8_t l[STG_WIRE_HEADER_SIZE + 8] = {0};
-					stg_wire_header_encode(l, STG_MSG_LIST, 8, 1);
+					/* (a MAC's worth of bytes after the body: the
+					 * server waits for them too) */
+					uint8_t l[STG_WIRE_HEADER_SIZE + 8 + STG_WIRE_MAC_SIZE] = {0};
+					struct stg_wire_header h = {.type = STG_MSG_LIST,
+								    .flags = STG_WIRE_FLAG_MAC,
+								    .length = 8, .tag = 1};
+					stg_wire_header_encode(l, &h);
 					trickle(c.fd, l, sizeof(l));
 				} else if (mode == OVERSIZED) {
 					/* The frame is refused (its chunk is garbage)

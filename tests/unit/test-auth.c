@@ -233,6 +233,17 @@ static void test_secret_load(void)
 	CHECK(strstr(err, "chmod 600 or 640") != NULL);
 	write_secret(path, "0123456789abcdef0123", 0602);
 	CHECK_EQ(stg_secret_load(path, &s, err, sizeof(err)), -EPERM);
+	/* Its group may read it, never write it: the message names the mode. */
+	const mode_t group_writable[] = {0660, 0620, 0670};
+	for (size_t i = 0; i < sizeof(group_writable) / sizeof(group_writable[0]); i++) {
+		write_secret(path, "0123456789abcdef0123", group_writable[i]);
+		CHECK_EQ(stg_secret_load(path, &s, err, sizeof(err)), -EPERM);
+		char mode[16];
+		snprintf(mode, sizeof(mode), "mode %04o", (unsigned)group_writable[i]);
+		CHECK(strstr(err, mode) != NULL);
+		CHECK(strstr(err, "writable by its group") != NULL);
+		CHECK(strstr(err, path) != NULL);
+	}
 
 	/* A symlink to a good file is followed. */
 	char good[4096];
@@ -385,6 +396,47 @@ static void test_golden(void)
 	CHECK(harness_golden("auth-v1.txt", (const uint8_t *)text, 195));
 }
 
+/* Pins version 2's proofs and session keys, and checks that each of the
+ * handshake's fields changes all of them. Lines: client proof, server
+ * proof, client's frame key, server's frame key. */
+static void test_derive_v2(void)
+{
+	static struct stg_secret s;
+	struct stg_auth_transcript t = {.uid = 1000, .min_version = 1, .max_version = 2,
+					.version = 2};
+	uint8_t key[STG_SHA256_LEN], out[4][STG_SHA256_LEN], m[STG_SHA256_LEN];
+	char text[4 * (2 * STG_SHA256_LEN + 1) + 1];
+
+	fixed_inputs(&s, t.server_nonce, t.client_nonce);
+	stg_auth_uid_key(&s, 1000, key);
+	for (int w = 0; w < 4; w++) {
+		stg_auth_derive(key, (enum stg_auth_derived)w, &t, out[w]);
+		to_hex(out[w], STG_SHA256_LEN, text + 65 * w);
+		text[65 * w + 64] = '\n';
+		for (int v = 0; v < w; v++)
+			CHECK(memcmp(out[v], out[w], STG_SHA256_LEN) != 0);
+	}
+	text[260] = '\0';
+	CHECK(harness_golden("auth-v2.txt", (const uint8_t *)text, 260));
+
+	/* What a man in the middle might change: the range offered (to force
+	 * an older version), the version, the uid, either nonce. */
+	struct stg_auth_transcript u[6];
+	for (int i = 0; i < 6; i++)
+		u[i] = t;
+	u[0].min_version = 2;
+	u[1].max_version = 3;
+	u[2].version = 1;
+	u[3].uid = 1001;
+	u[4].server_nonce[31] ^= 1;
+	u[5].client_nonce[0] ^= 1;
+	for (int i = 0; i < 6; i++)
+		for (int w = 0; w < 4; w++) {
+			stg_auth_derive(key, (enum stg_auth_derived)w, &u[i], m);
+			CHECK(memcmp(m, out[w], sizeof(m)) != 0);
+		}
+}
+
 /* A user's key file proves that uid only, with the same MACs as the
  * cluster secret would give. */
 static void test_user_key(void)
@@ -435,6 +487,7 @@ int main(void)
 	test_mac_equal();
 	test_random();
 	test_golden();
+	test_derive_v2();
 	test_user_key();
 	return harness_done();
 }

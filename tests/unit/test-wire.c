@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The wire protocol: golden frames of every message, round trips, and the
  * validation of every header and body field. */
+#include "chunk.h"
 #include "harness.h"
 #include "manifest.h"
 #include "util.h"
@@ -154,11 +155,14 @@ static size_t decode_frame(const uint8_t *buf, size_t len, struct stg_msg *ret)
 	return STG_WIRE_HEADER_SIZE + h.length;
 }
 
+/* Version 1: its golden files, as they were, still decode and encode back. */
 static void test_golden_and_round_trip(void)
 {
 	struct stg_msg msgs[STG_MSG_TYPE_MAX];
 	size_t n = samples(msgs);
 	CHECK_EQ(n, STG_MSG_TYPE_MAX);
+	for (size_t i = 0; i < n; i++)
+		msgs[i].version = 1;
 	uint8_t all[8192];
 	size_t len = 0, tcp_len = 0, rdma_len = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -199,6 +203,7 @@ static void test_golden_and_round_trip(void)
 		bool list_flags = d.type == STG_MSG_LIST && d.list.flags == STG_LIST_FLAGS;
 		CHECK_EQ(d.type, list_flags ? STG_MSG_LIST : msgs[frames - (frames > n - 1)].type);
 		CHECK_EQ(d.tag, msgs[frames - (frames > n - 1)].tag);
+		CHECK_EQ(d.version, 1);
 		if (d.type == STG_MSG_LIST_REPLY_FLAGS)
 			flagged_at = off;
 		uint8_t again[1024];
@@ -236,20 +241,118 @@ static void test_golden_and_round_trip(void)
 	CHECK_EQ(stg_wire_list_next(&d.list_reply, &lo, &e), 0);
 }
 
+static const uint8_t golden_key[STG_SHA256_LEN] = {
+	0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a,
+	0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5,
+};
+
+/* Version 2: every message as the frame an authenticated connection sends,
+ * the i-th of its direction, with its MAC; the file pins frames and MACs. */
+static void test_golden_v2(void)
+{
+	struct stg_msg msgs[STG_MSG_TYPE_MAX];
+	size_t n = samples(msgs);
+	uint8_t all[8192];
+	size_t len = 0;
+	for (size_t i = 0; i < n; i++) {
+		size_t got = stg_wire_encode(&msgs[i], all + len, sizeof(all) - len);
+		CHECK(got > 0);
+		CHECK_EQ(all[len + 4], 2);
+		/* No room for the MAC: refused, not truncated. */
+		CHECK_EQ(stg_wire_seal(all + len, got, got + STG_WIRE_MAC_SIZE - 1, golden_key, i), 0);
+		got = stg_wire_seal(all + len, got, sizeof(all) - len, golden_key, i);
+		CHECK(got > 0);
+		len += got;
+	}
+	CHECK(harness_golden("wire-v2.bin", all, len));
+
+	size_t off = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct stg_wire_header h;
+		CHECK_EQ(stg_wire_header_decode(all + off, STG_WIRE_MAX_BODY, &h), 0);
+		CHECK(h.version == 2 && h.flags == STG_WIRE_FLAG_MAC && h.type == msgs[i].type);
+		size_t fl = stg_wire_frame_size(&h);
+		CHECK_EQ(fl, stg_wire_encoded_size(&msgs[i]) + STG_WIRE_MAC_SIZE);
+		const uint8_t *body = all + off + STG_WIRE_HEADER_SIZE;
+		uint8_t mac[STG_WIRE_MAC_SIZE];
+		stg_wire_frame_mac(golden_key, i, all + off, body, mac);
+		CHECK(memcmp(mac, body + h.length, sizeof(mac)) == 0);
+		/* As another frame of the stream, or under another key: wrong. */
+		stg_wire_frame_mac(golden_key, i + 1, all + off, body, mac);
+		CHECK(memcmp(mac, body + h.length, sizeof(mac)) != 0);
+		stg_wire_frame_mac(hashes, i, all + off, body, mac);
+		CHECK(memcmp(mac, body + h.length, sizeof(mac)) != 0);
+		struct stg_msg d;
+		CHECK_EQ(stg_wire_decode(&h, body, &d), 0);
+		CHECK_EQ(d.version, 2);
+		uint8_t again[1024];
+		size_t al = stg_wire_encode(&d, again, sizeof(again));
+		CHECK_EQ(stg_wire_seal(again, al, sizeof(again), golden_key, i), fl);
+		CHECK(memcmp(again, all + off, fl) == 0);
+		off += fl;
+	}
+	CHECK_EQ(off, len);
+}
+
+/* What a frame's MAC covers: the header and the body, of a chunk object only
+ * its header (the payload is verified against the hash it names). */
+static void test_mac_coverage(void)
+{
+	struct stg_msg msgs[STG_MSG_TYPE_MAX];
+	samples(msgs);
+	uint8_t f[1024], want[STG_WIRE_MAC_SIZE], mac[STG_WIRE_MAC_SIZE];
+	const int types[] = {STG_MSG_LIST, STG_MSG_PUT_CHUNK, STG_MSG_CHUNK, STG_MSG_PUT_MANIFEST};
+	for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
+		size_t len = stg_wire_encode(&msgs[types[k] - 1], f, sizeof(f));
+		len = stg_wire_seal(f, len, sizeof(f), golden_key, 7);
+		CHECK(len > 0);
+		memcpy(want, f + len - STG_WIRE_MAC_SIZE, sizeof(want));
+		uint32_t body = (uint32_t)(len - STG_WIRE_MAC_SIZE - STG_WIRE_HEADER_SIZE);
+		uint32_t covered = stg_wire_mac_covered((uint8_t)types[k], body);
+		CHECK_EQ(covered, types[k] == STG_MSG_LIST || types[k] == STG_MSG_PUT_MANIFEST
+					  ? body : (uint32_t)STG_CHUNK_HEADER_SIZE);
+		for (size_t at = 0; at < STG_WIRE_HEADER_SIZE + body; at++) {
+			/* (Another length would describe another frame.) */
+			if (at >= 8 && at < 12)
+				continue;
+			f[at] ^= 0x01;
+			stg_wire_frame_mac(golden_key, 7, f, f + STG_WIRE_HEADER_SIZE, mac);
+			f[at] ^= 0x01;
+			int same = memcmp(mac, want, sizeof(mac)) == 0;
+			CHECK_EQ(same, at >= STG_WIRE_HEADER_SIZE + covered);
+		}
+	}
+}
+
 static void test_header(void)
 {
 	uint8_t h[STG_WIRE_HEADER_SIZE];
-	struct stg_wire_header d;
-	stg_wire_header_encode(h, STG_MSG_OK, 0, 7);
+	struct stg_wire_header d, e = {.type = STG_MSG_OK, .tag = 7};
+	stg_wire_header_encode(h, &e);
 	CHECK_EQ(stg_wire_header_decode(h, 100, &d), 0);
 	CHECK_EQ(d.tag, 7);
+	CHECK_EQ(d.version, STG_WIRE_VERSION);
 	/* Each field: magic, version, type 0 and past the last, flags, length. */
 	uint8_t b[STG_WIRE_HEADER_SIZE];
 	memcpy(b, h, sizeof(b));
 	b[0] ^= 1;
 	CHECK_EQ(stg_wire_header_decode(b, 100, &d), -EPROTO);
 	memcpy(b, h, sizeof(b));
+	b[4] = 0;
+	CHECK_EQ(stg_wire_header_decode(b, 100, &d), -EPROTO);
+	b[4] = STG_WIRE_VERSION + 1;
+	CHECK_EQ(stg_wire_header_decode(b, 100, &d), -EPROTO);
+	b[4] = 1;
+	CHECK_EQ(stg_wire_header_decode(b, 100, &d), 0);
+	CHECK_EQ(d.version, 1);
+	/* The MAC flag: in version 2 only; no other flag. */
+	b[6] = STG_WIRE_FLAG_MAC;
+	CHECK_EQ(stg_wire_header_decode(b, 100, &d), -EPROTO);
 	b[4] = 2;
+	CHECK_EQ(stg_wire_header_decode(b, 100, &d), 0);
+	CHECK_EQ(d.flags, STG_WIRE_FLAG_MAC);
+	CHECK_EQ(stg_wire_frame_size(&d), STG_WIRE_HEADER_SIZE + STG_WIRE_MAC_SIZE);
+	b[6] = 2;
 	CHECK_EQ(stg_wire_header_decode(b, 100, &d), -EPROTO);
 	memcpy(b, h, sizeof(b));
 	b[5] = 0;
@@ -257,11 +360,13 @@ static void test_header(void)
 	b[5] = STG_MSG_TYPE_MAX + 1;
 	CHECK_EQ(stg_wire_header_decode(b, 100, &d), -EPROTO);
 	memcpy(b, h, sizeof(b));
-	b[6] = 1;
+	b[7] = 1; /* a flag not defined */
 	CHECK_EQ(stg_wire_header_decode(b, 100, &d), -EPROTO);
-	stg_wire_header_encode(b, STG_MSG_PUT_CHUNK, 101, 1);
+	e = (struct stg_wire_header){.type = STG_MSG_PUT_CHUNK, .length = 101, .tag = 1};
+	stg_wire_header_encode(b, &e);
 	CHECK_EQ(stg_wire_header_decode(b, 100, &d), -EPROTO);
-	stg_wire_header_encode(b, STG_MSG_PUT_CHUNK, STG_WIRE_MAX_BODY + 1, 1);
+	e.length = STG_WIRE_MAX_BODY + 1;
+	stg_wire_header_encode(b, &e);
 	CHECK_EQ(stg_wire_header_decode(b, UINT32_MAX, &d), -EPROTO);
 }
 
@@ -393,6 +498,8 @@ static void test_errors(void)
 int main(void)
 {
 	test_golden_and_round_trip();
+	test_golden_v2();
+	test_mac_coverage();
 	test_header();
 	test_bodies();
 	test_paths();
