@@ -31,8 +31,6 @@ SERVER="$build/server/stagehand-server"
 SHIM="$build/preload/libstagehand.so"
 CROWD="$root/tests/progs/crowd.py"
 [ -x "$SERVER" ] || { echo "restart.sh: build first (meson compile -C build)" >&2; exit 1; }
-# A short directory: the policies' [path] globs must stay under 45
-# characters (inih's section names).
 [ -n "$dir" ] || dir=/tmp
 mkdir -p "$dir"
 dir=$(mktemp -d "$(cd "$dir" && pwd)/shr.XXXXXX")

@@ -82,13 +82,13 @@ kib() {
 	awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"
 }
 
-@test "a whole job restarts at once: 300 restores and 20 flushes, separate processes, 3 servers, all byte for byte" {
+@test "a whole job restarts at once: 950 restores and 50 flushes, separate processes, 3 servers, all byte for byte" {
 	SERVER_OPTS=()
 	staged 3
-	# 20 nodes with a version each, not yet shipped: their flushers start
+	# 50 nodes with a version each, not yet shipped: their flushers start
 	# with the crowd
-	local i
-	for ((i = 0; i < 20; i++)); do
+	local i NODES=50
+	for ((i = 0; i < NODES; i++)); do
 		mkdir -p "$T/ckpt$i"
 		cluster_policy "$T/node$i.conf" "$T/cache$i" "$T/ckpt$i/**"
 		random_file "$REF/g$i" 100000
@@ -96,20 +96,20 @@ kib() {
 	done
 	cat >"$T/client.sh" <<EOS
 #!/bin/sh
-if [ "\$1" -lt 20 ]; then
+if [ "\$1" -lt $NODES ]; then
 	exec "$STAGEHAND" flush --policy "$T/node\$1.conf" --wait --timeout "$WAIT"
 fi
 exec "$STAGEHAND" restore --policy "$POLICY" --to "$T/back\$1" "$CKPT/f"
 EOS
 	chmod +x "$T/client.sh"
-	run "$PYTHON" "$CROWD" 320 "$T/client.sh" '{i}'
+	run "$PYTHON" "$CROWD" 1000 "$T/client.sh" '{i}'
 	echo "# $output" | head -1 >&3
 	[ "$status" -eq 0 ] || fail "$output"
-	for ((i = 20; i < 320; i++)); do
+	for ((i = NODES; i < 1000; i++)); do
 		cmp "$REF/f" "$T/back$i$CKPT/f" || fail "restore $i differs"
 	done
 	# every node's version is on the servers: restored without its cache
-	for ((i = 0; i < 20; i++)); do
+	for ((i = 0; i < NODES; i++)); do
 		stop_flusher "$T/cache$i"
 		rm -rf "$T/cache$i" "$BACK"
 		run "$STAGEHAND" restore --policy "$T/node$i.conf" --to "$BACK" "$T/ckpt$i/g"
