@@ -31,12 +31,7 @@ staged() {
 	start_servers "$1" "${SERVER_OPTS[@]}"
 	shift
 	cluster_default_policy "$@"
-	random_file "$REF/f" 262144
-	shim cp "$REF/f" "$CKPT/f"
-	run "$STAGEHAND" flush --wait --timeout "$WAIT"
-	[ "$status" -eq 0 ] || fail "flush: $output"
-	stop_flusher "$CACHE"
-	rm -rf "$CACHE"
+	ship_file 262144
 }
 
 # attack MODE N [ARGS...]: starts tests/progs/abuse against server 0 and

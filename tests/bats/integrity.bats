@@ -41,18 +41,6 @@ via_proxy() {
 	sed -i "s/^servers = .*/servers = $PROXY_ADDR/" "$1"
 }
 
-# ship_file SIZE: writes $CKPT/f (a copy of $REF/f, SIZE random bytes) and
-# flushes it to the servers of $POLICY; then drops the cache, so that what
-# follows reads from the servers.
-ship_file() {
-	random_file "$REF/f" "$1"
-	shim cp "$REF/f" "$CKPT/f"
-	run "$STAGEHAND" flush --wait --timeout "$WAIT"
-	[ "$status" -eq 0 ] || fail "flush: $output"
-	stop_flusher "$CACHE"
-	rm -rf "$CACHE"
-}
-
 # stores $CKPT/f on server 0, directly.
 store_file() {
 	cluster_default_policy cluster.replicas=1

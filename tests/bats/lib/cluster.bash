@@ -423,6 +423,18 @@ mutate() {
 	truncate -s "$size" "$dst"
 }
 
+# ship_file SIZE: writes $CKPT/f (a copy of $REF/f, SIZE random bytes) and
+# flushes it to the servers of $POLICY; then drops the cache, so that what
+# follows reads from the servers.
+ship_file() {
+	random_file "$REF/f" "$1"
+	shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+}
+
 # restore_to POLICY VERSION DIR PATH: restores one version below DIR.
 restore_to() {
 	"$STAGEHAND" restore --policy "$1" --version "$2" --to "$3" "$4"
