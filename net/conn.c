@@ -109,8 +109,7 @@ void stg_conn_budget_init(struct stg_conn_budget *b, size_t limit)
 	b->held = 0;
 }
 
-/* Waits up to timeout_ms for n bytes of the budget. Returns 0 or -ENOBUFS. */
-static int budget_take(struct stg_conn_budget *b, size_t n, int timeout_ms)
+int stg_conn_budget_take(struct stg_conn_budget *b, size_t n, int timeout_ms)
 {
 	struct timespec until;
 	clock_gettime(CLOCK_REALTIME, &until);
@@ -132,18 +131,22 @@ static int budget_take(struct stg_conn_budget *b, size_t n, int timeout_ms)
 	return r ? -ENOBUFS : 0;
 }
 
+void stg_conn_budget_give(struct stg_conn_budget *b, size_t n)
+{
+	pthread_mutex_lock(&b->lock);
+	b->held -= n;
+	pthread_cond_broadcast(&b->freed);
+	pthread_mutex_unlock(&b->lock);
+}
+
 /* Frees the receive buffer if it is larger than keep bytes. */
 static void release_buffer(struct stg_conn *c, size_t keep)
 {
 	if (c->cap <= keep)
 		return;
 	free(c->buf);
-	if (c->budget && c->cap > SMALL_FRAME) {
-		pthread_mutex_lock(&c->budget->lock);
-		c->budget->held -= c->cap;
-		pthread_cond_broadcast(&c->budget->freed);
-		pthread_mutex_unlock(&c->budget->lock);
-	}
+	if (c->budget && c->cap > SMALL_FRAME)
+		stg_conn_budget_give(c->budget, c->cap);
 	c->buf = NULL;
 	c->cap = 0;
 }
@@ -158,7 +161,7 @@ static int frame_buffer(struct stg_conn *c, size_t len)
 		return 0;
 	size_t want = len <= SMALL_FRAME ? (len < 4096 ? 4096 : len) : len;
 	if (want > SMALL_FRAME && c->budget) {
-		int r = budget_take(c->budget, want, c->timeout_ms);
+		int r = stg_conn_budget_take(c->budget, want, c->timeout_ms);
 		if (r < 0)
 			return r;
 	}

@@ -39,6 +39,11 @@ struct stg_conn_budget {
 
 void stg_conn_budget_init(struct stg_conn_budget *b, size_t limit);
 
+/* Takes n bytes of b, waiting up to timeout_ms for them: 0 or -ENOBUFS.
+ * (Frames take theirs themselves; a server takes what decoding needs.) */
+int stg_conn_budget_take(struct stg_conn_budget *b, size_t n, int timeout_ms);
+void stg_conn_budget_give(struct stg_conn_budget *b, size_t n);
+
 struct stg_conn {
 	const struct stg_transport *t;
 	void *impl;      /* the transport's own state */

@@ -54,7 +54,7 @@ static void usage(FILE *f)
 		"                        requests, over TCP and RDMA (default 60)\n"
 		"  --frame-memory SIZE   memory for received frames past 64 KiB, all\n"
 		"                        connections together (default 256M, at least\n"
-		"                        65M); a frame waits for its share, up to --timeout\n"
+		"                        66M); a frame waits for its share, up to --timeout\n"
 		"  --port-file F         write the port listened on into F (with port 0)\n"
 		"  --transport T         tcp, rdma or auto (default): besides TCP, accept\n"
 		"                        RDMA on the same port number (auto: when a device\n"
@@ -86,11 +86,13 @@ static int parse_uint(const char *s, unsigned max, unsigned *ret)
 	return 0;
 }
 
-/* Raises the limit of open descriptors to the hard one, for n connections
- * and the server's own files. Returns how many connections fit. */
-static unsigned fit_descriptors(unsigned n)
+/* Raises the limit of open descriptors to the hard one, for n logged-in
+ * connections, the handshakes ones logging in (and as many evicted ones
+ * still closing) and the server's own files. Returns how many logged-in
+ * connections fit. */
+static unsigned fit_descriptors(unsigned n, unsigned handshakes)
 {
-	const unsigned own = 64;
+	const unsigned own = 64 + 2 * handshakes;
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
 		return n;
@@ -373,9 +375,9 @@ int main(int argc, char **argv)
 			break;
 		case 'F':
 			if (stg_parse_size(optarg, &frame_memory) < 0 ||
-			    frame_memory < STG_WIRE_MAX_BODY) {
+			    frame_memory < STG_WIRE_MAX_BODY + STG_WIRE_MAC_SIZE) {
 				fprintf(stderr, "stagehand-server: bad --frame-memory '%s' (at least "
-					"65M: one frame of the largest chunk)\n", optarg);
+					"66M: one frame of the largest chunk)\n", optarg);
 				return 2;
 			}
 			break;
@@ -502,9 +504,9 @@ int main(int argc, char **argv)
 	srv.timeout_ms = (int)(timeout_s * 1000);
 	srv.handshake_ms = (int)(handshake_s * 1000);
 	srv.idle_ms = (int)(idle_s * 1000);
-	if (limits.max_per_user == 0)
+	limits.max_connections = fit_descriptors(limits.max_connections, limits.max_handshakes);
+	if (limits.max_per_user == 0 || limits.max_per_user > limits.max_connections)
 		limits.max_per_user = limits.max_connections * 3 / 4 ? limits.max_connections * 3 / 4 : 1;
-	limits.max_connections = fit_descriptors(limits.max_connections);
 	if (admit_init(&srv.admit, &limits) < 0) {
 		stg_log(STG_LOG_ERROR, "out of memory");
 		return 1;

@@ -100,9 +100,15 @@ static int walk(struct walk *w, int *fd, char *path, bool create)
 			return -errno;
 		shown_push(w, comp);
 		int nfd = beneath_open(*fd, comp, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+		/* The link itself, held: its owner and its target are read from
+		 * one inode, which no rename of the name can swap in between. */
+		int lfd = nfd >= 0 || (nfd != -ELOOP && nfd != -ENOTDIR)
+				  ? -1
+				  : openat(*fd, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 		struct stat st;
-		if (nfd >= 0 || (nfd != -ELOOP && nfd != -ENOTDIR) ||
-		    fstatat(*fd, comp, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISLNK(st.st_mode)) {
+		if (lfd < 0 || fstat(lfd, &st) < 0 || !S_ISLNK(st.st_mode)) {
+			if (lfd >= 0)
+				close(lfd);
 			int r = step(fd, nfd);
 			if (r < 0)
 				return r;
@@ -110,14 +116,17 @@ static int walk(struct walk *w, int *fd, char *path, bool create)
 		}
 		bool ours = st.st_uid == 0 || st.st_uid == geteuid();
 		if (!w->follow || !ours || ++w->links > MAX_LINKS) {
+			close(lfd);
 			snprintf(w->link->path, sizeof(w->link->path), "%s", w->shown);
 			w->link->owner = st.st_uid;
 			return -ELOOP;
 		}
 		char target[PATH_MAX];
-		ssize_t n = readlinkat(*fd, comp, target, sizeof(target) - 1);
+		ssize_t n = readlinkat(lfd, "", target, sizeof(target) - 1);
+		int err = errno;
+		close(lfd);
 		if (n < 0)
-			return -errno;
+			return -err;
 		target[n] = '\0';
 		shown_pop(w);
 		if (target[0] == '/') {

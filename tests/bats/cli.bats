@@ -29,7 +29,7 @@ setup() {
 	[[ "$output" == *"bad --idle-timeout '0'"* ]]
 	run "$STAGEHAND_BUILD/server/stagehand-server" --frame-memory 1M
 	[ "$status" -eq 2 ]
-	[[ "$output" == *"bad --frame-memory '1M' (at least 65M"* ]]
+	[[ "$output" == *"bad --frame-memory '1M' (at least 66M"* ]]
 }
 
 @test "unknown commands and options are usage errors (exit 2)" {
