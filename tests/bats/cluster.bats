@@ -539,8 +539,9 @@ EOP
 	[ "$status" -eq 0 ]
 	# nobody, with a policy, its own user key (not the cluster's secret) and
 	# an empty cache, all in a directory it can reach (the test's own is
-	# private to root)
-	USERDIR=$(mktemp -d /tmp/stagehand-cluster-user.XXXXXX)
+	# private to root), on $TMPDIR's file system: the RDMA guest's /tmp
+	# has no O_TMPFILE, which a cache needs
+	USERDIR=$(mktemp -d "${TMPDIR:-/tmp}/stagehand-cluster-user.XXXXXX")
 	chmod 755 "$USERDIR"
 	"$STAGEHAND_BUILD/server/stagehand-server" --secret-file "$SECRET" --user-key 65534 >"$USERDIR/secret"
 	grep -q '^stagehand-user-key 65534 [0-9a-f]\{64\}$' "$USERDIR/secret"
