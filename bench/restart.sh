@@ -55,7 +55,9 @@ for i in 0 1 2; do
 	pids+=($!)
 done
 for i in 0 1 2; do
-	for _ in $(seq 200); do [ -s "$dir/port$i" ] && break; sleep 0.05; done
+	# (a deadline only for a server that failed to start: its log says why)
+	for _ in $(seq 6000); do [ -s "$dir/port$i" ] && break; sleep 0.1; done
+	[ -s "$dir/port$i" ] || { echo "restart.sh: server $i did not start:" >&2; cat "$dir/servers.log" >&2; exit 1; }
 	servers+="${servers:+, }127.0.0.1:$(cat "$dir/port$i")"
 done
 # policy NAME: a node's policy, its cache $dir/cacheNAME, its files $dir/ckptNAME
@@ -126,5 +128,5 @@ awk -v n="$clients" -v one="$one" -v wall="$wall" 'BEGIN {
 		one, n, one * n, wall, one * n / wall }'
 echo "restores not byte for byte: $bad; servers' peak RSS: $hwm"
 refused=$(grep -c "refused (busy)" "$dir/servers.log" || true)
-echo "servers' log lines about refusals (at most one per 10 s each): $refused"
+echo "servers' log lines about refusals (the log keeps 20 per 10 s of each message): $refused"
 [ "$status" -eq 0 ] && [ "$bad" -eq 0 ]
