@@ -159,3 +159,21 @@ EOS
 		fail "RSS $(kib "$pid" VmRSS) KiB with the attacker's connections idle"
 	echo "# server RSS, the attacker idle: $(kib "$pid" VmRSS) KiB" >&3
 }
+
+@test "decompression bombs: small frames expanding to 64 MiB each keep the server's memory under its bound" {
+	SERVER_OPTS=()
+	staged 1 cluster.replicas=1
+	local pid="${SRV_PID[0]}"
+	echo "# server RSS before: $(kib "$pid" VmRSS) KiB" >&3
+	# 12 connections, each sending chunks of 64 MiB of zeros in a frame of
+	# a few hundred KiB, over and over: checking one decodes it whole
+	attack bomb 12 --secret "$SECRET" --uid "$ATTACKER_UID"
+	restore_during "12 connections sending decompression bombs"
+	# decoding draws on the frame memory (256 MiB) as frames do
+	local hwm
+	hwm=$(kib "$pid" VmHWM)
+	echo "# server peak RSS: $hwm KiB" >&3
+	[ "$hwm" -le $(((256 + 64) * 1024)) ] || fail "peak RSS $hwm KiB"
+	grep -q "rejected a chunk that fails verification" "$T/srv0.log" ||
+		fail "no bomb was checked: $(tail -5 "$T/srv0.log")"
+}

@@ -5,8 +5,9 @@
 # pack, no reservation and no usage behind, the versions before it stay
 # intact, and the next, smaller write is staged. Every way of writing a
 # version is tried: the fast path (or the shadow, under STAGEHAND_FAST=0),
-# a write that leaves the fast path, two processes sharing one file, and
-# durability local, async and replicated.
+# a write that leaves the fast path, two processes sharing one file, a write
+# fsync'ed part-way (what the fsync made durable stays), a file of a job's
+# ranks (shared = job), and durability local, async and replicated.
 
 bats_require_minimum_version 1.5.0
 load lib/common
@@ -44,6 +45,10 @@ elif how == "rewrite":
     # a start written twice: not sequential, so the shadow takes over
     ok = run(write_all, fd, data[:1 << 20]) and os.lseek(fd, 0, os.SEEK_SET) == 0 \
         and run(write_all, fd, data)
+elif how == "fsync":
+    # a quarter made durable first: an open version, which the close replaces
+    ok = run(write_all, fd, data[:len(data) // 4]) and run(os.fsync, fd) \
+        and run(write_all, fd, data[len(data) // 4:])
 elif how == "fork":
     # two processes, one file: the child writes the second half
     pid = os.fork()
@@ -88,8 +93,8 @@ small_cache() {
 	CACHE="$MNT/cache"
 }
 
-# small_policy DURABILITY: everything below $CKPT in the small cache, three
-# versions kept; with replicated, on one server.
+# small_policy DURABILITY [KEY=VALUE]: everything below $CKPT in the small
+# cache, three versions kept; with replicated, on one server.
 small_policy() {
 	if [ "$1" = replicated ]; then
 		start_servers 1
@@ -98,6 +103,7 @@ small_policy() {
 		printf '[cache]\ndir = %s\n[path %s/**]\nkeep = 3\ndurability = %s\n' \
 			"$CACHE" "$CKPT" "$1" >"$POLICY"
 	fi
+	[ -z "${2:-}" ] || printf '%s = %s\n' "${2%%=*}" "${2#*=}" >>"$POLICY"
 	if [ "$KIND" = capacity ]; then
 		sed -i 's/^dir = .*/&\ncapacity = 64M/' "$POLICY"
 	fi
@@ -116,47 +122,70 @@ bytes() {
 	awk '{ s += $2 } END { print s + 0 }' <<<"$1"
 }
 
-# nothing_left PACKS: no pack but those of PACKS (an eviction by the flusher
-# may have removed some), the usage is what the packs hold, and no shadow of a
-# write is left in tmp/.
-nothing_left() {
-	local now
-	now=$(packs)
-	[ -z "$(comm -13 <(echo "$1") <(echo "$now"))" ] &&
-		[ "$(usage)" = "$(bytes "$now")" ] &&
-		! ls "$CACHE/tmp" | grep -q shadow
+# consistent: the usage is what the packs hold, and no shadow of a write is
+# left in tmp/.
+consistent() {
+	[ "$(usage)" = "$(bytes "$(packs)")" ] && ! ls "$CACHE/tmp" | grep -q shadow
 }
 
-# fill KIND DURABILITY HOW: two versions fit, the third cannot (ENOSPC), and
-# then a smaller one must.
+# nothing_left PACKS: consistent, and no pack but those of PACKS (an eviction
+# by the flusher may have removed some).
+nothing_left() {
+	[ -z "$(comm -13 <(echo "$1") <(packs))" ] && consistent
+}
+
+# write_version REF HOW: REF written to $CKPT/f by a process of its own (with
+# shared = job, as a job of its own).
+write_version() {
+	[ -z "$SHARED" ] || export STAGEHAND_JOB="job-$(basename "$1")"
+	run shim "$PYTHON" "$T/write.py" "$CKPT/f" "$1" "$2"
+}
+
+# fill KIND DURABILITY HOW [KEY=VALUE]: two versions fit, the third cannot
+# (ENOSPC), and then a smaller one must. KEY=VALUE goes into the policy.
 fill() {
 	local how="$3" before
+	SHARED=""
+	[ "${4:-}" != shared=job ] || SHARED=1 STAGEHAND_RANK=0 STAGEHAND_RANKS=1
+	export STAGEHAND_RANK STAGEHAND_RANKS
 	small_cache "$1"
-	small_policy "$2"
+	small_policy "$2" "${4:-}"
 	random_file "$REF/1" 16000000
 	random_file "$REF/2" 16000000
 	random_file "$REF/3" 40000000
 	random_file "$REF/4" 1000000
 	for v in 1 2; do
-		run shim "$PYTHON" "$T/write.py" "$CKPT/f" "$REF/$v" "$how"
+		write_version "$REF/$v" "$how"
 		[ "$output" = written ] || fail "version $v: $output"
 	done
 	before=$(packs)
-	run shim "$PYTHON" "$T/write.py" "$CKPT/f" "$REF/3" "$how"
+	write_version "$REF/3" "$how"
 	# the application or, with async, the log is told
 	[[ "$output $(cat "$T/shim.log" 2>/dev/null)" == *"No space left on device"* ]] ||
 		fail "no ENOSPC: $output"
-	wait_for "$WAIT" nothing_left "$before" ||
-		fail "left behind: usage $(usage), packs $(packs), tmp $(ls "$CACHE/tmp")"
-	[ "$(version_count "$CKPT/f")" -eq 2 ] || fail "$("$STAGEHAND" ls "$CKPT/f")"
+	if [ "$how" = fsync ]; then
+		# what the fsync made durable stays, as an open version, until the
+		# next checkpoint is closed
+		wait_for "$WAIT" consistent ||
+			fail "left behind: usage $(usage), packs $(packs), tmp $(ls "$CACHE/tmp")"
+		run "$STAGEHAND" ls "$CKPT/f"
+		[ "$(version_count "$CKPT/f")" -eq 3 ] && [[ "${lines[-1]}" == *"(fsync'ed, not closed)" ]] ||
+			fail "$output"
+		head -c 10000000 "$REF/3" >"$REF/3.synced"
+		assert_restores "$REF/3.synced" "$CKPT/f" 3
+	else
+		wait_for "$WAIT" nothing_left "$before" ||
+			fail "left behind: usage $(usage), packs $(packs), tmp $(ls "$CACHE/tmp")"
+		[ "$(version_count "$CKPT/f")" -eq 2 ] || fail "$("$STAGEHAND" ls "$CKPT/f")"
+	fi
 	# the next, smaller version is staged
-	run shim "$PYTHON" "$T/write.py" "$CKPT/f" "$REF/4" "$how"
+	write_version "$REF/4" "$how"
 	[ "$output" = written ] || fail "after the full cache: $output"
-	[ "$(version_count "$CKPT/f")" -eq 3 ]
+	[ "$(version_count "$CKPT/f")" -eq 3 ] || fail "$("$STAGEHAND" ls "$CKPT/f")"
 	assert_restores "$REF/1" "$CKPT/f" 1
 	assert_restores "$REF/2" "$CKPT/f" 2
-	assert_restores "$REF/4" "$CKPT/f" 3
-	[ "$(usage)" = "$(bytes "$(packs)")" ]
+	assert_restores "$REF/4" "$CKPT/f"
+	consistent
 }
 
 @test "capacity reached, written sequentially, durability = local" {
@@ -177,6 +206,14 @@ fill() {
 
 @test "capacity reached, two processes writing one file" {
 	fill capacity local fork
+}
+
+@test "capacity reached, fsync'ed part-way" {
+	fill capacity local fsync
+}
+
+@test "capacity reached, shared = job" {
+	fill capacity local sequential shared=job
 }
 
 @test "tmpfs full, written sequentially, durability = local" {

@@ -12,10 +12,13 @@
  *   idle       authenticates (--secret, --uid) and sends nothing
  *   oversized  authenticates, sends a 64 MiB PUT_CHUNK frame of garbage and,
  *              once it is answered, stays
+ *   bomb       authenticates and sends, one after the other, small PUT_CHUNK
+ *              frames whose lz4 chunk expands to 64 MiB (and then fails its
+ *              hash: nothing is stored)
  *
  * --from binds the source address (127.0.0.2: another host on loopback).
  * --ready FILE is created once every connection has been tried once (for
- * oversized: once each has had its frame answered). */
+ * oversized and bomb: once each has had a frame answered). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -31,13 +34,15 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "chunk.h"
 #include "conn.h"
+#include "policy.h" /* STG_CHUNK_MAX */
 #include "wire.h"
 
 /* The largest chunk object a frame may carry: refused only once received. */
 #define OVERSIZED_LEN (64u << 20)
 
-enum mode { PREAUTH, SLOWLORIS, IDLE, OVERSIZED };
+enum mode { PREAUTH, SLOWLORIS, IDLE, OVERSIZED, BOMB };
 
 static enum mode mode;
 static struct sockaddr_in server, from;
@@ -127,6 +132,38 @@ static int send_oversized(struct stg_conn *c, uint8_t *body)
 	return r;
 }
 
+/* The bomb: the largest chunk there is, of zeros, under a hash that is not
+ * theirs. */
+static uint8_t *bomb;
+static size_t bomb_len;
+
+static int make_bomb(void)
+{
+	uint8_t *zeros = calloc(1, STG_CHUNK_MAX);
+	bomb = malloc(stg_chunk_bound(STG_CHUNK_MAX));
+	if (!zeros || !bomb)
+		return -1;
+	struct stg_hash wrong = {{0}};
+	bomb_len = stg_chunk_encode(zeros, STG_CHUNK_MAX, &wrong, true, bomb);
+	free(zeros);
+	return 0;
+}
+
+/* Sends bombs until the server closes or we stop; each is answered (with an
+ * ERROR) before the next. */
+static void throw_bombs(struct stg_conn *c, bool *counted)
+{
+	while (!atomic_load(&stop)) {
+		struct stg_msg m;
+		if (stg_conn_send_bulk(c, STG_MSG_PUT_CHUNK, 7, bomb, bomb_len) < 0 ||
+		    stg_conn_recv(c, STG_WIRE_MAX_BODY, &m) < 0)
+			return;
+		atomic_fetch_add(&frames, 1);
+		if (!*counted)
+			atomic_fetch_add(&tried, 1), *counted = true;
+	}
+}
+
 static void *attacker(void *arg)
 {
 	uint8_t *body = arg;
@@ -160,7 +197,8 @@ static void *attacker(void *arg)
 		} else {
 			struct stg_conn c;
 			r = login(&c);
-			if (!counted && (r == 0 || r == -EBUSY) && mode != OVERSIZED)
+			if (!counted && (r == 0 || r == -EBUSY) && mode != OVERSIZED &&
+			    mode != BOMB)
 				atomic_fetch_add(&tried, 1), counted = true;
 			if (r == -EBUSY)
 				atomic_fetch_add(&refused, 1);
@@ -184,6 +222,8 @@ static void *attacker(void *arg)
 							atomic_fetch_add(&tried, 1), counted = true;
 						hold(c.fd);
 					}
+				} else if (mode == BOMB) {
+					throw_bombs(&c, &counted);
 				} else {
 					hold(c.fd);
 				}
@@ -198,7 +238,7 @@ static void *attacker(void *arg)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: abuse preauth|slowloris|idle|oversized HOST:PORT N [--from ADDR] "
+	fprintf(stderr, "usage: abuse preauth|slowloris|idle|oversized|bomb HOST:PORT N [--from ADDR] "
 			"[--secret F --uid U] [--ready FILE]\n");
 	exit(2);
 }
@@ -207,9 +247,9 @@ int main(int argc, char **argv)
 {
 	if (argc < 4)
 		usage();
-	const char *modes[] = {"preauth", "slowloris", "idle", "oversized"};
+	const char *modes[] = {"preauth", "slowloris", "idle", "oversized", "bomb"};
 	mode = (enum mode)-1;
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 5; i++)
 		if (strcmp(argv[1], modes[i]) == 0)
 			mode = (enum mode)i;
 	char host[64], port[16];
@@ -245,7 +285,7 @@ int main(int argc, char **argv)
 			usage();
 		}
 	}
-	if ((mode == IDLE || mode == OVERSIZED) && !have_secret)
+	if ((mode == IDLE || mode == OVERSIZED || mode == BOMB) && !have_secret)
 		usage();
 	struct sigaction sa = {.sa_handler = on_term};
 	sigaction(SIGTERM, &sa, NULL);
@@ -258,6 +298,8 @@ int main(int argc, char **argv)
 			return 1;
 		memset(body, 0x5a, OVERSIZED_LEN);
 	}
+	if (mode == BOMB && make_bomb() < 0)
+		return 1;
 	pthread_t *t = calloc((size_t)n, sizeof(*t));
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
