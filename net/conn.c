@@ -104,7 +104,12 @@ const char *stg_conn_transport(const struct stg_conn *c)
 void stg_conn_budget_init(struct stg_conn_budget *b, size_t limit)
 {
 	pthread_mutex_init(&b->lock, NULL);
-	pthread_cond_init(&b->freed, NULL);
+	/* Waits are timed by the clock that does not jump. */
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&b->freed, &ca);
+	pthread_condattr_destroy(&ca);
 	b->limit = limit;
 	b->held = 0;
 }
@@ -112,7 +117,7 @@ void stg_conn_budget_init(struct stg_conn_budget *b, size_t limit)
 int stg_conn_budget_take(struct stg_conn_budget *b, size_t n, int timeout_ms)
 {
 	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
+	clock_gettime(CLOCK_MONOTONIC, &until);
 	until.tv_sec += timeout_ms / 1000;
 	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
 	if (until.tv_nsec >= 1000000000) {
@@ -589,6 +594,8 @@ int stg_conn_try_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret
 		r = frame_buffer(c, body);
 		if (r < 0) {
 			c->hdr_got = 0;
+			if (r == -ENOBUFS)
+				c->unread = body;
 			return r;
 		}
 		c->body_len = (uint32_t)body;
@@ -618,6 +625,29 @@ int stg_conn_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret)
 		if (r < 0)
 			return r;
 	}
+}
+
+int stg_conn_skip(struct stg_conn *c)
+{
+	int64_t deadline = stg_monotonic_ms() + c->timeout_ms;
+	uint8_t scratch[16384];
+	while (c->unread > 0) {
+		ssize_t n = c->t->read(c, scratch,
+				       c->unread < sizeof(scratch) ? c->unread : sizeof(scratch));
+		if (n == 0)
+			return -EPIPE;
+		if (n == -EAGAIN) {
+			int r = wait_until(c, false, deadline);
+			if (r < 0)
+				return r;
+			continue;
+		}
+		if (n < 0)
+			return (int)n;
+		c->unread -= (size_t)n;
+		c->bytes_received += (uint64_t)n;
+	}
+	return 0;
 }
 
 int stg_conn_wait(struct stg_conn *c, int timeout_ms)

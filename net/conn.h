@@ -62,6 +62,7 @@ struct stg_conn {
 	uint32_t body_len;
 	bool in_body;
 	struct stg_conn_budget *budget;
+	size_t unread; /* the body of a frame refused for want of memory */
 
 	/* Server: asked once a client has proven uid whether to take it on; a
 	 * refusal (-EBUSY and why) is sent instead of AUTH_OK. */
@@ -177,8 +178,13 @@ int stg_conn_send_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uin
  * Returns 0, -EPIPE (the peer closed between frames), -EPROTO / -EBADMSG
  * (malformed), -EBADE (its MAC is wrong: forged, replayed, reordered or
  * dropped frames; c->error says so), -ETIMEDOUT, -ENOBUFS (the budget stayed
- * spent) or -errno. */
+ * spent: the frame's body is left unread, see stg_conn_skip) or -errno. */
 int stg_conn_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret);
+
+/* Reads and drops the body of a frame refused with -ENOBUFS, within the
+ * connection's timeout: its sender, blocked sending it, then reads the
+ * refusal instead of a reset. Returns 0 or -errno. */
+int stg_conn_skip(struct stg_conn *c);
 
 /* Waits until a frame starts arriving (or the peer closes): timeout_ms < 0
  * waits for ever. The last message received is done with (a large buffer

@@ -979,8 +979,8 @@ void stg_rdma_listener_close(struct stg_rdma_listener *l)
 	free(l);
 }
 
-int stg_rdma_accept(struct stg_rdma_listener *l, int timeout_ms, bool refuse, int conn_timeout_ms,
-		    struct stg_conn *ret)
+int stg_rdma_accept(struct stg_rdma_listener *l, int timeout_ms, stg_rdma_admit_fn *admit,
+		    void *admit_arg, int conn_timeout_ms, struct stg_conn *ret)
 {
 	struct rdma_cm_event *ev;
 	while (rdma_get_cm_event(l->ch, &ev) < 0) {
@@ -1006,12 +1006,12 @@ int stg_rdma_accept(struct stg_rdma_listener *l, int timeout_ms, bool refuse, in
 	rdma_ack_cm_event(ev);
 	char peer[128] = "?";
 	struct sockaddr *sa = rdma_get_peer_addr(id);
-	char h[64], p[16];
+	char h[64] = "?", p[16];
 	if (getnameinfo(sa, sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 						      : sizeof(struct sockaddr_in),
 			h, sizeof(h), p, sizeof(p), NI_NUMERICHOST | NI_NUMERICSERV) == 0)
 		snprintf(peer, sizeof(peer), "%s:%s (rdma)", h, p);
-	if (e < 0 || refuse) {
+	if (e < 0 || !admit(admit_arg, h)) {
 		if (e < 0)
 			stg_log(STG_LOG_WARN, "%s: refused: not a stagehand RDMA client", peer);
 		rdma_reject(id, NULL, 0);

@@ -27,12 +27,15 @@ int stg_rdma_listen(const char *host, int port, struct stg_rdma_listener **ret, 
 /* The device the listener is bound to ("rxe0"), or "any". */
 const char *stg_rdma_listener_device(const struct stg_rdma_listener *l);
 
-/* Waits up to timeout_ms for a connection request. With refuse (too many
- * connections), rejects it and returns -EBUSY. Otherwise accepts it: *ret
+/* Whether to take a connection request from host (its numeric address). */
+typedef bool stg_rdma_admit_fn(void *arg, const char *host);
+
+/* Waits up to timeout_ms for a connection request and asks admit about it:
+ * refused, it is rejected and -EBUSY returned. Otherwise accepts it: *ret
  * is a connection whose first send waits for the handshake to complete.
  * Returns 0, -EAGAIN (nothing came), -EPROTO (a peer not speaking our
  * protocol, rejected), -EBUSY or -errno. */
-int stg_rdma_accept(struct stg_rdma_listener *l, int timeout_ms, bool refuse, int conn_timeout_ms,
-		    struct stg_conn *ret);
+int stg_rdma_accept(struct stg_rdma_listener *l, int timeout_ms, stg_rdma_admit_fn *admit,
+		    void *admit_arg, int conn_timeout_ms, struct stg_conn *ret);
 
 void stg_rdma_listener_close(struct stg_rdma_listener *l);

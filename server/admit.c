@@ -7,7 +7,9 @@
  * holds at most max_per_user of the max_connections. When those run out,
  * the connection idle the longest makes room (its client opens a new one
  * when it needs it); when the logging-in ones do, the oldest of the address
- * holding the most. Whoever is refused gets BUSY and retries later,
+ * holding the most. An RDMA connection has no descriptor to be evicted by:
+ * it is never the one making room, and closes after --idle-timeout like
+ * any. Whoever is refused gets BUSY and retries later,
  * so a job restarting on every node at once is served as fast as the server
  * can, and no one can keep others out by holding connections. */
 #include <errno.h>

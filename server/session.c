@@ -387,6 +387,9 @@ void *server_session(void *arg)
 		 * may be taken for a newcomer. */
 		admit_idle(&s.srv->admit, s.slot, true);
 		r = stg_conn_wait(&s.conn, s.srv->idle_ms);
+		/* (A request that came just as the slot was taken is dropped
+		 * with the connection: a client resends a request on a new
+		 * connection when a reused one was closed under it.) */
 		if (admit_idle(&s.srv->admit, s.slot, false)) {
 			stg_log(STG_LOG_DEBUG, "%s: closed, idle, for a new connection", s.conn.peer);
 			break;
@@ -405,6 +408,7 @@ void *server_session(void *arg)
 				"(--frame-memory is in use)", s.conn.peer, s.srv->timeout_ms / 1000);
 			stg_conn_send_error(&s.conn, 0, -EBUSY, "the server's frame memory is in "
 					    "use: try again later");
+			stg_conn_skip(&s.conn);
 			break;
 		}
 		if (r < 0) {

@@ -219,7 +219,19 @@ static void accept_loop(struct server *srv, int lfd)
 struct rdma_acceptor {
 	struct server *srv;
 	struct stg_rdma_listener *listener;
+	/* The request being accepted: its slot, or why it has none. */
+	int slot;
+	char host[64], why[200];
 };
+
+static bool rdma_admit(void *arg, const char *host)
+{
+	struct rdma_acceptor *ra = arg;
+	snprintf(ra->host, sizeof(ra->host), "%s", host);
+	/* No descriptor to evict it by: an RDMA connection closes itself. */
+	ra->slot = admit_accept(&ra->srv->admit, host, -1, ra->why, sizeof(ra->why));
+	return ra->slot >= 0;
+}
 
 /* Accepts RDMA connections until the server stops; the sessions are the
  * same as over TCP. */
@@ -228,21 +240,18 @@ static void *rdma_accept_loop(void *arg)
 	struct rdma_acceptor *ra = arg;
 	struct server *srv = ra->srv;
 	while (!stop_signal) {
-		/* A slot is needed before the request is seen: RDMA connections
-		 * share one address here, and are never evicted. */
-		char why[200];
-		int slot = admit_accept(&srv->admit, "rdma", -1, why, sizeof(why));
 		struct stg_conn c;
-		int r = stg_rdma_accept(ra->listener, 500, slot < 0, srv->timeout_ms, &c);
+		ra->slot = -1;
+		int r = stg_rdma_accept(ra->listener, 500, rdma_admit, ra, srv->timeout_ms, &c);
 		if (r == 0) {
-			start_session(srv, &c, slot);
+			start_session(srv, &c, ra->slot);
 			continue;
 		}
-		if (slot >= 0)
-			admit_release(&srv->admit, slot);
+		if (ra->slot >= 0)
+			admit_release(&srv->admit, ra->slot);
 		if (r == -EBUSY) {
 			char what[300];
-			snprintf(what, sizeof(what), "an RDMA connection: %s", why);
+			snprintf(what, sizeof(what), "%s (rdma): %s", ra->host, ra->why);
 			admit_refused(what);
 		} else if (r != -EAGAIN && r != -EPROTO)
 			stg_log_errno(STG_LOG_WARN, r, "rdma: accept");
