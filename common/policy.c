@@ -369,6 +369,15 @@ static int handle_path(struct parse_state *st, const char *name, const char *val
 			return 0;
 		}
 		r->chunk_size = (uint32_t)v;
+	} else if (strcmp(name, "chunking") == 0) {
+		if (strcmp(value, "fixed") == 0)
+			r->chunking = STG_CHUNKING_FIXED;
+		else if (strcmp(value, "cdc") == 0)
+			r->chunking = STG_CHUNKING_CDC;
+		else {
+			fail(st, "chunking '%s' must be fixed or cdc", value);
+			return 0;
+		}
 	} else if (strcmp(name, "dedup") == 0) {
 		return parse_either(st, name, value, "previous", "off", &r->dedup);
 	} else if (strcmp(name, "compress") == 0) {
@@ -402,8 +411,8 @@ static int handle_path(struct parse_state *st, const char *name, const char *val
 			return 0;
 	} else {
 		fail(st,
-		     "unknown key '%s' in [path %s] (known: chunk_size, dedup, compress, "
-		     "durability, keep, shared, drain)",
+		     "unknown key '%s' in [path %s] (known: chunk_size, chunking, dedup, "
+		     "compress, durability, keep, shared, drain)",
 		     name, r->glob);
 		return 0;
 	}
@@ -560,6 +569,18 @@ int stg_policy_load(const char *path, struct stg_policy **ret_policy, char *err,
 static int check_cluster(struct stg_policy *p, const char *path, char *err, size_t errlen)
 {
 	char msg[512];
+	for (size_t i = 0; i < p->nrules; i++)
+		if (p->rules[i].chunking == STG_CHUNKING_CDC &&
+		    p->rules[i].chunk_size > STG_CHUNK_MAX / 4) {
+			/* cdc's largest chunk is 4 x chunk_size (README.md). */
+			if (err)
+				snprintf(err, errlen,
+					 "%s:%d: chunk_size %uM is too large for chunking = cdc: "
+					 "its chunks reach 4 x chunk_size, at most %uM",
+					 path, p->rules[i].line, p->rules[i].chunk_size >> 20,
+					 STG_CHUNK_MAX >> 20);
+			return 1;
+		}
 	for (size_t i = 0; i < p->nrules; i++)
 		if (p->rules[i].drain && p->rules[i].shared_job) {
 			/* Each node holds its part only: draining it would put one

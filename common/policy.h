@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chunker.h"
+
 enum stg_durability {
 	STG_DURABILITY_ASYNC,
 	STG_DURABILITY_LOCAL,
@@ -20,7 +22,8 @@ enum stg_transport_kind {
 
 struct stg_path_rule {
 	char *glob;          /* absolute fnmatch pattern; a trailing slash-star-star matches a subtree */
-	uint32_t chunk_size; /* power of two, STG_CHUNK_MIN..STG_CHUNK_MAX */
+	uint32_t chunk_size; /* power of two, STG_CHUNK_MIN..STG_CHUNK_MAX; cdc: the average */
+	enum stg_chunking chunking; /* chunking = fixed | cdc */
 	bool dedup;          /* dedup = previous */
 	bool compress;       /* compress = lz4 */
 	enum stg_durability durability;

@@ -50,6 +50,7 @@ static void test_full(void)
 		"\n"
 		"[path /scratch/ckpt/*]\n"
 		"chunk_size = 4M\n"
+		"chunking = cdc\n"
 		"dedup = off\n"
 		"compress = off\n"
 		"durability = async\n"
@@ -83,6 +84,7 @@ static void test_full(void)
 	CHECK_EQ(p->nrules, 3);
 	CHECK_STR(p->rules[0].glob, "/scratch/ckpt/*");
 	CHECK_EQ(p->rules[0].chunk_size, 4u << 20);
+	CHECK_EQ(p->rules[0].chunking, STG_CHUNKING_CDC);
 	CHECK(!p->rules[0].dedup);
 	CHECK(!p->rules[0].compress);
 	CHECK_EQ(p->rules[0].durability, STG_DURABILITY_ASYNC);
@@ -90,6 +92,7 @@ static void test_full(void)
 	/* A section without keys still counts, with the defaults. */
 	CHECK_STR(p->rules[1].glob, "/scratch/other/**");
 	CHECK_EQ(p->rules[1].chunk_size, STG_CHUNK_DEFAULT);
+	CHECK_EQ(p->rules[1].chunking, STG_CHUNKING_FIXED);
 	CHECK(p->rules[1].dedup);
 	CHECK_EQ(p->rules[1].durability, STG_DURABILITY_LOCAL);
 	CHECK_EQ(p->rules[1].keep, STG_KEEP_DEFAULT);
@@ -185,6 +188,10 @@ static void test_errors(void)
 		     "bad.conf:4: chunk_size '3M' must be a power of two");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\nchunk_size = 32K\n", "bad.conf:4:");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\nchunk_size = 128M\n", "bad.conf:4:");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nchunking = rabin\n",
+		     "bad.conf:4: chunking 'rabin' must be fixed or cdc");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nchunk_size = 32M\nchunking = cdc\n",
+		     "bad.conf:3: chunk_size 32M is too large for chunking = cdc");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\ndurability = maybe\n",
 		     "bad.conf:4: durability 'maybe'");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\nkeep = 0\n", "bad.conf:4: keep '0'");
