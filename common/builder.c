@@ -22,6 +22,7 @@ struct stg_builder {
 	struct stg_cache *cache;
 	char path[PATH_MAX];
 	struct stg_path_rule rule;
+	struct stg_chunker chunker; /* the rule's kind and bounds (its state unused) */
 	struct stg_manifest base; /* the previous version, for dedup */
 	bool has_base;
 	struct stg_manifest_entry *entries;
@@ -35,7 +36,7 @@ struct stg_builder {
 	size_t nstored, capstored;
 	uint32_t *table;
 	size_t tablecap;
-	struct stg_hash zero_hash; /* of chunk_size zero bytes */
+	struct stg_hash zero_hash; /* of chunker.max zero bytes */
 	int pinfd;
 	bool published;    /* a manifest names its pack: the pack stays */
 	bool full;         /* the cache or its file system was full */
@@ -60,7 +61,8 @@ static int load_base(struct stg_builder *b)
 	if (r == 0 && n > 0) {
 		/* A damaged previous version only costs the dedup. */
 		if (stg_catalog_read(f.dirfd, v[n - 1], &b->base) == 0) {
-			b->has_base = b->base.chunk_size == b->rule.chunk_size;
+			b->has_base = b->base.chunk_size == b->rule.chunk_size &&
+				      b->base.chunking == b->rule.chunking;
 			if (!b->has_base)
 				stg_manifest_done(&b->base);
 		}
@@ -84,13 +86,15 @@ int stg_builder_new(struct stg_cache *c, const char *path, const struct stg_path
 	b->rule = *rule;
 	b->rule.glob = NULL;
 	b->pinfd = -1;
-	int r = stg_pack_writer_new(c, rule->chunk_size, &b->pack);
+	stg_chunker_init(&b->chunker, rule->chunking, rule->chunk_size);
+	int r = stg_pack_writer_new(c, b->chunker.max, &b->pack);
 	if (r < 0)
 		goto out_free;
-	/* The pack writer's buffer is still all zeros: hash that. */
+	/* The pack writer's buffer is still all zeros: hash that. Zero runs
+	 * make chunks of the maximum length, with either kind of chunking. */
 	uint8_t *zeros = stg_pack_writer_buffer(b->pack);
-	memset(zeros, 0, rule->chunk_size);
-	stg_hash_compute(zeros, rule->chunk_size, &b->zero_hash);
+	memset(zeros, 0, b->chunker.max);
+	stg_hash_compute(zeros, b->chunker.max, &b->zero_hash);
 	r = b->pinfd = stg_gc_pin(c);
 	if (r < 0)
 		goto out_free;
@@ -154,11 +158,6 @@ void stg_builder_set_part(struct stg_builder *b, const struct stg_part *part)
 void stg_builder_defer_collect(struct stg_builder *b)
 {
 	b->defer_collect = true;
-}
-
-uint32_t stg_builder_chunk_size(const struct stg_builder *b)
-{
-	return b->rule.chunk_size;
 }
 
 const struct stg_builder_stats *stg_builder_stats(const struct stg_builder *b)
@@ -262,7 +261,7 @@ static int out_of_space(struct stg_builder *b, int r)
 static int place(struct stg_builder *b, uint64_t index, size_t len, const struct stg_hash *h)
 {
 	struct stg_manifest_entry e = {.hash = *h, .raw_len = (uint32_t)len};
-	if (len == b->rule.chunk_size && stg_hash_eq(h, &b->zero_hash)) {
+	if (len == b->chunker.max && stg_hash_eq(h, &b->zero_hash)) {
 		e.flags = STG_ENTRY_ZERO;
 		record(b, index, &e);
 		return 0;
@@ -307,7 +306,7 @@ static int copy_piece(void *arg, const void *piece, size_t n, size_t off)
 
 int stg_builder_add(struct stg_builder *b, uint64_t index, const void *data, size_t len)
 {
-	if (len == 0 || len > b->rule.chunk_size)
+	if (len == 0 || len > b->chunker.max)
 		return -EINVAL;
 	int r = reserve(b, index);
 	if (r < 0)
@@ -339,7 +338,7 @@ int stg_builder_add(struct stg_builder *b, uint64_t index, const void *data, siz
 
 int stg_builder_add_buffered(struct stg_builder *b, uint64_t index, size_t len)
 {
-	if (len == 0 || len > b->rule.chunk_size)
+	if (len == 0 || len > b->chunker.max)
 		return -EINVAL;
 	int r = reserve(b, index);
 	if (r < 0)
@@ -365,7 +364,7 @@ int stg_builder_add_zero(struct stg_builder *b, uint64_t index, size_t len)
 	if (r < 0)
 		return r;
 	struct stg_manifest_entry e = {.raw_len = (uint32_t)len, .flags = STG_ENTRY_ZERO};
-	if (len == b->rule.chunk_size) {
+	if (len == b->chunker.max) {
 		e.hash = b->zero_hash;
 	} else {
 		uint8_t *z = calloc(1, len ? len : 1);
@@ -449,20 +448,25 @@ static bool same_job_version(int filedirfd, uint64_t id, const struct stg_part *
 int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, int64_t mtime_ns)
 {
 	struct stg_part *merged = NULL; /* the part published, when not the caller's */
+	/* The chunks recorded from the start up to size; their lengths are
+	 * checked below. */
+	uint64_t n = 0;
+	for (uint64_t at = 0; at < size; at += b->entries[n++].raw_len)
+		if (n >= b->cap || !b->recorded[n] || !b->entries[n].raw_len)
+			return -EINVAL; /* a caller bug: every chunk must be recorded */
 	struct stg_manifest m;
-	int r = stg_manifest_init(&m, size, b->rule.chunk_size);
+	int r = n > UINT32_MAX ? -EFBIG
+			       : stg_manifest_init_chunked(&m, size, &b->chunker, (uint32_t)n);
 	if (r < 0)
 		return r;
-	for (uint64_t i = 0; i < m.nchunks; i++) {
-		uint32_t want = i + 1 < m.nchunks ? m.chunk_size
-						  : (uint32_t)(size - i * m.chunk_size);
-		if (i >= b->cap || !b->recorded[i] || b->entries[i].raw_len != want) {
-			stg_manifest_done(&m);
-			return -EINVAL; /* a caller bug: every chunk must be recorded */
-		}
+	for (uint32_t i = 0; i < m.nchunks; i++) {
 		m.entries[i] = b->entries[i];
 		if (m.entries[i].flags & STG_ENTRY_ZERO)
 			b->stats.zero_chunks++;
+	}
+	if (stg_manifest_place(&m) < 0) {
+		stg_manifest_done(&m);
+		return -EINVAL; /* a caller bug: a chunk of the wrong length */
 	}
 	b->stats.chunks = m.nchunks;
 	m.mode = mode & 07777;
@@ -573,17 +577,12 @@ out_done:
 	return r < 0 ? out_of_space(b, r) : (int64_t)m.version;
 }
 
-int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_path_rule *rule,
-		      int fd, uint64_t size, uint32_t mode, int64_t mtime_ns, bool open,
-		      uint64_t replaces, const struct stg_part *part)
+/* Fixed chunks: each read where it sits, holes (found with SEEK_DATA)
+ * recorded unread. */
+static int commit_fixed(struct stg_builder *b, int fd, uint64_t size)
 {
-	struct stg_builder *b;
-	int r = stg_builder_new(c, path, rule, &b);
-	if (r < 0)
-		return r;
-	stg_builder_set_open(b, open, replaces);
-	stg_builder_set_part(b, part);
-	uint32_t cs = rule->chunk_size;
+	int r = 0;
+	uint32_t cs = b->chunker.max;
 	for (uint64_t off = 0, i = 0; off < size && r == 0; off += cs, i++) {
 		/* The staging buffer changes after each stored chunk (the previous
 		 * one may still be on its way to the disk). */
@@ -601,6 +600,61 @@ int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_pa
 		if (r == 0)
 			r = stg_builder_add_buffered(b, i, len);
 	}
+	return r;
+}
+
+/* Content-defined chunks: one pass over the file in large pieces, each byte
+ * copied once into the staging buffer as the chunker finds where its chunk
+ * ends. Holes are read (as zeros) and chunked like data: a long one makes
+ * chunks of the maximum length, recorded as zero chunks. */
+static int commit_stream(struct stg_builder *b, int fd, uint64_t size)
+{
+	enum { PIECE = 1u << 20 };
+	uint8_t *piece = malloc(PIECE);
+	if (!piece)
+		return -ENOMEM;
+	struct stg_chunker ch = b->chunker;
+	stg_chunker_reset(&ch);
+	uint64_t index = 0;
+	size_t fill = 0; /* bytes of the current chunk in the staging buffer */
+	int r = 0;
+	for (uint64_t off = 0; off < size && r == 0;) {
+		size_t n = size - off < PIECE ? (size_t)(size - off) : PIECE;
+		r = stg_pread_all(fd, piece, n, (off_t)off);
+		if (r == -ENODATA)
+			r = -EIO; /* the file shrank under us */
+		for (size_t k = 0, used; r == 0 && k < n; k += used) {
+			bool end = stg_chunker_next(&ch, piece + k, n - k, &used);
+			/* The staging buffer changes after each stored chunk. */
+			memcpy(stg_builder_buffer(b) + fill, piece + k, used);
+			fill += used;
+			if (end) {
+				r = stg_builder_add_buffered(b, index++, fill);
+				fill = 0;
+			}
+		}
+		off += n;
+	}
+	if (r == 0 && fill)
+		r = stg_builder_add_buffered(b, index, fill);
+	free(piece);
+	return r;
+}
+
+int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_path_rule *rule,
+		      int fd, uint64_t size, uint32_t mode, int64_t mtime_ns, bool open,
+		      uint64_t replaces, const struct stg_part *part)
+{
+	struct stg_builder *b;
+	int r = stg_builder_new(c, path, rule, &b);
+	if (r < 0)
+		return r;
+	stg_builder_set_open(b, open, replaces);
+	stg_builder_set_part(b, part);
+	if (rule->chunking == STG_CHUNKING_FIXED)
+		r = commit_fixed(b, fd, size);
+	else
+		r = commit_stream(b, fd, size);
 	int64_t v = r < 0 ? r : stg_builder_commit(b, size, mode, mtime_ns);
 	stg_builder_free(b);
 	return v;

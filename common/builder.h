@@ -45,14 +45,12 @@ void stg_builder_set_part(struct stg_builder *b, const struct stg_part *part);
  * caller that goes on using the chunk locations it recorded. */
 void stg_builder_defer_collect(struct stg_builder *b);
 
-/* The chunk size of the version being built. */
-uint32_t stg_builder_chunk_size(const struct stg_builder *b);
-
-/* Records chunk index with its bytes (len == chunk size, except the last chunk):
+/* Records chunk index with its bytes (a length the rule's chunker allows: for
+ * fixed chunks the chunk size, except the last chunk; at most its maximum):
  * hashes, deduplicates, compresses and stores it. Returns 0 or -errno. */
 int stg_builder_add(struct stg_builder *b, uint64_t index, const void *data, size_t len);
 
-/* The staging buffer (chunk size bytes): fill it, then stg_builder_add_buffered().
+/* The staging buffer (the chunker's maximum length): fill it, then stg_builder_add_buffered().
  * It changes after every chunk stored: ask again each time. */
 uint8_t *stg_builder_buffer(struct stg_builder *b);
 
@@ -62,7 +60,8 @@ int stg_builder_add_buffered(struct stg_builder *b, uint64_t index, size_t len);
 /* Records chunk index as len zero bytes (a hole). */
 int stg_builder_add_zero(struct stg_builder *b, uint64_t index, size_t len);
 
-/* Publishes the version: size bytes, every chunk below size recorded. Makes it
+/* Publishes the version: size bytes, the chunks recorded from index 0 on
+ * adding up to size, each of a length the chunker allows. Makes it
  * durable first when durability is local, prunes beyond keep. Returns the new
  * version number (> 0) or -errno. */
 int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, int64_t mtime_ns);
@@ -80,8 +79,9 @@ const struct stg_manifest_entry *stg_builder_entry(const struct stg_builder *b, 
 
 const struct stg_builder_stats *stg_builder_stats(const struct stg_builder *b);
 
-/* Stages the whole content of fd (size bytes) as a new version of path; holes
- * are found with SEEK_DATA and not read. open and replaces as for
+/* Stages the whole content of fd (size bytes) as a new version of path, cut
+ * as the rule says: fixed chunks with holes found by SEEK_DATA and not read,
+ * or content-defined ones in one streaming pass (holes read as zeros). open and replaces as for
  * stg_builder_set_open, part as for stg_builder_set_part. Returns the
  * version or -errno. */
 int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_path_rule *rule,

@@ -80,8 +80,9 @@ size_t stg_manifest_encode(const struct stg_manifest *m, uint8_t *out)
 	 * from m->part alone. */
 	uint32_t flags = (m->flags & ~(uint32_t)STG_MANIFEST_PART) | (m->part ? STG_MANIFEST_PART : 0);
 	/* The oldest format that says it all, so that older readers read
-	 * what they can (format 3 came with PART, 2 with OPEN). */
-	stg_put_le16(out + 4, (flags & STG_MANIFEST_PART) ? 3 : flags ? 2 : 1);
+	 * what they can (format 4 came with CDC, 3 with PART, 2 with OPEN). */
+	bool cdc = m->chunking == STG_CHUNKING_CDC;
+	stg_put_le16(out + 4, cdc ? 4 : (flags & STG_MANIFEST_PART) ? 3 : flags ? 2 : 1);
 	stg_put_le16(out + 6, (uint16_t)flags);
 	stg_put_le64(out + 8, m->version);
 	stg_put_le64(out + 16, m->size);
@@ -90,6 +91,11 @@ size_t stg_manifest_encode(const struct stg_manifest *m, uint8_t *out)
 	stg_put_le64(out + 32, (uint64_t)m->mtime_ns);
 	stg_put_le64(out + 40, (uint64_t)m->commit_ns);
 	stg_put_le32(out + 48, m->nchunks);
+	if (cdc) {
+		stg_put_le32(out + 52, STG_CHUNKING_CDC);
+		stg_put_le32(out + 56, m->chunk_min);
+		stg_put_le32(out + 60, m->chunk_max);
+	}
 	uint8_t *p = out + STG_MANIFEST_HEADER_SIZE;
 	for (uint32_t i = 0; i < m->nchunks; i++, p += STG_MANIFEST_ENTRY_SIZE) {
 		const struct stg_manifest_entry *e = &m->entries[i];
@@ -121,12 +127,15 @@ int stg_manifest_peek_flags(const uint8_t *buf, size_t len)
 		return -EBADMSG;
 	uint16_t format = stg_get_le16(buf + 4), flags = stg_get_le16(buf + 6);
 	/* Format 1 has no flags, format 2 OPEN alone, format 3 PART and maybe
-	 * OPEN: each is written only where the one before cannot say it. */
+	 * OPEN, format 4 (content-defined chunks) any known flags: each is
+	 * written only where the one before cannot say it. */
 	if (format == 1 && flags == 0)
 		return 0;
 	if (format == 2 && flags == STG_MANIFEST_OPEN)
 		return flags;
 	if (format == 3 && (flags & STG_MANIFEST_PART) && !(flags & ~STG_MANIFEST_KNOWN_FLAGS))
+		return flags;
+	if (format == 4 && !(flags & ~STG_MANIFEST_KNOWN_FLAGS))
 		return flags;
 	return -EBADMSG;
 }
@@ -179,8 +188,6 @@ int stg_manifest_decode(const uint8_t *buf, size_t len, struct stg_manifest *ret
 	int flags = stg_manifest_peek_flags(buf, len);
 	if (flags < 0)
 		return flags;
-	if (stg_get_le32(buf + 52) != 0 || !all_zero(buf + 56, 8))
-		return -EBADMSG;
 	struct stg_manifest m = {
 		.version = stg_get_le64(buf + 8),
 		.flags = (uint32_t)flags,
@@ -198,8 +205,29 @@ int stg_manifest_decode(const uint8_t *buf, size_t len, struct stg_manifest *ret
 		return -EBADMSG;
 	if (m.mode & ~(uint32_t)07777)
 		return -EBADMSG;
-	if (m.nchunks != stg_manifest_nchunks(m.size, m.chunk_size))
+	/* Format 4 says how the content was cut, the others have fixed
+	 * chunks and zeros there. */
+	m.chunking = stg_get_le16(buf + 4) == 4 ? (enum stg_chunking)stg_get_le32(buf + 52)
+						: STG_CHUNKING_FIXED;
+	m.chunk_min = m.chunk_max = m.chunk_size;
+	if (stg_get_le16(buf + 4) < 4 && !all_zero(buf + 52, 12))
 		return -EBADMSG;
+	if (m.chunking == STG_CHUNKING_FIXED &&
+	    m.nchunks != stg_manifest_nchunks(m.size, m.chunk_size))
+		return -EBADMSG;
+	if (stg_get_le16(buf + 4) == 4) {
+		m.chunk_min = stg_get_le32(buf + 56);
+		m.chunk_max = stg_get_le32(buf + 60);
+		if (m.chunking != STG_CHUNKING_CDC || m.chunk_min == 0 ||
+		    m.chunk_min > m.chunk_size || m.chunk_max < m.chunk_size ||
+		    m.chunk_max > STG_CHUNK_MAX)
+			return -EBADMSG;
+		/* No more chunks than the minimum allows, none unless there are
+		 * bytes: the lengths are checked one by one below. */
+		if ((m.size == 0) != (m.nchunks == 0) ||
+		    (m.size && m.nchunks - 1 > (m.size - 1) / m.chunk_min))
+			return -EBADMSG;
+	}
 	/* The entries, then the part section (exactly when flagged: its size
 	 * is checked against what it says), then the trailer. */
 	uint64_t entries_end = STG_MANIFEST_HEADER_SIZE + (uint64_t)m.nchunks * STG_MANIFEST_ENTRY_SIZE;
@@ -222,10 +250,7 @@ int stg_manifest_decode(const uint8_t *buf, size_t len, struct stg_manifest *ret
 		e->flags = stg_get_le32(p + 24);
 		e->pack = stg_get_le64(p + 32);
 		e->offset = stg_get_le64(p + 40);
-		uint64_t want = i + 1 < m.nchunks ? m.chunk_size
-						  : m.size - (uint64_t)i * m.chunk_size;
-		bool ok = e->raw_len == want && !(e->flags & ~STG_ENTRY_KNOWN_FLAGS) &&
-			  stg_get_le32(p + 28) == 0;
+		bool ok = !(e->flags & ~STG_ENTRY_KNOWN_FLAGS) && stg_get_le32(p + 28) == 0;
 		if (e->flags & STG_ENTRY_ZERO)
 			ok = ok && e->stored_len == 0 && !(e->flags & (STG_ENTRY_NEW | STG_ENTRY_LZ4)) &&
 			     e->pack == 0 && e->offset == 0;
@@ -241,6 +266,10 @@ int stg_manifest_decode(const uint8_t *buf, size_t len, struct stg_manifest *ret
 			free(m.entries);
 			return -EBADMSG;
 		}
+	}
+	if (stg_manifest_place(&m) < 0) {
+		free(m.entries);
+		return -EBADMSG;
 	}
 	if (m.flags & STG_MANIFEST_PART) {
 		int r = part_decode(buf + entries_end, body - entries_end, m.size, &m.part);
@@ -272,12 +301,36 @@ int stg_manifest_peek_part(const uint8_t *buf, size_t len, char ret_job[STG_PART
 
 int stg_manifest_init(struct stg_manifest *m, uint64_t size, uint32_t chunk_size)
 {
+	struct stg_chunker c;
+	stg_chunker_init(&c, STG_CHUNKING_FIXED, chunk_size);
 	uint64_t n = stg_manifest_nchunks(size, chunk_size);
-	if (size > MAX_FILE_SIZE || n > UINT32_MAX)
+	return stg_manifest_init_chunked(m, size, &c, n > UINT32_MAX ? UINT32_MAX : (uint32_t)n);
+}
+
+int stg_manifest_init_chunked(struct stg_manifest *m, uint64_t size, const struct stg_chunker *c,
+			      uint32_t nchunks)
+{
+	if (size > MAX_FILE_SIZE || nchunks == UINT32_MAX)
 		return -EFBIG;
-	*m = (struct stg_manifest){.size = size, .chunk_size = chunk_size, .nchunks = (uint32_t)n};
-	m->entries = calloc(n ? n : 1, sizeof(*m->entries));
+	*m = (struct stg_manifest){.size = size, .chunk_size = c->avg, .chunking = c->kind,
+				   .chunk_min = c->min, .chunk_max = c->max, .nchunks = nchunks};
+	m->entries = calloc(nchunks ? nchunks : 1, sizeof(*m->entries));
 	return m->entries ? 0 : -ENOMEM;
+}
+
+int stg_manifest_place(struct stg_manifest *m)
+{
+	uint64_t at = 0;
+	for (uint32_t i = 0; i < m->nchunks; i++) {
+		struct stg_manifest_entry *e = &m->entries[i];
+		bool last = i + 1 == m->nchunks;
+		if (e->raw_len == 0 || e->raw_len > m->chunk_max ||
+		    (!last && e->raw_len < m->chunk_min) || e->raw_len > m->size - at)
+			return -EBADMSG;
+		e->at = at;
+		at += e->raw_len;
+	}
+	return at == m->size ? 0 : -EBADMSG;
 }
 
 void stg_manifest_done(struct stg_manifest *m)

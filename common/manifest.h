@@ -6,12 +6,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chunker.h"
 #include "hash.h"
 
 #define STG_MANIFEST_MAGIC "SHMF"
-/* Format 2 is format 1 plus header flags; a manifest without flags is
- * written as format 1, so that older readers still read it. */
-#define STG_MANIFEST_FORMAT 3
+/* Format 2 is format 1 plus header flags, 3 adds the part section, 4 content-
+ * defined chunks. Each is written only when the one before cannot say it, so
+ * that older readers still read what they can. */
+#define STG_MANIFEST_FORMAT 4
 #define STG_MANIFEST_HEADER_SIZE 64
 #define STG_MANIFEST_ENTRY_SIZE 48
 #define STG_MANIFEST_TRAILER_SIZE 8
@@ -57,6 +59,8 @@ struct stg_part {
 
 struct stg_manifest_entry {
 	struct stg_hash hash;
+	uint64_t at;         /* of the chunk in the file: not stored, the running
+			      * sum of raw_len (set by decode, stg_manifest_place) */
 	uint32_t raw_len;
 	uint32_t stored_len; /* payload bytes of the chunk record; 0 for ZERO */
 	uint32_t flags;
@@ -68,7 +72,10 @@ struct stg_manifest {
 	uint64_t version; /* the version's id (version.h) */
 	uint32_t flags;   /* enum stg_manifest_flags */
 	uint64_t size;
-	uint32_t chunk_size;
+	uint32_t chunk_size;          /* fixed: every chunk's but the last; cdc: the average */
+	enum stg_chunking chunking;
+	uint32_t chunk_min, chunk_max; /* every chunk's raw length but the last's is in
+					* [chunk_min, chunk_max]; fixed: both chunk_size */
 	uint32_t mode;    /* permission bits */
 	int64_t mtime_ns; /* the file's modification time */
 	int64_t commit_ns;
@@ -127,8 +134,19 @@ int stg_part_merge(const struct stg_part *a, const struct stg_part *b, uint64_t 
 /* Whether a and b (either may be NULL: no part) say the same. */
 bool stg_part_equal(const struct stg_part *a, const struct stg_part *b);
 
-/* Allocates entries for nchunks; returns 0 or -ENOMEM. */
+/* Allocates entries for a file of size bytes in fixed chunks; returns 0,
+ * -EFBIG or -ENOMEM. */
 int stg_manifest_init(struct stg_manifest *m, uint64_t size, uint32_t chunk_size);
+
+/* Allocates nchunks entries for a file of size bytes cut by a chunker like
+ * c (its kind and bounds); returns 0, -EFBIG or -ENOMEM. */
+int stg_manifest_init_chunked(struct stg_manifest *m, uint64_t size, const struct stg_chunker *c,
+			      uint32_t nchunks);
+
+/* Sets each entry's offset in the file (at) from the raw lengths, and checks
+ * them: every length within the manifest's bounds (the last one may be
+ * shorter), the lengths adding up to the size. Returns 0 or -EBADMSG. */
+int stg_manifest_place(struct stg_manifest *m);
 
 void stg_manifest_done(struct stg_manifest *m);
 

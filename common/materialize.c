@@ -17,9 +17,9 @@ int stg_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 {
 	/* Aligned, so that an O_DIRECT destination takes it as it is. */
 	uint8_t *raw = NULL;
-	if (posix_memalign((void **)&raw, STG_PACK_ALIGN, m->chunk_size))
+	if (posix_memalign((void **)&raw, STG_PACK_ALIGN, m->chunk_max))
 		raw = NULL;
-	uint8_t *scratch = malloc(stg_chunk_bound(m->chunk_size));
+	uint8_t *scratch = malloc(stg_chunk_bound(m->chunk_max));
 	int flags = fcntl(fd, F_GETFL);
 	bool direct = flags >= 0 && (flags & O_DIRECT);
 	int r = 0;
@@ -46,7 +46,8 @@ int stg_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 				goto out_free;
 			}
 			if (direct && e->raw_len % STG_PACK_ALIGN) {
-				/* The short last chunk cannot go direct. */
+				/* A chunk of unaligned length (the last one, any
+				 * content-defined one) cannot go direct, nor any after it. */
 				fcntl(fd, F_SETFL, flags & ~O_DIRECT);
 				direct = false;
 			}

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The fast path: a new or truncated captured file written sequentially through
- * write()/pwrite()/writev() is chunked, hashed and staged as the data arrives
+ * write()/pwrite()/writev() is chunked (fixed or content-defined chunks, as
+ * the rule says), hashed and staged as the data arrives
  * (each chunk copied once, while it is hashed, into the pack writer's aligned
  * buffer and written with O_DIRECT), and never copied into the shadow.
  * Anything else done to the descriptor (reading, seeking away and writing,
@@ -28,11 +29,12 @@
  * a thread waiting to write must find out the fast path ended meanwhile. */
 struct fast {
 	struct stg_builder *b; /* NULL once failed */
-	uint32_t cs;      /* chunk size */
+	struct stg_chunker ch; /* where the chunk being staged ends */
 	uint64_t pos;     /* the descriptor's offset, as the application sees it */
 	uint64_t sealed;  /* [0, sealed) are whole chunks handed to the builder */
+	uint64_t nsealed; /* how many */
 	uint64_t staged;  /* [sealed, staged) wait in pending; staged is the size */
-	uint8_t *pending; /* one chunk; allocated at the first partial chunk */
+	uint8_t *pending; /* one chunk (ch.max bytes); allocated at the first partial one */
 	bool dirty;       /* changed since the last commit (a new file starts so) */
 	int failed;       /* a write could not be staged: -errno for every later call */
 };
@@ -56,7 +58,7 @@ int fast_start(struct session *s)
 		free(f);
 		return r;
 	}
-	f->cs = stg_builder_chunk_size(f->b);
+	stg_chunker_init(&f->ch, s->rule->chunking, s->rule->chunk_size);
 	f->dirty = true;
 	s->fast = f;
 	share_fast_start(s->share);
@@ -67,7 +69,7 @@ static void fast_free(struct fast *f)
 {
 	stg_builder_free(f->b);
 	if (f->pending)
-		real_munmap(f->pending, f->cs);
+		real_munmap(f->pending, f->ch.max);
 	free(f);
 }
 
@@ -102,9 +104,11 @@ bool fast_size(struct session *s, uint64_t *ret)
 
 static int seal(struct fast *f, const void *data, size_t len)
 {
-	int r = stg_builder_add(f->b, f->sealed / f->cs, data, len);
-	if (r == 0)
-		f->sealed += f->cs;
+	int r = stg_builder_add(f->b, f->nsealed, data, len);
+	if (r == 0) {
+		f->nsealed++;
+		f->sealed += len;
+	}
 	return r;
 }
 
@@ -113,38 +117,35 @@ static ssize_t append(struct fast *f, const uint8_t *buf, size_t n)
 {
 	size_t done = 0;
 	while (done < n) {
-		size_t fill = (size_t)(f->staged - f->sealed);
-		size_t left = n - done;
-		int r;
-		if (fill == 0 && left >= f->cs) {
+		size_t fill = (size_t)(f->staged - f->sealed), used;
+		struct stg_chunker before = f->ch;
+		bool end = stg_chunker_next(&f->ch, buf + done, n - done, &used);
+		int r = 0;
+		if (end && fill == 0) {
 			/* A whole chunk in the caller's buffer: straight to the
 			 * builder, no stop in pending. */
-			r = seal(f, buf + done, f->cs);
-			if (r < 0)
-				return done ? (ssize_t)done : r;
-			f->staged += f->cs;
-			done += f->cs;
-			continue;
-		}
-		if (!f->pending) {
-			void *p = real_mmap(NULL, f->cs, PROT_READ | PROT_WRITE,
-					    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-			if (p == MAP_FAILED)
-				return done ? (ssize_t)done : -ENOMEM;
-			f->pending = p;
-		}
-		size_t k = f->cs - fill < left ? f->cs - fill : left;
-		memcpy(f->pending + fill, buf + done, k);
-		f->staged += k;
-		done += k;
-		if (fill + k == f->cs) {
-			r = seal(f, f->pending, f->cs);
-			if (r < 0) {
-				f->staged -= k; /* not taken after all */
-				done -= k;
-				return done ? (ssize_t)done : r;
+			r = seal(f, buf + done, used);
+		} else {
+			if (!f->pending) {
+				void *p = real_mmap(NULL, f->ch.max, PROT_READ | PROT_WRITE,
+						    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1,
+						    0);
+				if (p == MAP_FAILED)
+					r = -ENOMEM;
+				else
+					f->pending = p;
 			}
+			if (r == 0)
+				memcpy(f->pending + fill, buf + done, used);
+			if (r == 0 && end)
+				r = seal(f, f->pending, fill + used);
 		}
+		if (r < 0) {
+			f->ch = before; /* not taken after all */
+			return done ? (ssize_t)done : r;
+		}
+		f->staged += used;
+		done += used;
 	}
 	return (ssize_t)done;
 }
@@ -234,7 +235,7 @@ static int commit_locked(struct session *s, struct fast *f, bool last, uint64_t 
 	int r = 0;
 	uint64_t tail = f->staged - f->sealed;
 	if (tail)
-		r = stg_builder_add(f->b, f->sealed / f->cs, f->pending, (size_t)tail);
+		r = stg_builder_add(f->b, f->nsealed, f->pending, (size_t)tail);
 	if (r < 0)
 		return r;
 	/* Writing goes on after this commit from the locations recorded so far:
@@ -264,7 +265,7 @@ static int commit_locked(struct session *s, struct fast *f, bool last, uint64_t 
 	struct stg_builder *nb = NULL;
 	r = stg_builder_new(shim.cache, s->path, s->rule, &nb);
 	if (r == 0)
-		r = stg_builder_copy_entries(nb, f->b, f->sealed / f->cs);
+		r = stg_builder_copy_entries(nb, f->b, f->nsealed);
 	if (r < 0) {
 		stg_builder_free(nb);
 		/* The version is published; what comes next cannot be staged. */
@@ -295,19 +296,20 @@ int fast_commit(struct session *s, bool last, uint64_t replaces, int64_t *ret_ve
  * (the application's may be write-only or O_DIRECT). */
 static int write_out(struct fast *f, int wfd)
 {
-	uint8_t *raw = malloc(f->cs), *scratch = malloc(stg_chunk_bound(f->cs));
+	uint8_t *raw = malloc(f->ch.max), *scratch = malloc(stg_chunk_bound(f->ch.max));
 	int r = raw && scratch ? stg_builder_flush(f->b) : -ENOMEM;
-	for (uint64_t i = 0; r == 0 && i < f->sealed / f->cs; i++) {
+	for (uint64_t i = 0, at = 0; r == 0 && i < f->nsealed; i++) {
 		const struct stg_manifest_entry *e = stg_builder_entry(f->b, i);
 		if (!e) {
 			r = -EIO;
 			break;
 		}
+		at += e->raw_len;
 		if (e->flags & STG_ENTRY_ZERO)
 			continue;
 		r = stg_pack_read(shim.cache, e, raw, scratch);
 		if (r == 0)
-			r = stg_pwrite_all(wfd, raw, e->raw_len, (off_t)(i * f->cs));
+			r = stg_pwrite_all(wfd, raw, e->raw_len, (off_t)(at - e->raw_len));
 	}
 	if (r == 0 && f->staged > f->sealed)
 		r = stg_pwrite_all(wfd, f->pending, (size_t)(f->staged - f->sealed), (off_t)f->sealed);

@@ -165,6 +165,7 @@ static int may_put(int filedirfd, uint64_t version, const uint8_t *mf, size_t le
 	/* Two nodes' parts of one job version may have the same chunks (ranks
 	 * writing the same bytes): the part tells them apart. */
 	bool same = held.size == in.size && held.chunk_size == in.chunk_size &&
+		    held.chunking == in.chunking && held.chunk_max == in.chunk_max &&
 		    held.nchunks == in.nchunks && stg_part_equal(held.part, in.part);
 	for (uint32_t i = 0; same && i < in.nchunks; i++)
 		same = stg_hash_eq(&held.entries[i].hash, &in.entries[i].hash) &&

@@ -94,12 +94,13 @@ static void *writer(void *p)
 			iov[n++] = (struct iovec){s->buf, s->len};
 			end += s->len;
 			if (s->len % STG_PACK_ALIGN)
-				break; /* a short last chunk ends a batch */
+				break; /* an unaligned length ends a batch */
 		}
 		rg->claim = (first + (size_t)n) % RING;
 		bool direct = rg->direct;
 		if (direct && iov[n - 1].iov_len % STG_PACK_ALIGN) {
-			/* The short last chunk cannot go direct (only one such). */
+			/* A chunk of unaligned length (the last one, any content-
+			 * defined one) cannot go direct, nor can any after it. */
 			fcntl(rg->fd, F_SETFL, rg->flags & ~O_DIRECT);
 			rg->direct = false;
 		}
@@ -136,9 +137,9 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 	rg.flags = fcntl(fd, F_GETFL);
 	rg.direct = rg.flags >= 0 && (rg.flags & O_DIRECT);
 	int r = 0;
-	uint8_t *scratch = malloc(stg_chunk_bound(m->chunk_size));
+	uint8_t *scratch = malloc(stg_chunk_bound(m->chunk_max));
 	for (int i = 0; i < RING; i++)
-		if (posix_memalign((void **)&rg.slots[i].buf, STG_PACK_ALIGN, m->chunk_size))
+		if (posix_memalign((void **)&rg.slots[i].buf, STG_PACK_ALIGN, m->chunk_max))
 			rg.slots[i].buf = NULL;
 	for (int i = 0; i < RING; i++)
 		if (!rg.slots[i].buf)

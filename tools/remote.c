@@ -348,7 +348,7 @@ static void *fetch_worker(void *arg)
 	struct fetch *f = arg;
 	struct remote_session s;
 	remote_session_init(&s, f->rm);
-	uint8_t *buf = malloc(f->m->chunk_size);
+	uint8_t *buf = malloc(f->m->chunk_max);
 	if (!buf) {
 		int zero = 0;
 		atomic_compare_exchange_strong(&f->failed, &zero, -ENOMEM);
@@ -362,7 +362,7 @@ static void *fetch_worker(void *arg)
 		if (!(e->flags & STG_ENTRY_ZERO)) {
 			const uint8_t *data;
 			r = fetch_chunk(f, &s, i, buf, &data);
-			off_t off = (off_t)(i * f->m->chunk_size);
+			off_t off = (off_t)e->at;
 			if (r == 0)
 				r = stg_pwrite_all(f->fd, data, e->raw_len, off);
 			/* Start the write-back now, so that the final fsync finds

@@ -25,6 +25,7 @@ static void sample(struct stg_manifest *m)
 	m->entries[2] = (struct stg_manifest_entry){.hash = m->entries[2].hash, .raw_len = 100,
 						    .stored_len = 60, .flags = STG_ENTRY_LZ4,
 						    .pack = 0xfedcba9876543210ull, .offset = 1u << 20};
+	CHECK_EQ(stg_manifest_place(m), 0);
 }
 
 /* Gives m a part: node 0x0a0b0c0d0e0f1011's ranks 2, 3 (and 5) of 8 wrote
