@@ -4,6 +4,7 @@
 
 #include "harness.h"
 #include "manifest.h"
+#include "policy.h"
 #include "util.h"
 
 /* A fixed manifest: three chunks of 64 KiB + 100 bytes, one of each kind. */
@@ -291,6 +292,146 @@ static void test_part(void)
 	check_reencode("manifest-v3-part.bin");
 }
 
+/* A content-defined manifest (64 KiB average: chunks of 16 KiB .. 256 KiB):
+ * chunks of 70000, 16384 (zeros) and 100 bytes. */
+static void sample_cdc(struct stg_manifest *m)
+{
+	struct stg_chunker c;
+	stg_chunker_init(&c, STG_CHUNKING_CDC, 65536);
+	CHECK_EQ(c.min, 16384);
+	CHECK_EQ(c.max, 262144);
+	CHECK_EQ(stg_manifest_init_chunked(m, 70000 + 16384 + 100, &c, 3), 0);
+	m->version = 9;
+	m->mode = 0600;
+	m->mtime_ns = 1795200000123456789LL;
+	m->commit_ns = 1795200001000000000LL;
+	static const uint32_t lens[] = {70000, 16384, 100};
+	for (int i = 0; i < 3; i++) {
+		for (int k = 0; k < 16; k++)
+			m->entries[i].hash.b[k] = (uint8_t)(0x80 + i * 16 + k);
+		m->entries[i].raw_len = lens[i];
+	}
+	m->entries[0].stored_len = 70000;
+	m->entries[0].flags = STG_ENTRY_NEW;
+	m->entries[0].pack = 0x1111222233334444ull;
+	m->entries[0].offset = 8192;
+	m->entries[1].flags = STG_ENTRY_ZERO;
+	m->entries[2].stored_len = 60;
+	m->entries[2].flags = STG_ENTRY_LZ4;
+	m->entries[2].pack = 0x1111222233334444ull;
+	m->entries[2].offset = 81920;
+	CHECK_EQ(stg_manifest_place(m), 0);
+}
+
+/* The rules of lengths and bounds, each broken in turn (the sizes follow
+ * the lengths, so that only the rule at hand is broken). */
+enum { NBREAKS = 12 };
+
+static void break_rule(struct stg_manifest *m, int rule)
+{
+	struct stg_manifest_entry *e = m->entries;
+	switch (rule) {
+	case 0: e[1].raw_len--, m->size--; break;                   /* below min, not last */
+	case 1: /* above max */
+		e[0].raw_len = e[0].stored_len = 262145, m->size += 262145 - 70000;
+		break;
+	case 2: e[2].raw_len = 262145, m->size += 262145 - 100; break; /* last above max */
+	case 3: m->size--; break;                                    /* lengths sum more */
+	case 4: m->size++; break;                                    /* lengths sum less */
+	case 5: e[2].raw_len = 0, m->size -= 100; break;             /* an empty chunk */
+	case 6: m->chunk_min = 0; break;
+	case 7: m->chunk_min = 65537; break;                         /* above the average */
+	case 8: m->chunk_max = 65535; break;                         /* below the average */
+	case 9: m->chunk_max = STG_CHUNK_MAX + 1; break;
+	case 10: m->chunk_size = 65536 + 4096; break;                /* not a power of two */
+	case 11: m->nchunks = 0; break;                              /* bytes, no chunks */
+	}
+}
+
+/* Re-encodes the content-defined sample with a rule broken; returns what
+ * decoding says. */
+static int decode_broken(int rule)
+{
+	struct stg_manifest m, d;
+	sample_cdc(&m);
+	break_rule(&m, rule);
+	size_t len = stg_manifest_encoded_size(&m);
+	uint8_t *buf = malloc(len);
+	stg_manifest_encode(&m, buf);
+	int r = stg_manifest_decode(buf, len, &d);
+	if (r == 0)
+		stg_manifest_done(&d);
+	stg_manifest_done(&m);
+	free(buf);
+	return r;
+}
+
+static void test_cdc(void)
+{
+	struct stg_manifest m, d;
+	sample_cdc(&m);
+	size_t len = stg_manifest_encoded_size(&m);
+	/* The entries stay 48 bytes: the offsets are implicit. */
+	CHECK_EQ(len, 64 + 3 * 48 + 8);
+	uint8_t *buf = malloc(len);
+	CHECK_EQ(stg_manifest_encode(&m, buf), len);
+	CHECK(harness_golden("manifest-v4-cdc.bin", buf, len));
+	CHECK_EQ(stg_get_le16(buf + 4), 4);
+	CHECK_EQ(stg_manifest_peek_flags(buf, len), 0);
+	CHECK_EQ(stg_manifest_decode(buf, len, &d), 0);
+	CHECK_EQ(d.chunking, STG_CHUNKING_CDC);
+	CHECK_EQ(d.chunk_size, 65536);
+	CHECK_EQ(d.chunk_min, 16384);
+	CHECK_EQ(d.chunk_max, 262144);
+	CHECK_EQ(d.entries[1].at, 70000);
+	CHECK_EQ(d.entries[2].at, 70000 + 16384);
+	CHECK(memcmp(d.entries, m.entries, 3 * sizeof(*d.entries)) == 0);
+	stg_manifest_done(&d);
+	check_reencode("manifest-v4-cdc.bin");
+
+	/* Every single-byte corruption and every truncation is refused. */
+	for (int bit = 0; bit < 8; bit += 3)
+		CHECK_EQ(accepted_flips(buf, len, len, (uint8_t)(1 << bit)), 0);
+	for (size_t n = 0; n < len; n++)
+		CHECK(stg_manifest_decode(buf, n, &d) == -EBADMSG);
+	/* Checksummed, but wrong: the kind (fixed has formats 1-3, no other
+	 * kind exists), bytes 52..63 in an older format. */
+	CHECK_EQ(decode_mutated32(buf, len, 52, STG_CHUNKING_FIXED), -EBADMSG);
+	CHECK_EQ(decode_mutated32(buf, len, 52, 2), -EBADMSG);
+	uint8_t v3[2] = {3, 0};
+	CHECK_EQ(decode_mutated(buf, len, 4, v3, 2), -EBADMSG);
+	/* Every length and bound rule. */
+	for (int rule = 0; rule < NBREAKS; rule++)
+		CHECK_EQ(decode_broken(rule), -EBADMSG);
+	/* A short chunk at the end is fine, and so are open and part versions. */
+	m.flags = STG_MANIFEST_OPEN;
+	sample_part(&m, 2, 3);
+	m.part->extents[2] = (struct stg_extent){70000, 10};
+	len = stg_manifest_encoded_size(&m);
+	buf = realloc(buf, len);
+	CHECK_EQ(stg_manifest_encode(&m, buf), len);
+	CHECK_EQ(stg_get_le16(buf + 4), 4);
+	CHECK_EQ(stg_manifest_decode(buf, len, &d), 0);
+	CHECK_EQ(d.flags, STG_MANIFEST_OPEN | STG_MANIFEST_PART);
+	CHECK(stg_part_equal(d.part, m.part));
+	stg_manifest_done(&d);
+	stg_manifest_done(&m);
+
+	/* An empty content-defined file has no chunks. */
+	struct stg_chunker c;
+	stg_chunker_init(&c, STG_CHUNKING_CDC, 1 << 20);
+	CHECK_EQ(stg_manifest_init_chunked(&m, 0, &c, 0), 0);
+	m.version = 1;
+	len = stg_manifest_encode(&m, buf);
+	CHECK_EQ(len, 72);
+	CHECK_EQ(stg_manifest_decode(buf, len, &d), 0);
+	CHECK_EQ(d.nchunks, 0);
+	CHECK_EQ(d.chunking, STG_CHUNKING_CDC);
+	stg_manifest_done(&d);
+	stg_manifest_done(&m);
+	free(buf);
+}
+
 int main(void)
 {
 	struct stg_manifest m, d;
@@ -406,5 +547,6 @@ int main(void)
 
 	test_part();
 	test_part_merge();
+	test_cdc();
 	return harness_done();
 }
