@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The chunkers: the same cuts whatever the pieces, lengths within bounds, and
  * CDC cuts that follow the content when bytes are inserted. */
+#include "chunker-internal.h"
 #include "chunker.h"
 #include "harness.h"
 #include "hash.h"
@@ -38,6 +39,15 @@ static void fill_realistic(uint8_t *p, size_t n)
 				memcpy(&p[i], (uint8_t *)&x + j % 8, 1);
 			}
 		}
+	}
+}
+
+/* Float64 values that all moved a little: no zero runs, no text. */
+static void fill_floats(uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i + 8 <= n; i += 8) {
+		double x = 50.0 + (double)(next_random() >> 11) * 1e-14;
+		memcpy(p + i, &x, 8);
 	}
 }
 
@@ -162,18 +172,36 @@ static size_t shared_after_insert(enum stg_chunking kind, const uint8_t *a, size
 	return shared;
 }
 
-static void test_insert(const uint8_t *data, size_t len)
+/* A few bytes, and more than the spacing of any one byte value (which
+ * defeats chunkers cutting at the first large byte after a window). */
+static void test_insert(const uint8_t *data, size_t len, size_t ins)
 {
-	uint8_t *shifted = malloc(len + 64);
+	uint8_t *shifted = malloc(len + ins);
 	memcpy(shifted, data, 1000);
-	memset(shifted + 1000, 0xa5, 64);
-	memcpy(shifted + 1064, data + 1000, len - 1000);
+	memset(shifted + 1000, 0xa5, ins);
+	memcpy(shifted + 1000 + ins, data + 1000, len - 1000);
 	size_t total;
-	size_t cdc = shared_after_insert(STG_CHUNKING_CDC, data, len, shifted, len + 64, &total);
+	size_t cdc = shared_after_insert(STG_CHUNKING_CDC, data, len, shifted, len + ins, &total);
 	CHECK(cdc >= total * 95 / 100);
-	size_t fixed = shared_after_insert(STG_CHUNKING_FIXED, data, len, shifted, len + 64, &total);
+	size_t fixed = shared_after_insert(STG_CHUNKING_FIXED, data, len, shifted, len + ins, &total);
 	CHECK(fixed <= total / 10); /* what cdc is for */
 	free(shifted);
+}
+
+/* The vector and the portable scans cut at the same bytes. */
+static void test_simd(const uint8_t *data, size_t len)
+{
+	if (!stg_chunker_use_simd(true)) {
+		printf("no vector scan on this CPU: the portable one only\n");
+		return;
+	}
+	static size_t a[4096], b[4096];
+	size_t na = chunk_ends(STG_CHUNKING_CDC, 64 << 10, data, len, odd, a, 4096);
+	stg_chunker_use_simd(false);
+	size_t nb = chunk_ends(STG_CHUNKING_CDC, 64 << 10, data, len, odd, b, 4096);
+	stg_chunker_use_simd(true);
+	CHECK_EQ(na, nb);
+	CHECK(na == nb && memcmp(a, b, na * sizeof(*a)) == 0);
 }
 
 /* Zeros hold no content to cut at: chunks of one length. */
@@ -198,7 +226,15 @@ int main(void)
 	test_pieces(STG_CHUNKING_CDC, data, 4 * MIB);
 	test_pieces(STG_CHUNKING_FIXED, data, 4 * MIB);
 	test_bounds(data, len);
-	test_insert(data, len);
+	test_insert(data, len, 64);
+	test_insert(data, len, 10000);
+	test_simd(data, len);
+	uint8_t *floats = malloc(len);
+	fill_floats(floats, len);
+	test_insert(floats, len, 10000);
+	test_simd(floats, len);
+	test_pieces(STG_CHUNKING_CDC, floats, 4 * MIB);
+	free(floats);
 	test_zeros();
 	free(data);
 	return harness_done();
