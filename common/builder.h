@@ -50,8 +50,9 @@ void stg_builder_defer_collect(struct stg_builder *b);
  * hashes, deduplicates, compresses and stores it. Returns 0 or -errno. */
 int stg_builder_add(struct stg_builder *b, uint64_t index, const void *data, size_t len);
 
-/* The staging buffer (the chunker's maximum length): fill it, then stg_builder_add_buffered().
- * It changes after every chunk stored: ask again each time. */
+/* The staging buffer (the chunker's maximum length): fill it, then
+ * stg_builder_add_buffered(). It changes after every chunk stored: ask again
+ * each time. */
 uint8_t *stg_builder_buffer(struct stg_builder *b);
 
 /* Records chunk index from the first len bytes of the staging buffer. */
@@ -81,9 +82,9 @@ const struct stg_builder_stats *stg_builder_stats(const struct stg_builder *b);
 
 /* Stages the whole content of fd (size bytes) as a new version of path, cut
  * as the rule says: fixed chunks with holes found by SEEK_DATA and not read,
- * or content-defined ones in one streaming pass (holes read as zeros). open and replaces as for
- * stg_builder_set_open, part as for stg_builder_set_part. Returns the
- * version or -errno. */
+ * or content-defined ones in one streaming pass (holes read as zeros). open
+ * and replaces as for stg_builder_set_open, part as for
+ * stg_builder_set_part. Returns the version or -errno. */
 int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_path_rule *rule,
 		      int fd, uint64_t size, uint32_t mode, int64_t mtime_ns, bool open,
 		      uint64_t replaces, const struct stg_part *part);

@@ -207,18 +207,16 @@ int stg_manifest_decode(const uint8_t *buf, size_t len, struct stg_manifest *ret
 		return -EBADMSG;
 	/* Format 4 says how the content was cut, the others have fixed
 	 * chunks and zeros there. */
-	m.chunking = stg_get_le16(buf + 4) == 4 ? (enum stg_chunking)stg_get_le32(buf + 52)
-						: STG_CHUNKING_FIXED;
+	m.chunking = STG_CHUNKING_FIXED;
 	m.chunk_min = m.chunk_max = m.chunk_size;
-	if (stg_get_le16(buf + 4) < 4 && !all_zero(buf + 52, 12))
-		return -EBADMSG;
-	if (m.chunking == STG_CHUNKING_FIXED &&
-	    m.nchunks != stg_manifest_nchunks(m.size, m.chunk_size))
+	if (stg_get_le16(buf + 4) < 4 &&
+	    (!all_zero(buf + 52, 12) || m.nchunks != stg_manifest_nchunks(m.size, m.chunk_size)))
 		return -EBADMSG;
 	if (stg_get_le16(buf + 4) == 4) {
+		m.chunking = STG_CHUNKING_CDC;
 		m.chunk_min = stg_get_le32(buf + 56);
 		m.chunk_max = stg_get_le32(buf + 60);
-		if (m.chunking != STG_CHUNKING_CDC || m.chunk_min == 0 ||
+		if (stg_get_le32(buf + 52) != STG_CHUNKING_CDC || m.chunk_min == 0 ||
 		    m.chunk_min > m.chunk_size || m.chunk_max < m.chunk_size ||
 		    m.chunk_max > STG_CHUNK_MAX)
 			return -EBADMSG;
@@ -304,13 +302,15 @@ int stg_manifest_init(struct stg_manifest *m, uint64_t size, uint32_t chunk_size
 	struct stg_chunker c;
 	stg_chunker_init(&c, STG_CHUNKING_FIXED, chunk_size);
 	uint64_t n = stg_manifest_nchunks(size, chunk_size);
-	return stg_manifest_init_chunked(m, size, &c, n > UINT32_MAX ? UINT32_MAX : (uint32_t)n);
+	if (n > UINT32_MAX)
+		return -EFBIG;
+	return stg_manifest_init_chunked(m, size, &c, (uint32_t)n);
 }
 
 int stg_manifest_init_chunked(struct stg_manifest *m, uint64_t size, const struct stg_chunker *c,
 			      uint32_t nchunks)
 {
-	if (size > MAX_FILE_SIZE || nchunks == UINT32_MAX)
+	if (size > MAX_FILE_SIZE)
 		return -EFBIG;
 	*m = (struct stg_manifest){.size = size, .chunk_size = c->avg, .chunking = c->kind,
 				   .chunk_min = c->min, .chunk_max = c->max, .nchunks = nchunks};

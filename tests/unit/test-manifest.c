@@ -95,6 +95,26 @@ static int decode_mutated64(const uint8_t *good, size_t len, size_t at, uint64_t
 	return decode_mutated(good, len, at, b, 8);
 }
 
+/* Encodes m, pinned by a golden file; returns the malloc'ed bytes. */
+static uint8_t *encode_pinned(const struct stg_manifest *m, const char *golden, size_t *len)
+{
+	*len = stg_manifest_encoded_size(m);
+	uint8_t *buf = malloc(*len);
+	CHECK_EQ(stg_manifest_encode(m, buf), *len);
+	CHECK(harness_golden(golden, buf, *len));
+	return buf;
+}
+
+/* Every single-byte corruption and every truncation is refused. */
+static void check_refused(uint8_t *buf, size_t len)
+{
+	struct stg_manifest d;
+	for (int bit = 0; bit < 8; bit += 3)
+		CHECK_EQ(accepted_flips(buf, len, len, (uint8_t)(1 << bit)), 0);
+	for (size_t n = 0; n < len; n++)
+		CHECK(stg_manifest_decode(buf, n, &d) == -EBADMSG);
+}
+
 /* A golden file decodes and encodes back to the same bytes. */
 static void check_reencode(const char *name)
 {
@@ -370,12 +390,10 @@ static void test_cdc(void)
 {
 	struct stg_manifest m, d;
 	sample_cdc(&m);
-	size_t len = stg_manifest_encoded_size(&m);
+	size_t len;
+	uint8_t *buf = encode_pinned(&m, "manifest-v4-cdc.bin", &len);
 	/* The entries stay 48 bytes: the offsets are implicit. */
 	CHECK_EQ(len, 64 + 3 * 48 + 8);
-	uint8_t *buf = malloc(len);
-	CHECK_EQ(stg_manifest_encode(&m, buf), len);
-	CHECK(harness_golden("manifest-v4-cdc.bin", buf, len));
 	CHECK_EQ(stg_get_le16(buf + 4), 4);
 	CHECK_EQ(stg_manifest_peek_flags(buf, len), 0);
 	CHECK_EQ(stg_manifest_decode(buf, len, &d), 0);
@@ -388,12 +406,7 @@ static void test_cdc(void)
 	CHECK(memcmp(d.entries, m.entries, 3 * sizeof(*d.entries)) == 0);
 	stg_manifest_done(&d);
 	check_reencode("manifest-v4-cdc.bin");
-
-	/* Every single-byte corruption and every truncation is refused. */
-	for (int bit = 0; bit < 8; bit += 3)
-		CHECK_EQ(accepted_flips(buf, len, len, (uint8_t)(1 << bit)), 0);
-	for (size_t n = 0; n < len; n++)
-		CHECK(stg_manifest_decode(buf, n, &d) == -EBADMSG);
+	check_refused(buf, len);
 	/* Checksummed, but wrong: the kind (fixed has formats 1-3, no other
 	 * kind exists), bytes 52..63 in an older format. */
 	CHECK_EQ(decode_mutated32(buf, len, 52, STG_CHUNKING_FIXED), -EBADMSG);
@@ -436,11 +449,9 @@ int main(void)
 {
 	struct stg_manifest m, d;
 	sample(&m);
-	size_t len = stg_manifest_encoded_size(&m);
+	size_t len;
+	uint8_t *buf = encode_pinned(&m, "manifest-v1.bin", &len);
 	CHECK_EQ(len, 64 + 3 * 48 + 8);
-	uint8_t *buf = malloc(len);
-	CHECK_EQ(stg_manifest_encode(&m, buf), len);
-	CHECK(harness_golden("manifest-v1.bin", buf, len));
 
 	CHECK_EQ(stg_manifest_decode(buf, len, &d), 0);
 	CHECK_EQ(d.version, 7);
@@ -453,12 +464,7 @@ int main(void)
 	CHECK_EQ(stg_manifest_stored_bytes(&d), 65536 + 4096);
 	CHECK_EQ(stg_manifest_new_chunks(&d), 1);
 	stg_manifest_done(&d);
-
-	/* Every single-byte corruption and every truncation is refused. */
-	for (int bit = 0; bit < 8; bit += 3)
-		CHECK_EQ(accepted_flips(buf, len, len, (uint8_t)(1 << bit)), 0);
-	for (size_t n = 0; n < len; n++)
-		CHECK(stg_manifest_decode(buf, n, &d) == -EBADMSG);
+	check_refused(buf, len);
 
 	/* Format 2: an open version (fsync'ed, its writer going on) carries a
 	 * flag, pinned by its own golden file; format 1 stays as it was. */
