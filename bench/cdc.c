@@ -250,16 +250,16 @@ int main(int argc, char **argv)
 			size_t at_max = 0;
 			for (size_t i = 0; i + 1 < n; i++)
 				at_max += lens[i] == c.max;
-			size_t full = n > 1 ? n - 1 : n; /* the last chunk is cut by the end */
-			qsort(lens, full, sizeof(*lens), cmp_u32);
 			double fixed = shared_bytes(STG_CHUNKING_FIXED, size, data, len, shifted,
 						    len + 64, lens, lcap);
 			double cdc = shared_bytes(STG_CHUNKING_CDC, size, data, len, shifted, len + 64,
 						  lens, lcap);
 			double far = shared_bytes(STG_CHUNKING_CDC, size, data, len, shifted_far,
 						  len + ins, lens, lcap);
+			/* the lengths again (shared_bytes reused lens); the last chunk
+			 * is cut by the end */
 			n = chunk(STG_CHUNKING_CDC, size, data, len, lens, lcap);
-			full = n > 1 ? n - 1 : n;
+			size_t full = n > 1 ? n - 1 : n;
 			qsort(lens, full, sizeof(*lens), cmp_u32);
 			printf("| %s | %uK | %.1f | %.1f | %.2f | %u | %u | %u | %u | %u | %.0f | %.1f%% | "
 			       "%.1f%% | %.1f%% | %.1f%% |\n",
