@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chunk.h"
+
 enum stg_durability {
 	STG_DURABILITY_ASYNC,
 	STG_DURABILITY_LOCAL,
@@ -22,7 +24,7 @@ struct stg_path_rule {
 	char *glob;          /* absolute fnmatch pattern; a trailing slash-star-star matches a subtree */
 	uint32_t chunk_size; /* power of two, STG_CHUNK_MIN..STG_CHUNK_MAX */
 	bool dedup;          /* dedup = previous */
-	bool compress;       /* compress = lz4 */
+	struct stg_chunk_codec codec; /* compress = and filter = */
 	enum stg_durability durability;
 	uint32_t keep; /* versions kept per file, >= 1 */
 	bool shared_job; /* shared = job: a version is every rank's writes, from

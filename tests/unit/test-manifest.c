@@ -23,7 +23,7 @@ static void sample(struct stg_manifest *m)
 	m->entries[1] = (struct stg_manifest_entry){.hash = m->entries[1].hash, .raw_len = 65536,
 						    .flags = STG_ENTRY_ZERO};
 	m->entries[2] = (struct stg_manifest_entry){.hash = m->entries[2].hash, .raw_len = 100,
-						    .stored_len = 60, .flags = STG_ENTRY_LZ4,
+						    .stored_len = 60, .flags = STG_ENTRY_ENCODED,
 						    .pack = 0xfedcba9876543210ull, .offset = 1u << 20};
 }
 
