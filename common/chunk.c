@@ -17,7 +17,7 @@
 /* Compressing a sample first keeps incompressible data (the common case for
  * float fields) from paying for a full pass. */
 #define PROBE_BYTES (64u << 10)
-/* zstd's level: bench/codecs measures the levels (README, "Codecs"). */
+/* zstd's default level: bench/codecs measures the levels (README, "Codecs"). */
 #define ZSTD_LEVEL 1
 
 /* Format 1 knows raw and lz4; format 2 adds codecs and filters. */
@@ -81,8 +81,9 @@ static size_t lz4_bound(size_t n)
 }
 
 /* Returns the compressed length, 0 when it failed. */
-static size_t lz4_compress(const uint8_t *in, size_t n, uint8_t *out, size_t cap)
+static size_t lz4_compress(const uint8_t *in, size_t n, uint8_t *out, size_t cap, int level)
 {
+	(void)level;
 	int r = LZ4_compress_default((const char *)in, (char *)out, (int)n, (int)cap);
 	return r > 0 ? (size_t)r : 0;
 }
@@ -98,12 +99,12 @@ static size_t zstd_bound(size_t n)
 	return ZSTD_compressBound(n);
 }
 
-static size_t zstd_compress(const uint8_t *in, size_t n, uint8_t *out, size_t cap)
+static size_t zstd_compress(const uint8_t *in, size_t n, uint8_t *out, size_t cap, int level)
 {
 	struct zstd_ctx *z = zstd_ctx();
 	if (!z)
 		return 0;
-	size_t r = ZSTD_compressCCtx(z->c, out, cap, in, n, ZSTD_LEVEL);
+	size_t r = ZSTD_compressCCtx(z->c, out, cap, in, n, level ? level : ZSTD_LEVEL);
 	return ZSTD_isError(r) ? 0 : r;
 }
 
@@ -123,7 +124,7 @@ static int zstd_decompress(const uint8_t *in, size_t n, uint8_t *out, size_t raw
 static const struct codec {
 	const char *name; /* as the policy's compress = says it */
 	size_t (*bound)(size_t raw_len);
-	size_t (*compress)(const uint8_t *in, size_t n, uint8_t *out, size_t cap);
+	size_t (*compress)(const uint8_t *in, size_t n, uint8_t *out, size_t cap, int level);
 	int (*decompress)(const uint8_t *in, size_t n, uint8_t *out, size_t raw_len);
 } codecs[NCODECS] = {
 	[CODEC_RAW] = {"off", raw_bound, NULL, NULL},
@@ -340,33 +341,34 @@ void stg_chunk_header_encode_raw(uint8_t *out, uint32_t raw_len, const struct st
 	header_encode(out, CODEC_RAW, FILTER_NONE, 0, raw_len, raw_len, hash);
 }
 
-/* Encodes n bytes of data with one codec and filter into out (header +
- * payload). Returns the object's length, 0 when it does not pay. */
-static size_t encode_with(const uint8_t *data, size_t n, const struct stg_hash *hash,
-			  unsigned codec, unsigned filter, unsigned es, uint8_t *out)
-{
-	const uint8_t *in = data;
-	uint8_t *filtered = NULL;
-	if (filter != FILTER_NONE) {
-		filtered = malloc(n);
-		if (!filtered)
-			return 0;
-		filters[filter].encode(data, n, es, filtered);
-		in = filtered;
-	}
-	uint8_t *payload = out + STG_CHUNK_HEADER_SIZE;
-	size_t len = codecs[codec].compress(in, n, payload, codecs[codec].bound(n));
-	free(filtered);
-	if (!worth_it(n, len))
-		return 0;
-	header_encode(out, codec, filter, es, (uint32_t)n, (uint32_t)len, hash);
-	return STG_CHUNK_HEADER_SIZE + len;
-}
-
 /* A codec and filter to try. */
 struct choice {
 	unsigned codec, filter, es;
+	int level;
 };
+
+/* Encodes n bytes of data with one codec and filter into out (header +
+ * payload). Returns the object's length, 0 when it does not pay. */
+static size_t encode_with(const uint8_t *data, size_t n, const struct stg_hash *hash,
+			  const struct choice *ch, uint8_t *out)
+{
+	const uint8_t *in = data;
+	uint8_t *filtered = NULL;
+	if (ch->filter != FILTER_NONE) {
+		filtered = malloc(n);
+		if (!filtered)
+			return 0;
+		filters[ch->filter].encode(data, n, ch->es, filtered);
+		in = filtered;
+	}
+	const struct codec *co = &codecs[ch->codec];
+	size_t len = co->compress(in, n, out + STG_CHUNK_HEADER_SIZE, co->bound(n), ch->level);
+	free(filtered);
+	if (!worth_it(n, len))
+		return 0;
+	header_encode(out, ch->codec, ch->filter, ch->es, (uint32_t)n, (uint32_t)len, hash);
+	return STG_CHUNK_HEADER_SIZE + len;
+}
 
 /* compress = auto: the smallest of lz4 with and without a shuffle on the
  * sample (the policy's filter, or a byte shuffle of each element size).
@@ -375,17 +377,16 @@ struct choice {
 static bool choose_auto(const uint8_t *data, size_t probe, const struct stg_hash *hash,
 			const struct stg_chunk_codec *c, uint8_t *out, struct choice *ret)
 {
-	struct choice cand[4] = {{CODEC_LZ4, FILTER_NONE, 0}};
+	struct choice cand[4] = {{CODEC_LZ4, FILTER_NONE, 0, 0}};
 	unsigned ncand = 1;
 	if (c->filter != FILTER_NONE)
-		cand[ncand++] = (struct choice){CODEC_LZ4, c->filter, c->element};
+		cand[ncand++] = (struct choice){CODEC_LZ4, c->filter, c->element, 0};
 	else
 		for (unsigned es = 2; es <= 8; es *= 2)
-			cand[ncand++] = (struct choice){CODEC_LZ4, FILTER_SHUFFLE, es};
+			cand[ncand++] = (struct choice){CODEC_LZ4, FILTER_SHUFFLE, es, 0};
 	size_t best = 0;
 	for (unsigned i = 0; i < ncand; i++) {
-		size_t n = encode_with(data, probe, hash, cand[i].codec, cand[i].filter, cand[i].es,
-				       out);
+		size_t n = encode_with(data, probe, hash, &cand[i], out);
 		if (n && (!best || n < best)) {
 			best = n;
 			*ret = cand[i];
@@ -400,14 +401,14 @@ size_t stg_chunk_try_compress(const void *data, size_t len, const struct stg_has
 	if (len < 64 || c->compress == CODEC_RAW)
 		return 0;
 	size_t probe = len < PROBE_BYTES ? len : PROBE_BYTES;
-	struct choice ch = {c->compress, c->filter, c->element};
+	struct choice ch = {c->compress, c->filter, c->element, c->level};
 	if (c->compress == COMPRESS_AUTO) {
 		if (!choose_auto(data, probe, hash, c, out, &ch))
 			return 0;
-	} else if (probe != len && !encode_with(data, probe, hash, ch.codec, ch.filter, ch.es, out)) {
+	} else if (probe != len && !encode_with(data, probe, hash, &ch, out)) {
 		return 0;
 	}
-	return encode_with(data, len, hash, ch.codec, ch.filter, ch.es, out);
+	return encode_with(data, len, hash, &ch, out);
 }
 
 size_t stg_chunk_encode(const void *data, size_t len, const struct stg_hash *hash,

@@ -18,6 +18,7 @@ struct stg_chunk_codec {
 	uint8_t compress;
 	uint8_t filter;
 	uint8_t element;
+	int8_t level; /* the codec's level; 0: its default (bench/codecs tries others) */
 };
 
 /* compress = lz4, filter = none. */
