@@ -137,17 +137,24 @@ static const struct codec {
 static inline __attribute__((always_inline)) void shuffle_es(const uint8_t *in, size_t m,
 							     unsigned es, uint8_t *out)
 {
-	for (size_t i = 0; i < m; i++)
+	/* In blocks that stay in the cache, one output plane at a time. */
+	for (size_t i0 = 0; i0 < m; i0 += 1024) {
+		size_t end = i0 + 1024 < m ? i0 + 1024 : m;
 		for (unsigned b = 0; b < es; b++)
-			out[b * m + i] = in[i * es + b];
+			for (size_t i = i0; i < end; i++)
+				out[b * m + i] = in[i * es + b];
+	}
 }
 
 static inline __attribute__((always_inline)) void unshuffle_es(const uint8_t *in, size_t m,
 							       unsigned es, uint8_t *out)
 {
-	for (size_t i = 0; i < m; i++)
+	for (size_t i0 = 0; i0 < m; i0 += 1024) {
+		size_t end = i0 + 1024 < m ? i0 + 1024 : m;
 		for (unsigned b = 0; b < es; b++)
-			out[i * es + b] = in[b * m + i];
+			for (size_t i = i0; i < end; i++)
+				out[i * es + b] = in[b * m + i];
+	}
 }
 
 static void shuffle_encode(const uint8_t *in, size_t n, unsigned es, uint8_t *out)
