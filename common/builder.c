@@ -282,7 +282,7 @@ static int place(struct stg_builder *b, uint64_t index, size_t len, const struct
 		record(b, index, &e);
 		return 0;
 	}
-	r = stg_pack_writer_append(b->pack, len, h, b->rule.compress, &e);
+	r = stg_pack_writer_append(b->pack, len, h, &b->rule.codec, &e);
 	if (r == 0)
 		r = remember_stored(b, &e);
 	if (r < 0)

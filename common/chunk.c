@@ -1,21 +1,309 @@
 /* SPDX-License-Identifier: MIT */
-/* A chunk object: a header naming the content hash, then raw or lz4 bytes. */
+/* A chunk object: a header naming the content hash, then the payload. The
+ * codec and filter tables below are the only place that knows encodings. */
 #include "chunk.h"
 
 #include <errno.h>
 #include <lz4.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <zstd.h>
 
 #include "policy.h"
 #include "util.h"
 
 /* Compressing a sample first keeps incompressible data (the common case for
- * float fields) from paying for a full lz4 pass. */
+ * float fields) from paying for a full pass. */
 #define PROBE_BYTES (64u << 10)
+/* zstd's default level: bench/codecs measures the levels (README, "Codecs"). */
+#define ZSTD_LEVEL 1
+
+/* Format 1 knows raw and lz4; format 2 adds codecs and filters. */
+enum { FORMAT_V1 = 1, FORMAT_V2 = 2 };
+
+/* Codec ids, as stored in the header: never renumber. */
+enum { CODEC_RAW = 0, CODEC_LZ4 = 1, CODEC_ZSTD = 2, NCODECS, COMPRESS_AUTO = 255 };
+/* Filter ids, as stored in the header: never renumber. */
+enum { FILTER_NONE = 0, FILTER_SHUFFLE = 1, FILTER_BITSHUFFLE = 2, NFILTERS };
+
+const struct stg_chunk_codec stg_chunk_codec_default = {.compress = CODEC_LZ4};
+
+/* Per-thread zstd contexts: creating one per chunk costs more than a small
+ * chunk's compression. */
+struct zstd_ctx {
+	ZSTD_CCtx *c;
+	ZSTD_DCtx *d;
+};
+static pthread_key_t zstd_key;
+static pthread_once_t zstd_once = PTHREAD_ONCE_INIT;
+
+static void zstd_ctx_free(void *p)
+{
+	struct zstd_ctx *z = p;
+	ZSTD_freeCCtx(z->c);
+	ZSTD_freeDCtx(z->d);
+	free(z);
+}
+
+static void zstd_key_make(void)
+{
+	pthread_key_create(&zstd_key, zstd_ctx_free);
+}
+
+static struct zstd_ctx *zstd_ctx(void)
+{
+	pthread_once(&zstd_once, zstd_key_make);
+	struct zstd_ctx *z = pthread_getspecific(zstd_key);
+	if (z)
+		return z;
+	z = calloc(1, sizeof(*z));
+	if (!z)
+		return NULL;
+	z->c = ZSTD_createCCtx();
+	z->d = ZSTD_createDCtx();
+	if (!z->c || !z->d || pthread_setspecific(zstd_key, z) != 0) {
+		zstd_ctx_free(z);
+		return NULL;
+	}
+	return z;
+}
+
+static size_t raw_bound(size_t n)
+{
+	return n;
+}
+
+static size_t lz4_bound(size_t n)
+{
+	return (size_t)LZ4_compressBound((int)n);
+}
+
+/* Returns the compressed length, 0 when it failed. */
+static size_t lz4_compress(const uint8_t *in, size_t n, uint8_t *out, size_t cap, int level)
+{
+	(void)level;
+	int r = LZ4_compress_default((const char *)in, (char *)out, (int)n, (int)cap);
+	return r > 0 ? (size_t)r : 0;
+}
+
+static int lz4_decompress(const uint8_t *in, size_t n, uint8_t *out, size_t raw_len)
+{
+	int r = LZ4_decompress_safe((const char *)in, (char *)out, (int)n, (int)raw_len);
+	return r >= 0 && (size_t)r == raw_len ? 0 : -EBADMSG;
+}
+
+static size_t zstd_bound(size_t n)
+{
+	return ZSTD_compressBound(n);
+}
+
+static size_t zstd_compress(const uint8_t *in, size_t n, uint8_t *out, size_t cap, int level)
+{
+	struct zstd_ctx *z = zstd_ctx();
+	if (!z)
+		return 0;
+	size_t r = ZSTD_compressCCtx(z->c, out, cap, in, n, level ? level : ZSTD_LEVEL);
+	return ZSTD_isError(r) ? 0 : r;
+}
+
+/* One frame, exactly n bytes, that says it holds raw_len bytes and does. */
+static int zstd_decompress(const uint8_t *in, size_t n, uint8_t *out, size_t raw_len)
+{
+	if (ZSTD_getFrameContentSize(in, n) != raw_len || ZSTD_findFrameCompressedSize(in, n) != n)
+		return -EBADMSG;
+	struct zstd_ctx *z = zstd_ctx();
+	if (!z)
+		return -ENOMEM;
+	size_t r = ZSTD_decompressDCtx(z->d, out, raw_len, in, n);
+	return !ZSTD_isError(r) && r == raw_len ? 0 : -EBADMSG;
+}
+
+/* The codec table: adding one is an entry here (a new id) and its tests. */
+static const struct codec {
+	const char *name; /* as the policy's compress = says it */
+	size_t (*bound)(size_t raw_len);
+	size_t (*compress)(const uint8_t *in, size_t n, uint8_t *out, size_t cap, int level);
+	int (*decompress)(const uint8_t *in, size_t n, uint8_t *out, size_t raw_len);
+} codecs[NCODECS] = {
+	[CODEC_RAW] = {"off", raw_bound, NULL, NULL},
+	[CODEC_LZ4] = {"lz4", lz4_bound, lz4_compress, lz4_decompress},
+	[CODEC_ZSTD] = {"zstd", zstd_bound, zstd_compress, zstd_decompress},
+};
+
+/* Byte shuffle: byte b of every whole element together, then the tail that
+ * is not a whole element as it is. Exposes float exponents to a codec. */
+static inline __attribute__((always_inline)) void shuffle_es(const uint8_t *in, size_t m,
+							     unsigned es, uint8_t *out)
+{
+	/* In blocks that stay in the cache, one output plane at a time. */
+	for (size_t i0 = 0; i0 < m; i0 += 1024) {
+		size_t end = i0 + 1024 < m ? i0 + 1024 : m;
+		for (unsigned b = 0; b < es; b++)
+			for (size_t i = i0; i < end; i++)
+				out[b * m + i] = in[i * es + b];
+	}
+}
+
+static inline __attribute__((always_inline)) void unshuffle_es(const uint8_t *in, size_t m,
+							       unsigned es, uint8_t *out)
+{
+	for (size_t i0 = 0; i0 < m; i0 += 1024) {
+		size_t end = i0 + 1024 < m ? i0 + 1024 : m;
+		for (unsigned b = 0; b < es; b++)
+			for (size_t i = i0; i < end; i++)
+				out[i * es + b] = in[b * m + i];
+	}
+}
+
+static void shuffle_encode(const uint8_t *in, size_t n, unsigned es, uint8_t *out)
+{
+	size_t m = n / es;
+	/* A constant element size lets the compiler unroll the inner loop. */
+	if (es == 2)
+		shuffle_es(in, m, 2, out);
+	else if (es == 4)
+		shuffle_es(in, m, 4, out);
+	else
+		shuffle_es(in, m, 8, out);
+	memcpy(out + m * es, in + m * es, n - m * es);
+}
+
+static void shuffle_decode(const uint8_t *in, size_t n, unsigned es, uint8_t *out)
+{
+	size_t m = n / es;
+	if (es == 2)
+		unshuffle_es(in, m, 2, out);
+	else if (es == 4)
+		unshuffle_es(in, m, 4, out);
+	else
+		unshuffle_es(in, m, 8, out);
+	memcpy(out + m * es, in + m * es, n - m * es);
+}
+
+/* Transposes an 8x8 bit matrix, one byte a row (Hacker's Delight 7-3): its
+ * own inverse. */
+static uint64_t transpose8(uint64_t x)
+{
+	uint64_t t;
+	t = (x ^ (x >> 7)) & 0x00AA00AA00AA00AAull;
+	x = x ^ t ^ (t << 7);
+	t = (x ^ (x >> 14)) & 0x0000CCCC0000CCCCull;
+	x = x ^ t ^ (t << 14);
+	t = (x ^ (x >> 28)) & 0x00000000F0F0F0F0ull;
+	return x ^ t ^ (t << 28);
+}
+
+/* Bit shuffle: bit k of byte b of every element together, in groups of 8
+ * elements; the elements past the last whole group are byte-shuffled, and
+ * the tail that is not a whole element stays as it is. Plane b of m bytes
+ * starts at b * m, as in the byte shuffle. */
+static void bitshuffle_encode(const uint8_t *in, size_t n, unsigned es, uint8_t *out)
+{
+	size_t m = n / es, groups = m / 8;
+	for (size_t g = 0; g < groups; g++) {
+		const uint8_t *e = in + g * 8 * es;
+		for (unsigned b = 0; b < es; b++) {
+			uint64_t x = 0;
+			for (unsigned j = 0; j < 8; j++)
+				x |= (uint64_t)e[j * es + b] << (8 * j);
+			x = transpose8(x);
+			uint8_t *plane = out + b * m;
+			for (unsigned k = 0; k < 8; k++)
+				plane[k * groups + g] = (uint8_t)(x >> (8 * k));
+		}
+	}
+	for (size_t i = groups * 8; i < m; i++)
+		for (unsigned b = 0; b < es; b++)
+			out[b * m + i] = in[i * es + b];
+	memcpy(out + m * es, in + m * es, n - m * es);
+}
+
+static void bitshuffle_decode(const uint8_t *in, size_t n, unsigned es, uint8_t *out)
+{
+	size_t m = n / es, groups = m / 8;
+	for (size_t g = 0; g < groups; g++) {
+		uint8_t *e = out + g * 8 * es;
+		for (unsigned b = 0; b < es; b++) {
+			const uint8_t *plane = in + b * m;
+			uint64_t x = 0;
+			for (unsigned k = 0; k < 8; k++)
+				x |= (uint64_t)plane[k * groups + g] << (8 * k);
+			x = transpose8(x);
+			for (unsigned j = 0; j < 8; j++)
+				e[j * es + b] = (uint8_t)(x >> (8 * j));
+		}
+	}
+	for (size_t i = groups * 8; i < m; i++)
+		for (unsigned b = 0; b < es; b++)
+			out[i * es + b] = in[b * m + i];
+	memcpy(out + m * es, in + m * es, n - m * es);
+}
+
+/* The filter table: transforms of the raw bytes before the codec, undone
+ * after it, for an element size of 2, 4 or 8 bytes. */
+static const struct filter {
+	const char *name; /* as the policy's filter = says it, before the size */
+	void (*encode)(const uint8_t *in, size_t n, unsigned es, uint8_t *out);
+	void (*decode)(const uint8_t *in, size_t n, unsigned es, uint8_t *out);
+} filters[NFILTERS] = {
+	[FILTER_NONE] = {"none", NULL, NULL},
+	[FILTER_SHUFFLE] = {"shuffle", shuffle_encode, shuffle_decode},
+	[FILTER_BITSHUFFLE] = {"bitshuffle", bitshuffle_encode, bitshuffle_decode},
+};
+
+static bool element_ok(unsigned es)
+{
+	return es == 2 || es == 4 || es == 8;
+}
+
+int stg_chunk_codec_parse(struct stg_chunk_codec *c, const char *key, const char *value,
+			  char *err, size_t errlen)
+{
+	if (strcmp(key, "compress") == 0) {
+		for (unsigned i = 0; i < NCODECS; i++)
+			if (strcmp(value, codecs[i].name) == 0) {
+				c->compress = (uint8_t)i;
+				return 0;
+			}
+		if (strcmp(value, "auto") == 0) {
+			c->compress = COMPRESS_AUTO;
+			return 0;
+		}
+		snprintf(err, errlen, "compress '%s' must be lz4, zstd, auto or off", value);
+		return -EINVAL;
+	}
+	for (unsigned i = 0; i < NFILTERS; i++) {
+		size_t l = strlen(filters[i].name);
+		if (strncmp(value, filters[i].name, l) != 0)
+			continue;
+		if (i == FILTER_NONE && value[l] == '\0') {
+			c->filter = FILTER_NONE;
+			c->element = 0;
+			return 0;
+		}
+		unsigned es = value[l] && !value[l + 1] ? (unsigned)(value[l] - '0') : 0;
+		if (i != FILTER_NONE && element_ok(es)) {
+			c->filter = (uint8_t)i;
+			c->element = (uint8_t)es;
+			return 0;
+		}
+	}
+	snprintf(err, errlen,
+		 "filter '%s' must be none, or shuffle or bitshuffle followed by the bytes of "
+		 "one value: 2 (bf16, fp16), 4 (fp32) or 8 (fp64), e.g. shuffle4",
+		 value);
+	return -EINVAL;
+}
 
 size_t stg_chunk_bound(size_t raw_len)
 {
-	return STG_CHUNK_HEADER_SIZE + (size_t)LZ4_compressBound((int)raw_len);
+	size_t max = raw_len;
+	for (unsigned i = 0; i < NCODECS; i++)
+		if (codecs[i].bound(raw_len) > max)
+			max = codecs[i].bound(raw_len);
+	return STG_CHUNK_HEADER_SIZE + max;
 }
 
 static bool worth_it(size_t in, size_t out)
@@ -23,56 +311,135 @@ static bool worth_it(size_t in, size_t out)
 	return out > 0 && out < in - in / 32;
 }
 
-void stg_chunk_header_encode(uint8_t *out, uint16_t enc, uint32_t raw_len, uint32_t stored_len,
-			     const struct stg_hash *hash)
+/* Format 2's checksum covers the whole header but the checksum itself. */
+static uint32_t header_sum(const uint8_t *h, unsigned format)
 {
+	if (format == FORMAT_V1)
+		return (uint32_t)stg_hash64(h, 32);
+	uint8_t copy[STG_CHUNK_HEADER_SIZE];
+	memcpy(copy, h, sizeof(copy));
+	memset(copy + 32, 0, 4);
+	return (uint32_t)stg_hash64(copy, sizeof(copy));
+}
+
+/* Raw and plain lz4 stay format 1, which older readers read. */
+static unsigned format_of(unsigned codec, unsigned filter)
+{
+	return codec <= CODEC_LZ4 && filter == FILTER_NONE ? FORMAT_V1 : FORMAT_V2;
+}
+
+static void header_encode(uint8_t *out, unsigned codec, unsigned filter, unsigned es,
+			  uint32_t raw_len, uint32_t stored_len, const struct stg_hash *hash)
+{
+	unsigned format = format_of(codec, filter);
 	memcpy(out, STG_CHUNK_MAGIC, 4);
-	stg_put_le16(out + 4, STG_CHUNK_FORMAT);
-	stg_put_le16(out + 6, enc);
+	stg_put_le16(out + 4, (uint16_t)format);
+	out[6] = (uint8_t)codec;
+	out[7] = (uint8_t)filter;
 	stg_put_le32(out + 8, raw_len);
 	stg_put_le32(out + 12, stored_len);
 	memcpy(out + 16, hash->b, 16);
-	stg_put_le32(out + 32, (uint32_t)stg_hash64(out, 32));
-	stg_put_le32(out + 36, 0);
+	stg_put_le32(out + 36, filter == FILTER_NONE ? 0 : es);
+	stg_put_le32(out + 32, header_sum(out, format));
 }
 
-bool stg_chunk_compressible(const void *data, size_t len)
+void stg_chunk_header_encode_raw(uint8_t *out, uint32_t raw_len, const struct stg_hash *hash)
 {
-	if (len < 64)
-		return false;
-	size_t probe = len < PROBE_BYTES ? len : PROBE_BYTES;
-	char out[LZ4_COMPRESSBOUND(PROBE_BYTES)];
-	int n = LZ4_compress_default(data, out, (int)probe, (int)sizeof(out));
-	return worth_it(probe, (size_t)(n > 0 ? n : 0));
+	header_encode(out, CODEC_RAW, FILTER_NONE, 0, raw_len, raw_len, hash);
+}
+
+/* A codec and filter to try. */
+struct choice {
+	unsigned codec, filter, es;
+	int level;
+};
+
+/* Encodes n bytes of data with one codec and filter into out (header +
+ * payload). Returns the object's length, 0 when it does not pay. */
+static size_t encode_with(const uint8_t *data, size_t n, const struct stg_hash *hash,
+			  const struct choice *ch, uint8_t *out)
+{
+	const uint8_t *in = data;
+	uint8_t *filtered = NULL;
+	if (ch->filter != FILTER_NONE) {
+		filtered = malloc(n);
+		if (!filtered)
+			return 0;
+		filters[ch->filter].encode(data, n, ch->es, filtered);
+		in = filtered;
+	}
+	const struct codec *co = &codecs[ch->codec];
+	size_t len = co->compress(in, n, out + STG_CHUNK_HEADER_SIZE, co->bound(n), ch->level);
+	free(filtered);
+	if (!worth_it(n, len))
+		return 0;
+	header_encode(out, ch->codec, ch->filter, ch->es, (uint32_t)n, (uint32_t)len, hash);
+	return STG_CHUNK_HEADER_SIZE + len;
+}
+
+/* compress = auto: the smallest of lz4 with and without a shuffle on the
+ * sample (the policy's filter, or a byte shuffle of each element size).
+ * zstd stays off the capture path: it costs more than the disk absorbs
+ * (README, "Codecs"). Returns false when nothing pays. */
+static bool choose_auto(const uint8_t *data, size_t probe, const struct stg_hash *hash,
+			const struct stg_chunk_codec *c, uint8_t *out, struct choice *ret)
+{
+	struct choice cand[4] = {{CODEC_LZ4, FILTER_NONE, 0, 0}};
+	unsigned ncand = 1;
+	if (c->filter != FILTER_NONE)
+		cand[ncand++] = (struct choice){CODEC_LZ4, c->filter, c->element, 0};
+	else
+		for (unsigned es = 2; es <= 8; es *= 2)
+			cand[ncand++] = (struct choice){CODEC_LZ4, FILTER_SHUFFLE, es, 0};
+	size_t best = 0;
+	for (unsigned i = 0; i < ncand; i++) {
+		size_t n = encode_with(data, probe, hash, &cand[i], out);
+		if (n && (!best || n < best)) {
+			best = n;
+			*ret = cand[i];
+		}
+	}
+	return best != 0;
 }
 
 size_t stg_chunk_try_compress(const void *data, size_t len, const struct stg_hash *hash,
-			      uint8_t *out)
+			      const struct stg_chunk_codec *c, uint8_t *out)
 {
-	uint8_t *payload = out + STG_CHUNK_HEADER_SIZE;
-	if (len < 64)
+	if (len < 64 || c->compress == CODEC_RAW)
 		return 0;
 	size_t probe = len < PROBE_BYTES ? len : PROBE_BYTES;
-	int n = LZ4_compress_default(data, (char *)payload, (int)probe, LZ4_compressBound((int)probe));
-	if (!worth_it(probe, (size_t)(n > 0 ? n : 0)))
+	struct choice ch = {c->compress, c->filter, c->element, c->level};
+	if (c->compress == COMPRESS_AUTO) {
+		if (!choose_auto(data, probe, hash, c, out, &ch))
+			return 0;
+	} else if (probe != len && !encode_with(data, probe, hash, &ch, out)) {
 		return 0;
-	if (probe != len)
-		n = LZ4_compress_default(data, (char *)payload, (int)len, LZ4_compressBound((int)len));
-	if (!worth_it(len, (size_t)(n > 0 ? n : 0)))
-		return 0;
-	stg_chunk_header_encode(out, STG_CHUNK_LZ4, (uint32_t)len, (uint32_t)n, hash);
-	return STG_CHUNK_HEADER_SIZE + (size_t)n;
+	}
+	return encode_with(data, len, hash, &ch, out);
 }
 
-size_t stg_chunk_encode(const void *data, size_t len, const struct stg_hash *hash, bool compress,
-			uint8_t *out)
+size_t stg_chunk_encode(const void *data, size_t len, const struct stg_hash *hash,
+			const struct stg_chunk_codec *c, uint8_t *out)
 {
-	size_t n = compress ? stg_chunk_try_compress(data, len, hash, out) : 0;
+	size_t n = stg_chunk_try_compress(data, len, hash, c, out);
 	if (n)
 		return n;
-	stg_chunk_header_encode(out, STG_CHUNK_RAW, (uint32_t)len, (uint32_t)len, hash);
+	stg_chunk_header_encode_raw(out, (uint32_t)len, hash);
 	memcpy(out + STG_CHUNK_HEADER_SIZE, data, len);
 	return STG_CHUNK_HEADER_SIZE + len;
+}
+
+/* Fields of a header that its format can hold and that make sense. */
+static bool encoding_ok(const struct stg_chunk_header *h, uint32_t word36)
+{
+	if (h->codec >= NCODECS || h->filter >= NFILTERS)
+		return false;
+	if (h->format == FORMAT_V1)
+		return h->codec <= CODEC_LZ4 && h->filter == FILTER_NONE && word36 == 0;
+	/* Format 2 holds only what format 1 cannot: a filter needs a codec. */
+	if (format_of(h->codec, h->filter) != FORMAT_V2 || h->codec == CODEC_RAW)
+		return false;
+	return h->filter == FILTER_NONE ? word36 == 0 : element_ok(word36);
 }
 
 int stg_chunk_header_decode(const uint8_t *buf, size_t len, const struct stg_hash *want,
@@ -80,43 +447,80 @@ int stg_chunk_header_decode(const uint8_t *buf, size_t len, const struct stg_has
 {
 	if (len < STG_CHUNK_HEADER_SIZE || memcmp(buf, STG_CHUNK_MAGIC, 4) != 0)
 		return -EBADMSG;
-	if (stg_get_le16(buf + 4) != STG_CHUNK_FORMAT)
+	uint16_t format = stg_get_le16(buf + 4);
+	if (format != FORMAT_V1 && format != FORMAT_V2)
 		return -EBADMSG;
-	if (stg_get_le32(buf + 32) != (uint32_t)stg_hash64(buf, 32) || stg_get_le32(buf + 36) != 0)
+	if (stg_get_le32(buf + 32) != header_sum(buf, format))
 		return -EBADMSG;
+	uint32_t word36 = stg_get_le32(buf + 36);
 	struct stg_chunk_header h = {
-		.encoding = stg_get_le16(buf + 6),
+		.format = format,
+		/* Format 1's encoding is a 16-bit word: raw 0, lz4 1. */
+		.codec = format == FORMAT_V1 && buf[7] ? NCODECS : buf[6],
+		.filter = format == FORMAT_V1 ? FILTER_NONE : buf[7],
+		.element = (uint8_t)(word36 & 0xff),
 		.raw_len = stg_get_le32(buf + 8),
 		.stored_len = stg_get_le32(buf + 12),
 	};
 	memcpy(h.hash.b, buf + 16, 16);
+	if (!encoding_ok(&h, word36))
+		return -EBADMSG;
 	if (h.raw_len == 0 || h.raw_len > STG_CHUNK_MAX || h.raw_len != want_raw_len)
 		return -EBADMSG;
 	if (want && !stg_hash_eq(&h.hash, want))
 		return -EBADMSG;
-	switch (h.encoding) {
-	case STG_CHUNK_RAW:
-		if (h.stored_len != h.raw_len)
-			return -EBADMSG;
-		break;
-	case STG_CHUNK_LZ4:
-		if (h.stored_len == 0 || h.stored_len > (uint32_t)LZ4_compressBound((int)h.raw_len))
-			return -EBADMSG;
-		break;
-	default:
+	if (h.codec == CODEC_RAW ? h.stored_len != h.raw_len
+				 : h.stored_len == 0 || h.stored_len > codecs[h.codec].bound(h.raw_len))
 		return -EBADMSG;
-	}
 	*ret = h;
 	return 0;
 }
 
-/* Decompresses an lz4 payload into out and verifies it. */
-static int decode_lz4(const struct stg_chunk_header *h, const uint8_t *payload, uint8_t *out)
+bool stg_chunk_header_is_raw(const struct stg_chunk_header *h)
 {
-	int n = LZ4_decompress_safe((const char *)payload, (char *)out, (int)h->stored_len,
-				    (int)h->raw_len);
-	if (n < 0 || (uint32_t)n != h->raw_len)
+	return h->codec == CODEC_RAW;
+}
+
+bool stg_chunk_stored_len_ok(uint32_t raw_len, uint32_t stored_len, bool encoded)
+{
+	if (!encoded)
+		return stored_len == raw_len;
+	return stored_len > 0 && stored_len <= stg_chunk_bound(raw_len) - STG_CHUNK_HEADER_SIZE;
+}
+
+size_t stg_chunk_decode_memory(const uint8_t *obj, size_t len)
+{
+	struct stg_chunk_header h;
+	if (len < STG_CHUNK_HEADER_SIZE ||
+	    stg_chunk_header_decode(obj, len, NULL, stg_get_le32(obj + 8), &h) < 0 ||
+	    h.codec == CODEC_RAW)
+		return 0;
+	/* A filtered payload is decoded aside, then unfiltered into place. */
+	return h.filter == FILTER_NONE ? h.raw_len : 2 * (size_t)h.raw_len;
+}
+
+int stg_chunk_verify_raw(const struct stg_chunk_header *h, const uint8_t *data)
+{
+	if (h->codec != CODEC_RAW)
 		return -EBADMSG;
+	struct stg_hash got;
+	stg_hash_compute(data, h->raw_len, &got);
+	return stg_hash_eq(&got, &h->hash) ? 0 : -EBADMSG;
+}
+
+/* Decodes an encoded payload into out (h->raw_len bytes) and verifies it. */
+static int decode_payload(const struct stg_chunk_header *h, const uint8_t *payload, uint8_t *out)
+{
+	uint8_t *filtered = NULL;
+	if (h->filter != FILTER_NONE && !(filtered = malloc(h->raw_len)))
+		return -ENOMEM;
+	int r = codecs[h->codec].decompress(payload, h->stored_len, filtered ? filtered : out,
+					    h->raw_len);
+	if (r == 0 && filtered)
+		filters[h->filter].decode(filtered, h->raw_len, h->element, out);
+	free(filtered);
+	if (r < 0)
+		return r;
 	struct stg_hash got;
 	stg_hash_compute(out, h->raw_len, &got);
 	return stg_hash_eq(&got, &h->hash) ? 0 : -EBADMSG;
@@ -141,17 +545,39 @@ int stg_chunk_decode_view(const uint8_t *buf, size_t len, const struct stg_hash 
 		return r;
 	if (len != STG_CHUNK_HEADER_SIZE + (size_t)h.stored_len)
 		return -EBADMSG;
-	if (h.encoding != STG_CHUNK_RAW) {
-		r = decode_lz4(&h, buf + STG_CHUNK_HEADER_SIZE, out);
+	const uint8_t *payload = buf + STG_CHUNK_HEADER_SIZE;
+	if (h.codec != CODEC_RAW) {
+		r = decode_payload(&h, payload, out);
 		if (r == 0)
 			*ret_data = out;
 		return r;
 	}
 	/* Raw: verified where it lies, no copy. */
-	struct stg_hash got;
-	stg_hash_compute(buf + STG_CHUNK_HEADER_SIZE, h.raw_len, &got);
-	if (!stg_hash_eq(&got, &h.hash))
+	r = stg_chunk_verify_raw(&h, payload);
+	if (r == 0)
+		*ret_data = payload;
+	return r;
+}
+
+int stg_chunk_check(const uint8_t *obj, size_t len, bool full, struct stg_hash *ret_hash)
+{
+	struct stg_chunk_header h;
+	if (len < STG_CHUNK_HEADER_SIZE ||
+	    stg_chunk_header_decode(obj, len, NULL, stg_get_le32(obj + 8), &h) < 0 ||
+	    len != STG_CHUNK_HEADER_SIZE + (size_t)h.stored_len)
 		return -EBADMSG;
-	*ret_data = buf + STG_CHUNK_HEADER_SIZE;
+	if (full && h.codec == CODEC_RAW) {
+		if (stg_chunk_verify_raw(&h, obj + STG_CHUNK_HEADER_SIZE) < 0)
+			return -EBADMSG;
+	} else if (full) {
+		uint8_t *out = malloc(h.raw_len);
+		if (!out)
+			return -ENOMEM;
+		int r = decode_payload(&h, obj + STG_CHUNK_HEADER_SIZE, out);
+		free(out);
+		if (r < 0)
+			return r;
+	}
+	*ret_hash = h.hash;
 	return 0;
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* A chunk object: a header naming the content hash, then raw or lz4 bytes. */
+/* A chunk object: a header naming the content hash, then the payload, raw or
+ * encoded by a codec of chunk.c's table (docs/FORMAT.md, "Chunk objects"). */
 #pragma once
 
 #include <stdbool.h>
@@ -9,16 +10,31 @@
 #include "hash.h"
 
 #define STG_CHUNK_MAGIC "SHCK"
-#define STG_CHUNK_FORMAT 1
 #define STG_CHUNK_HEADER_SIZE 40
 
-enum stg_chunk_encoding {
-	STG_CHUNK_RAW = 0,
-	STG_CHUNK_LZ4 = 1,
+/* How a path's chunks are encoded: the policy keys compress and filter. Its
+ * values are chunk.c's: set them with stg_chunk_codec_parse. */
+struct stg_chunk_codec {
+	uint8_t compress;
+	uint8_t filter;
+	uint8_t element;
+	int8_t level; /* the codec's level; 0: its default (bench/codecs tries others) */
 };
 
+/* compress = lz4, filter = none. */
+extern const struct stg_chunk_codec stg_chunk_codec_default;
+
+/* Sets c's policy key ("compress" or "filter") from value. Returns 0, or
+ * -EINVAL with a message naming the accepted values in err. */
+int stg_chunk_codec_parse(struct stg_chunk_codec *c, const char *key, const char *value,
+			  char *err, size_t errlen);
+
+/* A decoded header; codec, filter and element are chunk.c's ids. */
 struct stg_chunk_header {
-	uint16_t encoding;
+	uint16_t format;
+	uint8_t codec;
+	uint8_t filter;
+	uint8_t element;
 	uint32_t raw_len;
 	uint32_t stored_len; /* payload bytes after the header */
 	struct stg_hash hash;
@@ -28,37 +44,53 @@ struct stg_chunk_header {
 size_t stg_chunk_bound(size_t raw_len);
 
 /* Encodes header + payload into out (stg_chunk_bound(len) bytes). The hash must
- * be that of data. With compress, lz4 is used when it saves at least 3%.
+ * be that of data. Encoded as c says when it saves at least 3%, else raw.
  * Returns the encoded length. */
-size_t stg_chunk_encode(const void *data, size_t len, const struct stg_hash *hash, bool compress,
-			uint8_t *out);
+size_t stg_chunk_encode(const void *data, size_t len, const struct stg_hash *hash,
+			const struct stg_chunk_codec *c, uint8_t *out);
 
-/* Tries lz4 on data (a sample first, so incompressible data costs little).
+/* Tries c on data (a sample first, so incompressible data costs little).
  * When it pays, writes the whole object into out and returns its length;
  * otherwise returns 0 and the caller stores the header of
- * stg_chunk_header_encode(STG_CHUNK_RAW, ...) followed by data itself. */
+ * stg_chunk_header_encode_raw followed by data itself. */
 size_t stg_chunk_try_compress(const void *data, size_t len, const struct stg_hash *hash,
-			      uint8_t *out);
+			      const struct stg_chunk_codec *c, uint8_t *out);
 
-/* Does lz4 pay on a sample of data? */
-bool stg_chunk_compressible(const void *data, size_t len);
-
-/* Writes a chunk header (STG_CHUNK_HEADER_SIZE bytes). */
-void stg_chunk_header_encode(uint8_t *out, uint16_t encoding, uint32_t raw_len,
-			     uint32_t stored_len, const struct stg_hash *hash);
+/* Writes the header of a raw chunk (STG_CHUNK_HEADER_SIZE bytes). */
+void stg_chunk_header_encode_raw(uint8_t *out, uint32_t raw_len, const struct stg_hash *hash);
 
 /* Validates a header (magic, format, encoding, lengths, checksum) against the
- * expected hash and raw length. Returns 0 or -EBADMSG. */
+ * expected hash (NULL: any) and raw length. Returns 0 or -EBADMSG. */
 int stg_chunk_header_decode(const uint8_t *buf, size_t len, const struct stg_hash *want,
 			    uint32_t want_raw_len, struct stg_chunk_header *ret);
 
+/* Whether the payload is the raw bytes themselves. */
+bool stg_chunk_header_is_raw(const struct stg_chunk_header *h);
+
+/* Whether a stored length is possible for a chunk of raw_len bytes, raw or
+ * encoded (as a manifest or an index record says). */
+bool stg_chunk_stored_len_ok(uint32_t raw_len, uint32_t stored_len, bool encoded);
+
+/* Memory decoding the object takes beyond its own bytes (0 for raw or for a
+ * header that does not decode). */
+size_t stg_chunk_decode_memory(const uint8_t *obj, size_t len);
+
 /* Decodes a whole encoded chunk into out (want_raw_len bytes) and verifies the
- * content hash. Returns 0 or -EBADMSG. */
+ * content hash. Returns 0, -EBADMSG or -ENOMEM. */
 int stg_chunk_decode(const uint8_t *buf, size_t len, const struct stg_hash *want,
 		     uint32_t want_raw_len, uint8_t *out);
 
 /* Like stg_chunk_decode, but a raw chunk is verified where it lies in buf and
- * *ret_data points at it; a compressed one is decoded into out (*ret_data =
- * out). Returns 0 or -EBADMSG. */
+ * *ret_data points at it; an encoded one is decoded into out (*ret_data =
+ * out). Returns 0, -EBADMSG or -ENOMEM. */
 int stg_chunk_decode_view(const uint8_t *buf, size_t len, const struct stg_hash *want,
 			  uint32_t want_raw_len, uint8_t *out, const uint8_t **ret_data);
+
+/* Verifies the payload of a raw chunk whose header h was decoded apart.
+ * Returns 0 or -EBADMSG (not raw, or the content does not match). */
+int stg_chunk_verify_raw(const struct stg_chunk_header *h, const uint8_t *data);
+
+/* Checks an object on its own, its hash and length taken from its header:
+ * the header and the length, and with full, the decoded content's hash.
+ * Returns 0 (filling *ret_hash), -EBADMSG or -ENOMEM. */
+int stg_chunk_check(const uint8_t *obj, size_t len, bool full, struct stg_hash *ret_hash);

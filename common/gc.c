@@ -93,7 +93,7 @@ static int live_add(struct live *l, const struct stg_manifest_entry *e)
 		struct stg_manifest_entry *s = &l->slots[i];
 		if (!s->pack) {
 			*s = *e;
-			s->flags &= STG_ENTRY_LZ4;
+			s->flags &= STG_ENTRY_ENCODED;
 			l->n++;
 			return 0;
 		}

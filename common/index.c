@@ -34,7 +34,7 @@ void stg_index_encode(const struct stg_manifest_entry *e, uint8_t out[STG_INDEX_
 	stg_put_le64(out + 24, e->offset);
 	stg_put_le32(out + 32, e->raw_len);
 	stg_put_le32(out + 36, e->stored_len);
-	stg_put_le32(out + 40, e->flags & STG_ENTRY_LZ4);
+	stg_put_le32(out + 40, e->flags & STG_ENTRY_ENCODED);
 	stg_put_le32(out + 44, (uint32_t)stg_hash64(out, 44));
 }
 
@@ -50,8 +50,8 @@ int stg_index_decode(const uint8_t in[STG_INDEX_RECORD_SIZE], struct stg_manifes
 	e.stored_len = stg_get_le32(in + 36);
 	e.flags = stg_get_le32(in + 40);
 	if (e.pack == 0 || e.offset % STG_PACK_ALIGN || e.raw_len == 0 ||
-	    e.raw_len > STG_CHUNK_MAX || (e.flags & ~(uint32_t)STG_ENTRY_LZ4) ||
-	    (!(e.flags & STG_ENTRY_LZ4) && e.stored_len != e.raw_len) || e.stored_len == 0)
+	    e.raw_len > STG_CHUNK_MAX || (e.flags & ~(uint32_t)STG_ENTRY_ENCODED) ||
+	    !stg_chunk_stored_len_ok(e.raw_len, e.stored_len, e.flags & STG_ENTRY_ENCODED))
 		return -EBADMSG;
 	*ret = e;
 	return 0;

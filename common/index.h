@@ -12,7 +12,7 @@
 #define STG_INDEX_RECORD_SIZE 48
 
 /* Finds a chunk by hash and raw length; on success fills *ret (hash,
- * lengths, LZ4 flag, location; never NEW). Returns 1 found, 0 not, -errno. */
+ * lengths, ENCODED flag, location; never NEW). Returns 1 found, 0 not, -errno. */
 int stg_index_lookup(struct stg_cache *c, const struct stg_hash *h, uint32_t raw_len,
 		     struct stg_manifest_entry *ret);
 

@@ -250,13 +250,12 @@ int stg_manifest_decode(const uint8_t *buf, size_t len, struct stg_manifest *ret
 		e->offset = stg_get_le64(p + 40);
 		bool ok = !(e->flags & ~STG_ENTRY_KNOWN_FLAGS) && stg_get_le32(p + 28) == 0;
 		if (e->flags & STG_ENTRY_ZERO)
-			ok = ok && e->stored_len == 0 && !(e->flags & (STG_ENTRY_NEW | STG_ENTRY_LZ4)) &&
-			     e->pack == 0 && e->offset == 0;
-		else if (e->flags & STG_ENTRY_LZ4)
-			ok = ok && e->stored_len > 0 &&
-			     e->stored_len <= stg_chunk_bound(e->raw_len) - STG_CHUNK_HEADER_SIZE;
+			ok = ok && e->stored_len == 0 &&
+			     !(e->flags & (STG_ENTRY_NEW | STG_ENTRY_ENCODED)) && e->pack == 0 &&
+			     e->offset == 0;
 		else
-			ok = ok && e->stored_len == e->raw_len;
+			ok = ok && stg_chunk_stored_len_ok(e->raw_len, e->stored_len,
+							   e->flags & STG_ENTRY_ENCODED);
 		/* Stored chunks say where: a pack and an aligned offset in it. */
 		if (!(e->flags & STG_ENTRY_ZERO))
 			ok = ok && e->pack != 0 && e->offset % 4096 == 0 && e->offset < MAX_FILE_SIZE;

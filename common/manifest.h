@@ -22,9 +22,11 @@
 enum stg_entry_flags {
 	STG_ENTRY_ZERO = 1u << 0, /* all zero bytes, nothing stored (a hole) */
 	STG_ENTRY_NEW = 1u << 1,  /* this version stored the chunk object */
-	STG_ENTRY_LZ4 = 1u << 2,  /* the chunk object is lz4-compressed */
+	/* The chunk object's payload is encoded, not the raw bytes (written as
+	 * "LZ4" before other codecs came: the meaning is the same). */
+	STG_ENTRY_ENCODED = 1u << 2,
 };
-#define STG_ENTRY_KNOWN_FLAGS (STG_ENTRY_ZERO | STG_ENTRY_NEW | STG_ENTRY_LZ4)
+#define STG_ENTRY_KNOWN_FLAGS (STG_ENTRY_ZERO | STG_ENTRY_NEW | STG_ENTRY_ENCODED)
 
 enum stg_manifest_flags {
 	/* Committed by fsync while its writer still had the file open: the

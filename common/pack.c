@@ -263,25 +263,25 @@ static int write_record(struct stg_pack_writer *w, const uint8_t *rec, size_t le
 }
 
 int stg_pack_writer_append(struct stg_pack_writer *w, size_t len, const struct stg_hash *h,
-			   bool compress, struct stg_manifest_entry *e)
+			   const struct stg_chunk_codec *codec, struct stg_manifest_entry *e)
 {
 	if (len == 0 || len > w->max_chunk)
 		return -EINVAL;
 	const uint8_t *raw = w->buf + STG_CHUNK_HEADER_SIZE;
 	uint8_t *rec = w->buf;
-	size_t n = compress ? stg_chunk_try_compress(raw, len, h, w->cbuf) : 0;
+	size_t n = stg_chunk_try_compress(raw, len, h, codec, w->cbuf);
 	uint32_t stored;
 	if (n) {
 		rec = w->cbuf;
 		stored = (uint32_t)(n - STG_CHUNK_HEADER_SIZE);
 	} else {
-		stg_chunk_header_encode(w->buf, STG_CHUNK_RAW, (uint32_t)len, (uint32_t)len, h);
+		stg_chunk_header_encode_raw(w->buf, (uint32_t)len, h);
 		stored = (uint32_t)len;
 		n = STG_CHUNK_HEADER_SIZE + len;
 	}
 	size_t padded = (size_t)stg_pack_record_size(stored);
 	memset(rec + n, 0, padded - n);
-	bool lz4 = rec == w->cbuf; /* before write_record moves to the next slot */
+	bool encoded = rec == w->cbuf; /* before write_record moves to the next slot */
 	int r = stg_cache_reserve(w->cache, padded);
 	if (r < 0)
 		return r;
@@ -298,7 +298,7 @@ int stg_pack_writer_append(struct stg_pack_writer *w, size_t len, const struct s
 	e->hash = *h;
 	e->raw_len = (uint32_t)len;
 	e->stored_len = stored;
-	e->flags = STG_ENTRY_NEW | (lz4 ? STG_ENTRY_LZ4 : 0u);
+	e->flags = STG_ENTRY_NEW | (encoded ? STG_ENTRY_ENCODED : 0u);
 	e->pack = w->id;
 	e->offset = w->end;
 	w->end += padded;
@@ -429,21 +429,15 @@ int stg_pack_reader_read(struct stg_pack_reader *rd, const struct stg_manifest_e
 	uint8_t hdr[STG_CHUNK_HEADER_SIZE];
 	struct stg_chunk_header h;
 	int r;
-	if (!(e->flags & STG_ENTRY_LZ4)) {
+	if (!(e->flags & STG_ENTRY_ENCODED)) {
 		/* Raw: the payload lands where it belongs, no copy. */
 		struct iovec iov[2] = {{hdr, sizeof(hdr)}, {out, e->raw_len}};
 		r = preadv_all(rd->fd, iov, 2, (off_t)e->offset);
 		if (r == 0)
 			r = stg_chunk_header_decode(hdr, sizeof(hdr), &e->hash, e->raw_len, &h);
-		if (r == 0 && (h.encoding != STG_CHUNK_RAW || h.stored_len != e->stored_len))
+		if (r == 0 && h.stored_len != e->stored_len)
 			r = -EBADMSG;
-		if (r == 0) {
-			struct stg_hash got;
-			stg_hash_compute(out, e->raw_len, &got);
-			if (!stg_hash_eq(&got, &e->hash))
-				r = -EBADMSG;
-		}
-		return r;
+		return r == 0 ? stg_chunk_verify_raw(&h, out) : r;
 	}
 	size_t len = STG_CHUNK_HEADER_SIZE + e->stored_len;
 	struct iovec iov = {scratch, len};

@@ -9,6 +9,7 @@
 
 #include "cache.h"
 #include "hash.h"
+#include "chunk.h"
 #include "manifest.h"
 
 #define STG_PACK_ALIGN 4096u
@@ -37,11 +38,11 @@ void stg_pack_writer_discard(struct stg_pack_writer *w);
  * suitably aligned: callers fill it (copying while hashing), then append. */
 uint8_t *stg_pack_writer_buffer(struct stg_pack_writer *w);
 
-/* Appends the chunk in the staging buffer (len bytes, content hash h), lz4-
- * compressed when compress is set and it pays. Fills e's location, lengths
- * and flags (NEW, LZ4). Returns 0 or -errno (-ENOSPC past the capacity). */
+/* Appends the chunk in the staging buffer (len bytes, content hash h),
+ * encoded as codec says when it pays. Fills e's location, lengths and flags
+ * (NEW, ENCODED). Returns 0 or -errno (-ENOSPC past the capacity). */
 int stg_pack_writer_append(struct stg_pack_writer *w, size_t len, const struct stg_hash *h,
-			   bool compress, struct stg_manifest_entry *e);
+			   const struct stg_chunk_codec *codec, struct stg_manifest_entry *e);
 
 /* Copies an existing record (header + payload, as read from another pack)
  * into this one; e's location is updated. Returns 0 or -errno. */

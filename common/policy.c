@@ -306,7 +306,7 @@ static struct stg_path_rule *rule_new(struct parse_state *st, const char *glob)
 		.glob = strdup(glob),
 		.chunk_size = STG_CHUNK_DEFAULT,
 		.dedup = true,
-		.compress = true,
+		.codec = stg_chunk_codec_default,
 		.durability = STG_DURABILITY_LOCAL,
 		.keep = STG_KEEP_DEFAULT,
 		.line = st->line,
@@ -380,8 +380,12 @@ static int handle_path(struct parse_state *st, const char *name, const char *val
 		}
 	} else if (strcmp(name, "dedup") == 0) {
 		return parse_either(st, name, value, "previous", "off", &r->dedup);
-	} else if (strcmp(name, "compress") == 0) {
-		return parse_either(st, name, value, "lz4", "off", &r->compress);
+	} else if (strcmp(name, "compress") == 0 || strcmp(name, "filter") == 0) {
+		char err[256];
+		if (stg_chunk_codec_parse(&r->codec, name, value, err, sizeof(err)) < 0) {
+			fail(st, "%s", err);
+			return 0;
+		}
 	} else if (strcmp(name, "durability") == 0) {
 		if (strcmp(value, "async") == 0)
 			r->durability = STG_DURABILITY_ASYNC;
@@ -412,7 +416,7 @@ static int handle_path(struct parse_state *st, const char *name, const char *val
 	} else {
 		fail(st,
 		     "unknown key '%s' in [path %s] (known: chunk_size, chunking, dedup, "
-		     "compress, durability, keep, shared, drain)",
+		     "compress, filter, durability, keep, shared, drain)",
 		     name, r->glob);
 		return 0;
 	}

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chunk.h"
 #include "chunker.h"
 
 enum stg_durability {
@@ -25,7 +26,7 @@ struct stg_path_rule {
 	uint32_t chunk_size; /* power of two, STG_CHUNK_MIN..STG_CHUNK_MAX; cdc: the average */
 	enum stg_chunking chunking; /* chunking = fixed | cdc */
 	bool dedup;          /* dedup = previous */
-	bool compress;       /* compress = lz4 */
+	struct stg_chunk_codec codec; /* compress = and filter = */
 	enum stg_durability durability;
 	uint32_t keep; /* versions kept per file, >= 1 */
 	bool shared_job; /* shared = job: a version is every rank's writes, from

@@ -117,33 +117,6 @@ int stg_segment_record_check(const uint8_t hdr[STG_RECORD_HEADER_SIZE], const ui
 	return 0;
 }
 
-int stg_segment_chunk_check(const uint8_t *obj, size_t len, bool full, struct stg_hash *ret_hash)
-{
-	if (len < STG_CHUNK_HEADER_SIZE)
-		return -EBADMSG;
-	struct stg_chunk_header h;
-	if (stg_chunk_header_decode(obj, len, NULL, stg_get_le32(obj + 8), &h) < 0)
-		return -EBADMSG;
-	if (len != STG_CHUNK_HEADER_SIZE + (size_t)h.stored_len)
-		return -EBADMSG;
-	if (full && h.encoding == STG_CHUNK_RAW) {
-		struct stg_hash got;
-		stg_hash_compute(obj + STG_CHUNK_HEADER_SIZE, h.raw_len, &got);
-		if (!stg_hash_eq(&got, &h.hash))
-			return -EBADMSG;
-	} else if (full) {
-		uint8_t *out = malloc(h.raw_len);
-		if (!out)
-			return -ENOMEM;
-		int r = stg_chunk_decode(obj, len, &h.hash, h.raw_len, out);
-		free(out);
-		if (r < 0)
-			return -EBADMSG;
-	}
-	*ret_hash = h.hash;
-	return 0;
-}
-
 /* A read-ahead window over the file. */
 struct reader {
 	int fd;
@@ -201,7 +174,7 @@ static int read_record(struct reader *rd, uint64_t off, bool full, struct stg_ha
 		return r;
 	r = stg_segment_record_check(p, p + STG_RECORD_HEADER_SIZE, rec.len);
 	if (r == 0)
-		r = stg_segment_chunk_check(p + STG_RECORD_HEADER_SIZE, rec.len, full, ret_hash);
+		r = stg_chunk_check(p + STG_RECORD_HEADER_SIZE, rec.len, full, ret_hash);
 	if (r < 0)
 		return r;
 	*ret_len = rec.len;

@@ -73,11 +73,6 @@ int stg_segment_record_header_decode(const uint8_t buf[STG_RECORD_HEADER_SIZE],
 int stg_segment_record_check(const uint8_t hdr[STG_RECORD_HEADER_SIZE], const uint8_t *body,
 			     size_t len);
 
-/* Validates a chunk object (a record body): its SHCK header, taken at its
- * word, and the length; with full, also decompresses it and checks the
- * content hash. Fills the hash it names. Returns 0, -EBADMSG or -ENOMEM. */
-int stg_segment_chunk_check(const uint8_t *obj, size_t len, bool full, struct stg_hash *ret_hash);
-
 /* Called for each valid record: its chunk's hash, offset, body length. A
  * non-zero return stops the scan and is returned. */
 typedef int (*stg_segment_scan_fn)(void *arg, const struct stg_hash *h, uint64_t offset,

@@ -50,23 +50,12 @@ static int on_have(struct session *s, const struct stg_msg *req)
 	return reply(s, &m, req->tag);
 }
 
-/* What checking a chunk object takes to decode it: its raw length when it
- * is compressed (0 when it is raw, or garbage the check refuses anyway). */
-static size_t decode_memory(const uint8_t *obj, size_t len)
-{
-	struct stg_chunk_header h;
-	if (len < STG_CHUNK_HEADER_SIZE ||
-	    stg_chunk_header_decode(obj, len, NULL, stg_get_le32(obj + 8), &h) < 0)
-		return 0;
-	return h.encoding == STG_CHUNK_RAW ? 0 : h.raw_len;
-}
-
 static int on_put_chunk(struct session *s, const struct stg_msg *req)
 {
 	struct stg_hash h;
 	/* Decompressing takes memory of the frame budget too: a small frame
 	 * may expand to 64 MiB. */
-	size_t dm = decode_memory(req->put_chunk.obj, req->put_chunk.len);
+	size_t dm = stg_chunk_decode_memory(req->put_chunk.obj, req->put_chunk.len);
 	if (dm && stg_conn_budget_take(&s->srv->frames, dm, s->srv->timeout_ms) < 0)
 		return stg_conn_send_error(&s->conn, req->tag, -EBUSY, "the server's frame memory "
 					   "is in use: try again later");

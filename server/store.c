@@ -303,7 +303,7 @@ int stg_store_validate(const uint8_t *obj, size_t len, struct stg_hash *ret_hash
 {
 	if (len > stg_segment_body_max())
 		return -EBADMSG;
-	int r = stg_segment_chunk_check(obj, len, true, ret_hash);
+	int r = stg_chunk_check(obj, len, true, ret_hash);
 	return r == -ENOMEM ? r : r < 0 ? -EBADMSG : 0;
 }
 
@@ -363,7 +363,7 @@ static int read_record(struct seg *g, uint64_t off, uint32_t len, const struct s
 	if (r == 0)
 		r = stg_segment_record_check(hdr, body, len);
 	if (r == 0)
-		r = stg_segment_chunk_check(body, len, false, &named);
+		r = stg_chunk_check(body, len, false, &named);
 	if (r == 0 && !stg_hash_eq(&named, h))
 		r = -EBADMSG;
 	if (r < 0) {

@@ -144,7 +144,7 @@ static int make_bomb(void)
 	if (!zeros || !bomb)
 		return -1;
 	struct stg_hash wrong = {{0}};
-	bomb_len = stg_chunk_encode(zeros, STG_CHUNK_MAX, &wrong, true, bomb);
+	bomb_len = stg_chunk_encode(zeros, STG_CHUNK_MAX, &wrong, &stg_chunk_codec_default, bomb);
 	free(zeros);
 	return 0;
 }

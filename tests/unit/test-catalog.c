@@ -14,7 +14,7 @@
 #include "version.h"
 
 static struct stg_path_rule rule = {
-	.chunk_size = 65536, .dedup = true, .compress = true,
+	.chunk_size = 65536, .dedup = true, .codec = {1, 0, 0} /* lz4 */,
 	.durability = STG_DURABILITY_LOCAL, .keep = 3,
 };
 

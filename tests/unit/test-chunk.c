@@ -1,49 +1,210 @@
 /* SPDX-License-Identifier: MIT */
-/* Chunk objects: golden bytes, raw vs lz4, verification of every byte. */
+/* Chunk objects: golden bytes, every codec and filter, verification of every
+ * header field and payload byte. */
 #include "chunk.h"
 #include "harness.h"
+#include "policy.h"
+#include "util.h"
+
+static const char *compressions[] = {"off", "lz4", "zstd", "auto"};
+static const char *filters[] = {"none", "shuffle2", "shuffle4", "shuffle8",
+				"bitshuffle2", "bitshuffle4", "bitshuffle8"};
+
+static struct stg_chunk_codec codec(const char *compress, const char *filter)
+{
+	struct stg_chunk_codec c = stg_chunk_codec_default;
+	char err[256];
+	CHECK_EQ(stg_chunk_codec_parse(&c, "compress", compress, err, sizeof(err)), 0);
+	CHECK_EQ(stg_chunk_codec_parse(&c, "filter", filter, err, sizeof(err)), 0);
+	return c;
+}
+
+static uint64_t lcg(uint64_t *s)
+{
+	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
+	return *s >> 11;
+}
 
 static void fill_random(uint8_t *p, size_t n, uint64_t seed)
 {
-	for (size_t i = 0; i < n; i++) {
-		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-		p[i] = (uint8_t)(seed >> 56);
-	}
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(lcg(&seed) >> 40);
 }
 
-static void roundtrip(const char *golden, const uint8_t *data, size_t n, bool compress,
-		      uint16_t want_encoding)
+/* A smooth float64 field with noise in the low bits: every filter pays. */
+static void fill_field(uint8_t *p, size_t n, uint64_t seed)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		double v = 1000.0 + (double)i * 1e-3 + (double)(lcg(&seed) % 1000) * 1e-9;
+		memcpy(p + i, &v, 8);
+	}
+	for (; i < n; i++)
+		p[i] = (uint8_t)i;
+}
+
+/* Encodes data as c says, checks the header it got (want_raw -1: either) and
+ * the round trip, then
+ * that any flipped byte, a short or long object, or the wrong expected hash
+ * or length are refused. Returns the object (malloc'ed), its length in *len. */
+static uint8_t *roundtrip(const uint8_t *data, size_t n, const struct stg_chunk_codec *c,
+			  int want_format, int want_raw, size_t *ret_len)
 {
 	struct stg_hash h;
 	stg_hash_compute(data, n, &h);
-	uint8_t *obj = malloc(stg_chunk_bound(n));
-	size_t len = stg_chunk_encode(data, n, &h, compress, obj);
+	uint8_t *obj = malloc(stg_chunk_bound(n) + 1);
+	size_t len = stg_chunk_encode(data, n, &h, c, obj);
 	struct stg_chunk_header hdr;
 	CHECK_EQ(stg_chunk_header_decode(obj, len, &h, (uint32_t)n, &hdr), 0);
-	CHECK_EQ(hdr.encoding, want_encoding);
+	if (want_format)
+		CHECK_EQ(hdr.format, want_format);
+	if (want_raw >= 0)
+		CHECK_EQ(stg_chunk_header_is_raw(&hdr), want_raw);
 	CHECK_EQ(len, STG_CHUNK_HEADER_SIZE + hdr.stored_len);
-	if (golden)
-		CHECK(harness_golden(golden, obj, len));
+	CHECK(stg_chunk_stored_len_ok((uint32_t)n, hdr.stored_len, !stg_chunk_header_is_raw(&hdr)));
 	uint8_t *out = malloc(n);
 	CHECK_EQ(stg_chunk_decode(obj, len, &h, (uint32_t)n, out), 0);
 	CHECK(memcmp(out, data, n) == 0);
+	struct stg_hash named;
+	CHECK_EQ(stg_chunk_check(obj, len, true, &named), 0);
+	CHECK(stg_hash_eq(&named, &h));
 
-	/* Any flipped bit is caught: in the header by its checksum and fields, in
-	 * the payload by lz4 or by the content hash. */
+	/* No flipped byte yields other bytes: the header's are refused by its
+	 * checksum and fields, the payload's by the codec or the content hash.
+	 * (A flip the decoder ignores, such as an unused bit of a zstd frame
+	 * header or an lz4 offset to equal bytes, decodes to the same content.) */
 	int accepted = 0;
-	for (size_t i = 0; i < len; i += (len > 4096 ? 97 : 1)) {
+	size_t step = len > (16u << 20) ? len / 2 : len > 4096 ? len / 7 : 1;
+	for (size_t i = 0; i < len; i += i < STG_CHUNK_HEADER_SIZE ? 1 : step) {
 		obj[i] ^= 0x10;
-		if (stg_chunk_decode(obj, len, &h, (uint32_t)n, out) == 0)
+		memset(out, 0, n);
+		int r = stg_chunk_decode(obj, len, &h, (uint32_t)n, out);
+		if ((r == 0 && memcmp(out, data, n) != 0) || (r == 0 && i < STG_CHUNK_HEADER_SIZE) ||
+		    (stg_chunk_check(obj, len, true, &named) == 0 && !stg_hash_eq(&named, &h)))
 			accepted++;
 		obj[i] ^= 0x10;
 	}
 	CHECK_EQ(accepted, 0);
 	CHECK(stg_chunk_decode(obj, len - 1, &h, (uint32_t)n, out) < 0);
-	/* The wrong expected hash or length is refused. */
+	obj[len] = 0;
+	CHECK(stg_chunk_decode(obj, len + 1, &h, (uint32_t)n, out) < 0);
+	CHECK(stg_chunk_check(obj, len - 1, false, &named) < 0);
 	struct stg_hash other = h;
 	other.b[0] ^= 1;
 	CHECK(stg_chunk_decode(obj, len, &other, (uint32_t)n, out) == -EBADMSG);
 	CHECK(stg_chunk_decode(obj, len, &h, (uint32_t)n + 1, out) == -EBADMSG);
+	free(out);
+	*ret_len = len;
+	return obj;
+}
+
+/* The golden object decodes to data; an encoder whose output is stable
+ * across library versions (raw, lz4) must also reproduce it byte for byte. */
+static void golden(const char *name, const uint8_t *data, size_t n, const char *compress,
+		   const char *filter, int want_format, bool stable)
+{
+	struct stg_chunk_codec c = codec(compress, filter);
+	size_t len;
+	uint8_t *obj = roundtrip(data, n, &c, want_format, strcmp(compress, "off") == 0, &len);
+	if (stable || getenv("STAGEHAND_REGEN_GOLDEN"))
+		CHECK(harness_golden(name, obj, len));
+	free(obj);
+	size_t flen;
+	uint8_t *fix = harness_fixture(name, &flen);
+	struct stg_hash h;
+	stg_hash_compute(data, n, &h);
+	uint8_t *out = malloc(n);
+	CHECK_EQ(stg_chunk_decode(fix, flen, &h, (uint32_t)n, out), 0);
+	CHECK(memcmp(out, data, n) == 0);
+	free(out);
+	free(fix);
+}
+
+/* Rewrites a header field and its checksum as docs/FORMAT.md says, so that
+ * only the field's own validation can refuse it. */
+static void resum(uint8_t *obj)
+{
+	unsigned format = stg_get_le16(obj + 4);
+	uint8_t copy[STG_CHUNK_HEADER_SIZE];
+	memcpy(copy, obj, sizeof(copy));
+	memset(copy + 32, 0, 4);
+	stg_put_le32(obj + 32, (uint32_t)stg_hash64(copy, format == 1 ? 32 : 40));
+}
+
+static void expect_refused(const uint8_t *obj, size_t len, size_t off, size_t width,
+			   uint32_t value, uint32_t raw_len)
+{
+	uint8_t *bad = malloc(len);
+	memcpy(bad, obj, len);
+	if (width == 1)
+		bad[off] = (uint8_t)value;
+	else if (width == 2)
+		stg_put_le16(bad + off, (uint16_t)value);
+	else
+		stg_put_le32(bad + off, value);
+	resum(bad);
+	struct stg_chunk_header h;
+	struct stg_hash named;
+	if (stg_chunk_header_decode(bad, len, NULL, raw_len, &h) == 0 ||
+	    stg_chunk_check(bad, len, false, &named) == 0) {
+		fprintf(stderr, "header byte %zu = %u accepted\n", off, value);
+		CHECK(0);
+	}
+	free(bad);
+}
+
+/* Every header field is validated on its own, checksum aside. */
+static void header_fields(void)
+{
+	uint8_t data[4096];
+	fill_field(data, sizeof(data), 3);
+	struct stg_chunk_codec c = codec("zstd", "shuffle8");
+	size_t len;
+	uint8_t *obj = roundtrip(data, sizeof(data), &c, 2, false, &len);
+	uint32_t n = sizeof(data);
+	expect_refused(obj, len, 0, 1, 'X', n);	      /* magic */
+	expect_refused(obj, len, 4, 2, 0, n);	      /* format */
+	expect_refused(obj, len, 4, 2, 3, n);
+	expect_refused(obj, len, 6, 1, 3, n);	      /* unknown codec */
+	expect_refused(obj, len, 6, 1, 255, n);
+	expect_refused(obj, len, 6, 1, 0, n);	      /* a filter on raw bytes */
+	expect_refused(obj, len, 7, 1, 3, n);	      /* unknown filter */
+	expect_refused(obj, len, 36, 4, 0, n);	      /* element size */
+	expect_refused(obj, len, 36, 4, 3, n);
+	expect_refused(obj, len, 36, 4, 16, n);
+	expect_refused(obj, len, 36, 4, 0x104, n);
+	expect_refused(obj, len, 8, 4, 0, 0);	      /* raw length */
+	expect_refused(obj, len, 8, 4, STG_CHUNK_MAX + 1, STG_CHUNK_MAX + 1);
+	expect_refused(obj, len, 12, 4, 0, n);	      /* stored length */
+	expect_refused(obj, len, 12, 4, (uint32_t)stg_chunk_bound(n), n);
+	/* Format 2 never holds what format 1 can say: plain lz4. */
+	uint8_t *v1 = malloc(len);
+	memcpy(v1, obj, len);
+	v1[6] = 1;
+	v1[7] = 0;
+	stg_put_le32(v1 + 36, 0);
+	expect_refused(v1, len, 7, 1, 0, n);
+	/* Format 1 knows no filter, no element size, no zstd. */
+	stg_put_le16(v1 + 4, 1);
+	expect_refused(v1, len, 7, 1, 1, n);
+	expect_refused(v1, len, 36, 4, 4, n);
+	expect_refused(v1, len, 6, 1, 2, n);
+	free(v1);
+	free(obj);
+
+	/* A zstd payload holding other than raw_len bytes, or two frames. */
+	struct stg_chunk_codec z = codec("zstd", "none");
+	obj = roundtrip(data, sizeof(data), &z, 2, false, &len);
+	uint8_t *two = malloc(2 * len);
+	memcpy(two, obj, len);
+	memcpy(two + len, obj + STG_CHUNK_HEADER_SIZE, len - STG_CHUNK_HEADER_SIZE);
+	stg_put_le32(two + 12, (uint32_t)(2 * len - 2 * STG_CHUNK_HEADER_SIZE));
+	resum(two);
+	uint8_t *out = malloc(2 * sizeof(data));
+	struct stg_hash h;
+	stg_hash_compute(data, sizeof(data), &h);
+	CHECK_EQ(stg_chunk_decode(two, 2 * len - STG_CHUNK_HEADER_SIZE, &h, n, out), -EBADMSG);
+	free(two);
 	free(out);
 	free(obj);
 }
@@ -53,18 +214,68 @@ int main(void)
 	uint8_t text[1000];
 	for (size_t i = 0; i < sizeof(text); i++)
 		text[i] = "checkpoint "[i % 11];
-	roundtrip("chunk-lz4-v1.bin", text, sizeof(text), true, STG_CHUNK_LZ4);
-	roundtrip("chunk-raw-v1.bin", text, 100, false, STG_CHUNK_RAW);
+	golden("chunk-lz4-v1.bin", text, sizeof(text), "lz4", "none", 1, true);
+	golden("chunk-raw-v1.bin", text, 100, "off", "none", 1, true);
+	uint8_t field[4096];
+	fill_field(field, sizeof(field), 1);
+	golden("chunk-zstd-v2.bin", text, sizeof(text), "zstd", "none", 2, false);
+	golden("chunk-shuffle8-lz4-v2.bin", field, sizeof(field), "lz4", "shuffle8", 2, true);
+	golden("chunk-shuffle8-zstd-v2.bin", field, sizeof(field), "zstd", "shuffle8", 2, false);
+	golden("chunk-bitshuffle8-lz4-v2.bin", field, sizeof(field), "lz4", "bitshuffle8", 2, true);
+	golden("chunk-bitshuffle8-zstd-v2.bin", field, sizeof(field), "zstd", "bitshuffle8", 2,
+	       false);
 
-	/* Incompressible data is stored raw even when compression is on. */
-	size_t n = 1 << 20;
-	uint8_t *noise = malloc(n);
-	fill_random(noise, n, 42);
-	roundtrip(NULL, noise, n, true, STG_CHUNK_RAW);
-	/* Compressible beyond the probe: compressed. */
-	memset(noise, 'a', n);
-	roundtrip(NULL, noise, n, true, STG_CHUNK_LZ4);
-	free(noise);
+	/* Every codec and filter: odd lengths (not a multiple of any element
+	 * size, fewer than 8 elements), 1 byte (never worth encoding). */
+	size_t big = (1u << 20) + 5;
+	uint8_t *buf = malloc(big);
+	fill_field(buf, big, 7);
+	const size_t lens[] = {1, 13, 63, 64, 1003, big};
+	for (size_t ci = 0; ci < sizeof(compressions) / sizeof(*compressions); ci++)
+		for (size_t fi = 0; fi < sizeof(filters) / sizeof(*filters); fi++)
+			for (size_t li = 0; li < sizeof(lens) / sizeof(*lens); li++) {
+				struct stg_chunk_codec c = codec(compressions[ci], filters[fi]);
+				bool raw = lens[li] < 64 || strcmp(compressions[ci], "off") == 0;
+				/* A filter of the right size exposes the float64 field's
+				 * exponents in a large chunk (auto decides on a sample). */
+				bool encoded = lens[li] == big && strstr(filters[fi], "8") &&
+					       strcmp(compressions[ci], "auto") != 0 && !raw;
+				size_t len;
+				free(roundtrip(buf, lens[li], &c, raw ? 1 : 0,
+					       raw ? 1 : encoded ? 0 : -1, &len));
+			}
+	/* Incompressible data is stored raw, whatever the setting. */
+	fill_random(buf, big, 42);
+	for (size_t ci = 0; ci < sizeof(compressions) / sizeof(*compressions); ci++) {
+		struct stg_chunk_codec c = codec(compressions[ci], "shuffle4");
+		size_t len;
+		free(roundtrip(buf, big, &c, 1, true, &len));
+	}
+	free(buf);
+
+	/* The largest chunk, with every codec and a filter. */
+	size_t max = STG_CHUNK_MAX;
+	buf = malloc(max);
+	fill_field(buf, max, 9);
+	const char *maxcases[][2] = {{"lz4", "shuffle8"}, {"zstd", "bitshuffle8"}, {"auto", "none"}};
+	for (size_t i = 0; i < 3; i++) {
+		struct stg_chunk_codec c = codec(maxcases[i][0], maxcases[i][1]);
+		size_t len;
+		free(roundtrip(buf, max, &c, 0, i < 2 ? 0 : -1, &len));
+	}
+	free(buf);
+
+	header_fields();
+
+	/* Policy values: the old lz4 and off keep working. */
+	struct stg_chunk_codec c = codec("lz4", "none");
+	CHECK(memcmp(&c, &stg_chunk_codec_default, sizeof(c)) == 0);
+	char err[256];
+	CHECK_EQ(stg_chunk_codec_parse(&c, "compress", "yes", err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "compress 'yes' must be lz4, zstd, auto or off") != NULL);
+	CHECK_EQ(stg_chunk_codec_parse(&c, "filter", "shuffle", err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "e.g. shuffle4") != NULL);
+	CHECK_EQ(stg_chunk_codec_parse(&c, "filter", "", err, sizeof(err)), -EINVAL);
 
 	/* Hashes: canonical hex, stable value (XXH3-128 of "stagehand"). */
 	struct stg_hash h, back;

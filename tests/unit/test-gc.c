@@ -8,7 +8,7 @@
 #include "pack.h"
 
 static struct stg_path_rule rule = {
-	.chunk_size = 65536, .dedup = true, .compress = false,
+	.chunk_size = 65536, .dedup = true, .codec = {0, 0, 0} /* off */,
 	.durability = STG_DURABILITY_ASYNC, .keep = 2,
 };
 

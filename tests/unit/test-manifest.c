@@ -24,7 +24,7 @@ static void sample(struct stg_manifest *m)
 	m->entries[1] = (struct stg_manifest_entry){.hash = m->entries[1].hash, .raw_len = 65536,
 						    .flags = STG_ENTRY_ZERO};
 	m->entries[2] = (struct stg_manifest_entry){.hash = m->entries[2].hash, .raw_len = 100,
-						    .stored_len = 60, .flags = STG_ENTRY_LZ4,
+						    .stored_len = 60, .flags = STG_ENTRY_ENCODED,
 						    .pack = 0xfedcba9876543210ull, .offset = 1u << 20};
 	CHECK_EQ(stg_manifest_place(m), 0);
 }
@@ -337,7 +337,7 @@ static void sample_cdc(struct stg_manifest *m)
 	m->entries[0].offset = 8192;
 	m->entries[1].flags = STG_ENTRY_ZERO;
 	m->entries[2].stored_len = 60;
-	m->entries[2].flags = STG_ENTRY_LZ4;
+	m->entries[2].flags = STG_ENTRY_ENCODED;
 	m->entries[2].pack = 0x1111222233334444ull;
 	m->entries[2].offset = 81920;
 	CHECK_EQ(stg_manifest_place(m), 0);

@@ -56,6 +56,8 @@ static void test_full(void)
 		"durability = async\n"
 		"keep = 7\n"
 		"[path /scratch/other/**]\n"
+		"compress = zstd\n"
+		"filter = bitshuffle8\n"
 		"[path /scratch/safe/*]\n"
 		"durability = replicated\n"
 		"drain = /pfs/out\n");
@@ -86,7 +88,16 @@ static void test_full(void)
 	CHECK_EQ(p->rules[0].chunk_size, 4u << 20);
 	CHECK_EQ(p->rules[0].chunking, STG_CHUNKING_CDC);
 	CHECK(!p->rules[0].dedup);
-	CHECK(!p->rules[0].compress);
+	struct stg_chunk_codec want = stg_chunk_codec_default;
+	char cerr[256];
+	CHECK_EQ(stg_chunk_codec_parse(&want, "compress", "off", cerr, sizeof(cerr)), 0);
+	CHECK(memcmp(&p->rules[0].codec, &want, sizeof(want)) == 0);
+	want = stg_chunk_codec_default;
+	CHECK_EQ(stg_chunk_codec_parse(&want, "compress", "zstd", cerr, sizeof(cerr)), 0);
+	CHECK_EQ(stg_chunk_codec_parse(&want, "filter", "bitshuffle8", cerr, sizeof(cerr)), 0);
+	CHECK(memcmp(&p->rules[1].codec, &want, sizeof(want)) == 0);
+	/* The default is lz4 without a filter. */
+	CHECK(memcmp(&p->rules[2].codec, &stg_chunk_codec_default, sizeof(want)) == 0);
 	CHECK_EQ(p->rules[0].durability, STG_DURABILITY_ASYNC);
 	CHECK_EQ(p->rules[0].keep, 7);
 	/* A section without keys still counts, with the defaults. */
@@ -195,6 +206,16 @@ static void test_errors(void)
 	expect_error("[cache]\ndir = /c\n[path /a/*]\ndurability = maybe\n",
 		     "bad.conf:4: durability 'maybe'");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\nkeep = 0\n", "bad.conf:4: keep '0'");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\ncompress = gzip\n",
+		     "bad.conf:4: compress 'gzip' must be lz4, zstd, auto or off");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\ncompress = on\n", "bad.conf:4: compress 'on'");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nfilter = shuffle\n",
+		     "bad.conf:4: filter 'shuffle' must be none, or shuffle or bitshuffle followed by "
+		     "the bytes of one value: 2 (bf16, fp16), 4 (fp32) or 8 (fp64)");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nfilter = shuffle3\n", "bad.conf:4: filter 'shuffle3'");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nfilter = bitshuffle16\n",
+		     "bad.conf:4: filter 'bitshuffle16'");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nfilter = none4\n", "bad.conf:4: filter 'none4'");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\nkeep = -1\n", "bad.conf:4:");
 	expect_error("[cache]\ndir = /c\n[paths /a/*]\nkeep = 1\n", "bad.conf:4: unknown section [paths /a/*]");
 	expect_error("[cache]\ndir = /c\n[path a/*]\n", "bad.conf:3: [path a/*]: the pattern must be an absolute path");

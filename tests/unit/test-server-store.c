@@ -33,7 +33,9 @@ static struct obj make_obj(uint64_t seed, size_t n, bool compressible)
 	struct obj o;
 	stg_hash_compute(raw, n, &o.hash);
 	o.data = malloc(stg_chunk_bound(n));
-	o.len = stg_chunk_encode(raw, n, &o.hash, compressible, o.data);
+	struct stg_chunk_codec off = {0};
+	o.len = stg_chunk_encode(raw, n, &o.hash, compressible ? &stg_chunk_codec_default : &off,
+				 o.data);
 	free(raw);
 	return o;
 }
@@ -162,7 +164,7 @@ static void golden(void)
 	struct obj o;
 	stg_hash_compute(text, sizeof(text), &o.hash);
 	o.data = malloc(stg_chunk_bound(sizeof(text)));
-	o.len = stg_chunk_encode(text, sizeof(text), &o.hash, false, o.data);
+	o.len = stg_chunk_encode(text, sizeof(text), &o.hash, &(struct stg_chunk_codec){0}, o.data);
 	CHECK_EQ(stg_store_put(s, o.data, o.len, &o.hash), 0);
 	stg_store_free(s);
 
