@@ -163,6 +163,10 @@ int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
 {
 	(void)path;
 	size_t len = stg_manifest_encoded_size(m);
+	/* Larger than a reader takes, it would read as corrupt, and the
+	 * collector would then free its chunks: refused before it exists. */
+	if (len > MANIFEST_MAX)
+		return -EFBIG;
 	uint8_t *buf = malloc(len);
 	if (!buf)
 		return -ENOMEM;

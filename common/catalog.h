@@ -47,7 +47,9 @@ void stg_catalog_manifest_name(uint64_t version, char out[40]);
 /* Publishes m as version m->version, atomically; with sync, durably (the
  * caller has made its chunks durable first). Clears a deletion mark. When the
  * cache ships to servers, queues the version for the flusher (a republished
- * version, as chmod after close makes, is shipped again). */
+ * version, as chmod after close makes, is shipped again). Returns 0, -EFBIG
+ * (the manifest would be larger than a reader takes: 64 MiB, about 1.4
+ * million chunks) or -errno. */
 int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
 			const struct stg_manifest *m, bool sync);
 

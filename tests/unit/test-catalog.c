@@ -261,6 +261,27 @@ static void test_recorded_paths(struct stg_cache *c)
 	stg_catalog_unlock(&f);
 }
 
+/* A manifest larger than any reader takes is refused before it is
+ * published: published, it would read as corrupt and its chunks be
+ * collected. */
+static void test_manifest_too_large(struct stg_cache *c)
+{
+	struct stg_manifest m;
+	uint64_t nchunks = (64u << 20) / STG_MANIFEST_ENTRY_SIZE + 1;
+	CHECK_EQ(stg_manifest_init(&m, nchunks * 65536, 65536), 0);
+	for (uint64_t i = 0; i < m.nchunks; i++)
+		m.entries[i] = (struct stg_manifest_entry){.raw_len = 65536, .flags = STG_ENTRY_ZERO};
+	m.version = stg_version_mint(0, 0, 1000000000);
+	m.mode = 0644;
+	struct stg_catalog_file f;
+	CHECK_EQ(stg_catalog_lock(c, "/ckpt/huge", true, &f), 0);
+	CHECK_EQ(stg_catalog_publish(&f, "/ckpt/huge", &m, false), -EFBIG);
+	struct stg_manifest back;
+	CHECK_EQ(stg_catalog_read(f.dirfd, m.version, &back), -ENOENT);
+	stg_catalog_unlock(&f);
+	stg_manifest_done(&m);
+}
+
 int main(void)
 {
 	char *dir = harness_tmpdir();
@@ -268,6 +289,7 @@ int main(void)
 	snprintf(cdir, sizeof(cdir), "%s/cache/deeper", dir);
 	struct stg_cache *c;
 	CHECK_EQ(stg_cache_open(cdir, &c), 0);
+	test_manifest_too_large(c);
 
 	size_t n = 5 * 65536 + 123;
 	uint8_t *data = malloc(n);
