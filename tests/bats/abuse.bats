@@ -139,41 +139,38 @@ EOS
 	restore_during "300 idle logged-in connections"
 }
 
-@test "oversized frames: restores go on, the server's memory stays under its bound and is given back" {
+# memory_attack MODE WHAT: 12 connections of abuse MODE against one server
+# while restores go on; the server's peak RSS stays under its bound:
+# docs/PROTOCOL.md, "Timeouts and limits": frame buffers and decoding hold
+# at most --frame-memory (256 MiB) in all; the rest, 64 MiB at most here.
+# Sets PID, the server's.
+memory_attack() {
 	SERVER_OPTS=()
 	staged 1 cluster.replicas=1
-	local pid="${SRV_PID[0]}"
-	echo "# server RSS before: $(kib "$pid" VmRSS) KiB" >&3
-	# 12 connections each send a 64 MiB frame, then stay
-	attack oversized 12 --secret "$SECRET" --uid "$ATTACKER_UID"
-	restore_during "12 connections sending 64 MiB frames"
-	# docs/PROTOCOL.md, "Timeouts and limits": frame buffers hold at most
-	# --frame-memory (256 MiB) in all; the rest, 64 MiB at most here
+	PID="${SRV_PID[0]}"
+	echo "# server RSS before: $(kib "$PID" VmRSS) KiB" >&3
+	attack "$1" 12 --secret "$SECRET" --uid "$ATTACKER_UID"
+	restore_during "12 connections sending $2"
 	local hwm
-	hwm=$(kib "$pid" VmHWM)
+	hwm=$(kib "$PID" VmHWM)
 	echo "# server peak RSS: $hwm KiB" >&3
 	[ "$hwm" -le $(((256 + 64) * 1024)) ] || fail "peak RSS $hwm KiB"
+}
+
+@test "oversized frames: restores go on, the server's memory stays under its bound and is given back" {
+	# each connection sends a 64 MiB frame, then stays
+	memory_attack oversized "64 MiB frames"
 	# the frames were answered: their buffers are given back while the
 	# connections stay
-	wait_for "$WAIT" eval '[ "$(kib "$pid" VmRSS)" -le $((64 * 1024)) ]' ||
-		fail "RSS $(kib "$pid" VmRSS) KiB with the attacker's connections idle"
-	echo "# server RSS, the attacker idle: $(kib "$pid" VmRSS) KiB" >&3
+	wait_for "$WAIT" eval '[ "$(kib "$PID" VmRSS)" -le $((64 * 1024)) ]' ||
+		fail "RSS $(kib "$PID" VmRSS) KiB with the attacker's connections idle"
+	echo "# server RSS, the attacker idle: $(kib "$PID" VmRSS) KiB" >&3
 }
 
 @test "decompression bombs: small frames expanding to 64 MiB each keep the server's memory under its bound" {
-	SERVER_OPTS=()
-	staged 1 cluster.replicas=1
-	local pid="${SRV_PID[0]}"
-	echo "# server RSS before: $(kib "$pid" VmRSS) KiB" >&3
-	# 12 connections, each sending chunks of 64 MiB of zeros in a frame of
-	# a few hundred KiB, over and over: checking one decodes it whole
-	attack bomb 12 --secret "$SECRET" --uid "$ATTACKER_UID"
-	restore_during "12 connections sending decompression bombs"
-	# decoding draws on the frame memory (256 MiB) as frames do
-	local hwm
-	hwm=$(kib "$pid" VmHWM)
-	echo "# server peak RSS: $hwm KiB" >&3
-	[ "$hwm" -le $(((256 + 64) * 1024)) ] || fail "peak RSS $hwm KiB"
+	# each connection sends chunks of 64 MiB of zeros in frames of a few
+	# hundred KiB, over and over: checking one decodes it whole
+	memory_attack bomb "decompression bombs"
 	grep -q "rejected a chunk that fails verification" "$T/srv0.log" ||
 		fail "no bomb was checked: $(tail -5 "$T/srv0.log")"
 }

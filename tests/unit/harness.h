@@ -54,6 +54,17 @@ static inline int harness_done(void)
 	return 0;
 }
 
+/* A fixed pseudo-random sequence (xorshift64): test data that is the same
+ * on every run. */
+static inline uint64_t harness_random(void)
+{
+	static uint64_t s = 0x9e3779b97f4a7c15ull;
+	s ^= s << 13;
+	s ^= s >> 7;
+	s ^= s << 17;
+	return s;
+}
+
 /* A fresh temporary directory for the test (removed by the caller's rm -rf
  * in the shell, or left for inspection on failure). */
 static inline char *harness_tmpdir(void)

@@ -9,16 +9,6 @@
 
 #define MIB (1u << 20)
 
-static uint64_t rng = 88172645463325252ull;
-
-static uint64_t next_random(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
-
 /* Checkpoint-like bytes: float64 positions drifting with noise, a little
  * text, and some zero runs. */
 static void fill_realistic(uint8_t *p, size_t n)
@@ -26,8 +16,8 @@ static void fill_realistic(uint8_t *p, size_t n)
 	size_t i = 0;
 	double x = 1.0;
 	while (i < n) {
-		uint64_t kind = next_random() % 16;
-		size_t run = 4096 + next_random() % 65536;
+		uint64_t kind = harness_random() % 16;
+		size_t run = 4096 + harness_random() % 65536;
 		for (size_t j = 0; j < run && i < n; j++, i++) {
 			if (kind == 0) {
 				p[i] = 0;
@@ -35,7 +25,7 @@ static void fill_realistic(uint8_t *p, size_t n)
 				p[i] = (uint8_t)"stagehand checkpoint text, "[j % 27];
 			} else {
 				if (j % 8 == 0)
-					x += (double)(next_random() % 2001) / 1e6 - 1e-3;
+					x += (double)(harness_random() % 2001) / 1e6 - 1e-3;
 				memcpy(&p[i], (uint8_t *)&x + j % 8, 1);
 			}
 		}
@@ -46,7 +36,7 @@ static void fill_realistic(uint8_t *p, size_t n)
 static void fill_floats(uint8_t *p, size_t n)
 {
 	for (size_t i = 0; i + 8 <= n; i += 8) {
-		double x = 50.0 + (double)(next_random() >> 11) * 1e-14;
+		double x = 50.0 + (double)(harness_random() >> 11) * 1e-14;
 		memcpy(p + i, &x, 8);
 	}
 }

@@ -4,19 +4,9 @@
 #include "chunkindex.h"
 #include "harness.h"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static uint64_t next_random(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
-
 static void random_hash(struct stg_hash *h)
 {
-	uint64_t a = next_random(), b = next_random();
+	uint64_t a = harness_random(), b = harness_random();
 	memcpy(h->b, &a, 8);
 	memcpy(h->b + 8, &b, 8);
 }
@@ -79,9 +69,9 @@ static void against_reference(void)
 	size_t n = 0;
 	int bad = 0;
 	for (int op = 0; op < OPS; op++) {
-		int k = (int)(next_random() % KEYS);
+		int k = (int)(harness_random() % KEYS);
 		struct stg_chunkindex_entry *e;
-		if (next_random() % 100 < 55) {
+		if (harness_random() % 100 < 55) {
 			struct stg_chunkindex_entry ent = entry_of(&keys[k], (uint32_t)k);
 			int r = stg_chunkindex_insert(x, &ent, &e);
 			bad += r != (present[k] ? 0 : 1);
