@@ -25,6 +25,30 @@ use_chunking() {
 	echo "chunking = $1" >>"$POLICY"
 }
 
+# put SRC DST [fsync]: copies SRC onto DST through the shim with write() in
+# pieces of uneven sizes (cp would use copy_file_range, which the fast path
+# leaves to the shadow); with fsync, one after the third piece, so that the
+# version goes on past a commit. Unless STAGEHAND_FAST=0, checks that the
+# fast path took it.
+put() {
+	rm -f "$T/put.log"
+	STAGEHAND_LOG=debug STAGEHAND_LOG_FILE="$T/put.log" shim "$PYTHON" - "$@" <<'EOP' ||
+import os, sys
+src = open(sys.argv[1], "rb").read()
+fd = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+at, sizes, k = 0, (1048583, 4093, 65536, 333333, 1), 0
+while at < len(src):
+    at += os.write(fd, src[at:at + sizes[k % len(sizes)]])
+    k += 1
+    if sys.argv[3:] == ["fsync"] and k == 3:
+        os.fsync(fd)
+os.close(fd)
+EOP
+		fail "writing $2"
+	[ "${STAGEHAND_FAST:-1}" = 0 ] || [ ! -s "$1" ] || grep -q 'as written' "$T/put.log" ||
+		fail "not staged as written: $(cat "$T/put.log")"
+}
+
 # The STORED and NEW/TOTAL columns of `stagehand ls` for a version.
 ls_row() {
 	"$STAGEHAND" ls "$1" | awk -v p="$1" -v v="$2" '$1 == p && $2 == v { print $4, $5 }'
@@ -37,8 +61,8 @@ shifted() {
 	use_chunking "$1"
 	"$PYTHON" "$PARTICLES" "$REF/v1" 64 42
 	{ head -c 64 /dev/urandom; cat "$REF/v1"; } >"$REF/v2"
-	shim cp "$REF/v1" "$CKPT/f"
-	shim cp "$REF/v2" "$CKPT/f"
+	put "$REF/v1" "$CKPT/f"
+	put "$REF/v2" "$CKPT/f"
 	"$STAGEHAND" ls "$CKPT/f" >&2
 	local row
 	row=$(ls_row "$CKPT/f" 2)
@@ -54,6 +78,12 @@ shifted() {
 	shifted "$CHUNKING"
 	[ "$NEW" -le 4 ] || fail "$NEW of $TOTAL chunks stored anew"
 	[ "$STORED" -le $((1 << 20)) ] || fail "$STORED bytes stored for 64 bytes inserted"
+	# the fast path cuts where a commit from the shadow does
+	[ "$CHUNKING" = cdc ] || return 0
+	local fast
+	fast=$(chunk_lengths)
+	STAGEHAND_FAST=0 put "$REF/v2" "$CKPT/f"
+	[ "$(chunk_lengths)" = "$fast" ] || fail "the shadow's chunks differ from the fast path's"
 }
 
 @test "shifted data, committed from the shadow: content-defined chunks store only the few chunks around the insertion" {
@@ -95,7 +125,7 @@ make_versions() {
 	for s in "${sizes[@]}"; do
 		N=$((N + 1))
 		head -c "$s" "$REF/data" >"$REF/$N"
-		shim cp "$REF/$N" "$CKPT/f"
+		put "$REF/$N" "$CKPT/f" $([ "$s" -lt 262144 ] || echo fsync)
 	done
 	# Sizes exactly at the cut points of the version before, and one byte
 	# either side.
@@ -110,7 +140,7 @@ make_versions() {
 		for s in $((cuts[k] - 1)) "${cuts[k]}" $((cuts[k] + 1)); do
 			N=$((N + 1))
 			head -c "$s" "$REF/data" >"$REF/$N"
-			STAGEHAND_FAST=0 shim cp "$REF/$N" "$CKPT/f"
+			STAGEHAND_FAST=0 put "$REF/$N" "$CKPT/f"
 		done
 	done
 	# Holes: a sparse file written with seeks (the shadow commits it), and
@@ -125,7 +155,7 @@ make_versions() {
 	head -c 300000 "$REF/data" >"$REF/$N"
 	head -c 1000000 /dev/zero >>"$REF/$N"
 	head -c 300000 "$REF/data" >>"$REF/$N"
-	shim cp "$REF/$N" "$CKPT/f"
+	put "$REF/$N" "$CKPT/f"
 	[ "$(version_count "$CKPT/f")" -eq "$N" ] || fail "$(version_count "$CKPT/f") versions, not $N"
 }
 
