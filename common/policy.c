@@ -575,14 +575,14 @@ static int check_cluster(struct stg_policy *p, const char *path, char *err, size
 	char msg[512];
 	for (size_t i = 0; i < p->nrules; i++)
 		if (p->rules[i].chunking == STG_CHUNKING_CDC &&
-		    p->rules[i].chunk_size > STG_CHUNK_MAX / 4) {
-			/* cdc's largest chunk is 4 x chunk_size (README.md). */
+		    p->rules[i].chunk_size > STG_CDC_AVERAGE_MAX) {
 			if (err)
 				snprintf(err, errlen,
 					 "%s:%d: chunk_size %uM is too large for chunking = cdc: "
-					 "its chunks reach 4 x chunk_size, at most %uM",
+					 "at most %uM on average (its chunks reach 4 x chunk_size, "
+					 "and a writer holds a few of the largest in memory)",
 					 path, p->rules[i].line, p->rules[i].chunk_size >> 20,
-					 STG_CHUNK_MAX >> 20);
+					 STG_CDC_AVERAGE_MAX >> 20);
 			return 1;
 		}
 	for (size_t i = 0; i < p->nrules; i++)

@@ -54,6 +54,10 @@ struct stg_policy {
 
 #define STG_CHUNK_MIN (64u << 10)
 #define STG_CHUNK_MAX (64u << 20)
+/* The largest average of content-defined chunks: they reach 4 x the
+ * average, and the shim's staging holds a few of the largest (its memory
+ * bound, README.md). */
+#define STG_CDC_AVERAGE_MAX (4u << 20)
 #define STG_CHUNK_DEFAULT (1u << 20)
 #define STG_KEEP_DEFAULT 3u
 

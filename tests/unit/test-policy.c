@@ -201,8 +201,8 @@ static void test_errors(void)
 	expect_error("[cache]\ndir = /c\n[path /a/*]\nchunk_size = 128M\n", "bad.conf:4:");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\nchunking = rabin\n",
 		     "bad.conf:4: chunking 'rabin' must be fixed or cdc");
-	expect_error("[cache]\ndir = /c\n[path /a/*]\nchunk_size = 32M\nchunking = cdc\n",
-		     "bad.conf:3: chunk_size 32M is too large for chunking = cdc");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nchunk_size = 8M\nchunking = cdc\n",
+		     "bad.conf:3: chunk_size 8M is too large for chunking = cdc: at most 4M");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\ndurability = maybe\n",
 		     "bad.conf:4: durability 'maybe'");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\nkeep = 0\n", "bad.conf:4: keep '0'");
