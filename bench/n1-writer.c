@@ -4,7 +4,10 @@
  * Each process opens the file (O_CREAT, no O_TRUNC), fills its stripes in
  * memory (untimed), waits until all have opened, then pwrite()s its stripes
  * at (k * N + rank) * STRIPE, fsyncs (unless nosync) and closes. Prints the
- * seconds from the start signal until the last process has closed.
+ * seconds from the start signal until the last process has closed, and the
+ * CPU seconds the writers spent meanwhile (all of them, the commit inside
+ * the last close() included): on a machine with few cores, the second bounds
+ * the first.
  *   n1-writer PATH WRITERS STRIPE_BYTES TOTAL_MIB [nosync] */
 #include <fcntl.h>
 #include <stdbool.h>
@@ -35,8 +38,15 @@ static void fill(uint8_t *p, size_t n, uint64_t stripe)
 	}
 }
 
+static double cpu_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static int rank_main(const char *path, int rank, int n, size_t stripe, size_t per_rank,
-		     bool sync, int ready, int go)
+		     bool sync, int ready, int go, int report)
 {
 	int fd = open(path, O_CREAT | O_WRONLY, 0644);
 	if (fd < 0) {
@@ -51,6 +61,7 @@ static int rank_main(const char *path, int rank, int n, size_t stripe, size_t pe
 	char c = 1;
 	if (write(ready, &c, 1) != 1 || read(go, &c, 1) != 0)
 		return 1; /* go: the parent closes its end */
+	double cpu0 = cpu_now();
 	for (size_t k = 0; k < per_rank; k++) {
 		off_t off = (off_t)((k * (size_t)n + (size_t)rank) * stripe);
 		if (pwrite(fd, buf + k * stripe, stripe, off) != (ssize_t)stripe) {
@@ -62,7 +73,8 @@ static int rank_main(const char *path, int rank, int n, size_t stripe, size_t pe
 		perror("fsync/close");
 		return 1;
 	}
-	return 0;
+	double cpu = cpu_now() - cpu0;
+	return write(report, &cpu, sizeof(cpu)) == sizeof(cpu) ? 0 : 1;
 }
 
 int main(int argc, char **argv)
@@ -78,8 +90,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "n1-writer: TOTAL must be a multiple of WRITERS x STRIPE\n");
 		return 2;
 	}
-	int ready[2], go[2];
-	if (pipe(ready) < 0 || pipe(go) < 0)
+	int ready[2], go[2], report[2];
+	if (pipe(ready) < 0 || pipe(go) < 0 || pipe(report) < 0)
 		return 1;
 	for (int r = 0; r < n; r++) {
 		pid_t pid = fork();
@@ -88,12 +100,14 @@ int main(int argc, char **argv)
 		if (pid == 0) {
 			close(ready[0]);
 			close(go[1]);
+			close(report[0]);
 			_exit(rank_main(argv[1], r, n, stripe, total / stripe / (size_t)n, sync,
-					ready[1], go[0]));
+					ready[1], go[0], report[1]));
 		}
 	}
 	close(ready[1]);
 	close(go[0]);
+	close(report[1]);
 	char c;
 	for (int r = 0; r < n; r++)
 		if (read(ready[0], &c, 1) != 1)
@@ -103,6 +117,9 @@ int main(int argc, char **argv)
 	int failed = 0, st;
 	while (wait(&st) > 0)
 		failed |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
-	printf("%.4f\n", now() - t0);
+	double wall = now() - t0, cpu = 0, c1;
+	while (read(report[0], &c1, sizeof(c1)) == sizeof(c1))
+		cpu += c1;
+	printf("%.4f %.4f\n", wall, cpu);
 	return failed;
 }

@@ -5,8 +5,9 @@
 # each, and through the shim (durability = local) twice: the same program,
 # and the program without its fsync (with durability = local the last close
 # makes the version durable). Alternating which goes first. Prints the
-# medians and the ratios (plain time / shim time, > 1 is faster), and the
-# shim's peak memory per writer.
+# medians and the ratios (plain time / shim time, > 1 is faster), the CPU
+# seconds the writers spent (on a machine with few cores the CPU, not the
+# disk, bounds the time), and the shim's peak memory per writer.
 #
 #   bench/n1.sh [--size MIB] [--trials N] [--dir DIR]
 set -euo pipefail
@@ -47,7 +48,8 @@ drop_caches() {
 	sync
 	[ -w /proc/sys/vm/drop_caches ] && echo 3 >/proc/sys/vm/drop_caches || true
 }
-median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+# The median of column k (default 1) of the lines read.
+median() { awk -v k="${1:-1}" '{print $k}' | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 plain() { rm -f "$dir/n1/plain/f"; drop_caches; "$W" "$dir/n1/plain/f" "$@"; }
 shimmed() {
 	rm -rf "$dir/n1/cache" "$dir/n1/ckpt/f"
@@ -63,7 +65,7 @@ check() {
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 
-printf '\n| writers | stripe | plain pwrite+fsync | stagehand, same program | ratio | stagehand, no fsync | ratio | target |\n|---|---|---|---|---|---|---|---|\n'
+printf '\n| writers | stripe | plain pwrite+fsync | stagehand, same program | ratio | stagehand, no fsync | ratio | target | CPU s: plain, same, no fsync |\n|---|---|---|---|---|---|---|---|---|\n'
 for cfg in "4 65536" "4 1048576" "16 65536" "16 1048576"; do
 	read -r n stripe <<<"$cfg"
 	: >"$dir/n1/t.plain"
@@ -87,8 +89,9 @@ for cfg in "4 65536" "4 1048576" "16 65536" "16 1048576"; do
 	b=$(median <"$dir/n1/t.plain")
 	s=$(median <"$dir/n1/t.shim")
 	c=$(median <"$dir/n1/t.close")
-	printf '| %d | %d KiB | %.2f s | %.2f s | %sx | %.2f s | %sx | >= 0.8x |\n' "$n" "$((stripe / 1024))" \
-		"$b" "$s" "$(ratio "$b" "$s")" "$c" "$(ratio "$b" "$c")"
+	printf '| %d | %d KiB | %.2f s | %.2f s | %sx | %.2f s | %sx | >= 0.8x | %.2f, %.2f, %.2f |\n' \
+		"$n" "$((stripe / 1024))" "$b" "$s" "$(ratio "$b" "$s")" "$c" "$(ratio "$b" "$c")" \
+		"$(median 2 <"$dir/n1/t.plain")" "$(median 2 <"$dir/n1/t.shim")" "$(median 2 <"$dir/n1/t.close")"
 done
 
 # Memory: the peak RSS of one writer process, with and without the shim.
@@ -99,5 +102,5 @@ rss() {
 m_plain=$(rss "$W" "$dir/n1/plain/f" 1 1048576 "$size")
 rm -rf "$dir/n1/cache" "$dir/n1/ckpt/f"
 m_shim=$(rss env LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/n1/policy.conf" "$W" "$dir/n1/ckpt/f" 1 1048576 "$size")
-printf '| 1 | peak RSS of a writer (its %d MiB buffer included) | %d MiB | %d MiB | +%d MiB | | | <= +64 MiB |\n' \
+printf '| 1 | peak RSS of a writer (its %d MiB buffer included) | %d MiB | %d MiB | +%d MiB | | | <= +64 MiB | |\n' \
 	"$size" "$((m_plain / 1024))" "$((m_shim / 1024))" "$(((m_shim - m_plain) / 1024))"
