@@ -603,10 +603,23 @@ static int commit_fixed(struct stg_builder *b, int fd, uint64_t size)
 	return r;
 }
 
+/* lseek(fd, off, SEEK_DATA or SEEK_HOLE), capped at size. ENXIO from
+ * SEEK_DATA: a hole to the end; a file system that cannot tell (or a file
+ * that changed meanwhile) is all data. */
+static uint64_t seek_capped(int fd, uint64_t off, int whence, uint64_t size)
+{
+	off_t at = lseek(fd, (off_t)off, whence);
+	if (at < 0)
+		return whence == SEEK_DATA && errno != ENXIO ? off : size;
+	return (uint64_t)at < size ? (uint64_t)at : size;
+}
+
 /* Content-defined chunks: one pass over the file in large pieces, each byte
  * copied once into the staging buffer as the chunker finds where its chunk
- * ends. Holes are read (as zeros) and chunked like data: a long one makes
- * chunks of the maximum length, recorded as zero chunks. */
+ * ends. Holes are chunked as the zeros they read as, without reading them:
+ * no cut comes once 8 zeros are in the window, so from a chunk's start in a
+ * hole, each whole chunk of the maximum length is a zero chunk, recorded
+ * unread; the zeros around them are fed to the chunker as data. */
 static int commit_stream(struct stg_builder *b, int fd, uint64_t size)
 {
 	enum { PIECE = 1u << 20 };
@@ -619,21 +632,41 @@ static int commit_stream(struct stg_builder *b, int fd, uint64_t size)
 	size_t fill = 0; /* bytes of the current chunk in the staging buffer */
 	int r = 0;
 	for (uint64_t off = 0; off < size && r == 0;) {
-		size_t n = size - off < PIECE ? (size_t)(size - off) : PIECE;
-		r = stg_pread_all(fd, piece, n, (off_t)off);
-		if (r == -ENODATA)
-			r = -EIO; /* the file shrank under us */
-		for (size_t k = 0, used; r == 0 && k < n; k += used) {
+		uint64_t data = seek_capped(fd, off, SEEK_DATA, size);
+		bool hole = data > off;
+		size_t n;
+		if (hole && fill == 0 && data - off >= ch.max) {
+			for (uint64_t k = (data - off) / ch.max; k > 0 && r == 0; k--, off += ch.max)
+				r = stg_builder_add_zero(b, index++, ch.max);
+			continue;
+		}
+		if (hole) {
+			n = data - off < PIECE ? (size_t)(data - off) : PIECE;
+			memset(piece, 0, n);
+		} else {
+			uint64_t end = seek_capped(fd, off, SEEK_HOLE, size);
+			if (end == off) /* a hole punched meanwhile: read it */
+				end = size;
+			n = end - off < PIECE ? (size_t)(end - off) : PIECE;
+			r = stg_pread_all(fd, piece, n, (off_t)off);
+			if (r == -ENODATA)
+				r = -EIO; /* the file shrank under us */
+		}
+		size_t k = 0;
+		for (size_t used; r == 0 && k < n;) {
 			bool end = stg_chunker_next(&ch, piece + k, n - k, &used);
 			/* The staging buffer changes after each stored chunk. */
 			memcpy(stg_builder_buffer(b) + fill, piece + k, used);
 			fill += used;
+			k += used;
 			if (end) {
 				r = stg_builder_add_buffered(b, index++, fill);
 				fill = 0;
+				if (hole)
+					break; /* a new chunk in a hole: maybe whole zero chunks follow */
 			}
 		}
-		off += n;
+		off += k;
 	}
 	if (r == 0 && fill)
 		r = stg_builder_add_buffered(b, index, fill);

@@ -184,3 +184,34 @@ make_versions() {
 		cmp "$REF/$((++v))" "$BACK$CKPT/f" || fail "version $v ($id)"
 	done
 }
+
+@test "a sparse cdc file commits from the shadow without reading its holes, cut as written" {
+	use_chunking cdc
+	# 1 GiB and a bit: data, a hole, data, a hole to the end. The writer
+	# counts what its close() read (the commit runs inside it).
+	"$PYTHON" "$PARTICLES" "$REF/data" 4 7
+	shim "$PYTHON" - "$CKPT/f" "$REF/data" "$REF/f" <<'EOP' >"$T/read" || fail "writing the sparse file"
+import os, sys
+data = open(sys.argv[2], "rb").read()[:300000]
+size, at = (1 << 30) + 777, (1 << 29) + 12345
+for path in sys.argv[1], sys.argv[3]:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.pwrite(fd, data, 0)
+    os.ftruncate(fd, size)
+    os.pwrite(fd, data, at)
+    if path == sys.argv[1]:
+        before = int(dict(l.split(": ") for l in open("/proc/self/io"))["rchar"])
+    os.close(fd)
+    if path == sys.argv[1]:
+        print(int(dict(l.split(": ") for l in open("/proc/self/io"))["rchar"]) - before)
+EOP
+	local read
+	read=$(cat "$T/read")
+	[ "$read" -le $((64 << 20)) ] || fail "the commit read $read bytes of a file of 1 GiB of holes"
+	assert_restores "$REF/f" "$CKPT/f"
+	# The same bytes through the fast path: the same chunks.
+	local shadow
+	shadow=$(chunk_lengths)
+	put "$REF/f" "$CKPT/f"
+	[ "$(chunk_lengths)" = "$shadow" ] || fail "the fast path cut the bytes elsewhere"
+}
