@@ -90,11 +90,11 @@ int stg_builder_new(struct stg_cache *c, const char *path, const struct stg_path
 	int r = stg_pack_writer_new(c, b->chunker.max, &b->pack);
 	if (r < 0)
 		goto out_free;
-	/* The pack writer's buffer is still all zeros: hash that. Zero runs
-	 * make chunks of the maximum length, with either kind of chunking. */
-	uint8_t *zeros = stg_pack_writer_buffer(b->pack);
-	memset(zeros, 0, b->chunker.max);
-	stg_hash_compute(zeros, b->chunker.max, &b->zero_hash);
+	/* Zero runs make chunks of the maximum length, with either kind of
+	 * chunking. */
+	r = stg_hash_zeros(b->chunker.max, &b->zero_hash);
+	if (r < 0)
+		goto out_free;
 	r = b->pinfd = stg_gc_pin(c);
 	if (r < 0)
 		goto out_free;
@@ -168,6 +168,11 @@ const struct stg_builder_stats *stg_builder_stats(const struct stg_builder *b)
 uint8_t *stg_builder_buffer(struct stg_builder *b)
 {
 	return stg_pack_writer_buffer(b->pack);
+}
+
+uint8_t *stg_builder_scratch(struct stg_builder *b)
+{
+	return stg_pack_writer_scratch(b->pack);
 }
 
 static int reserve(struct stg_builder *b, uint64_t index)
@@ -364,15 +369,10 @@ int stg_builder_add_zero(struct stg_builder *b, uint64_t index, size_t len)
 	if (r < 0)
 		return r;
 	struct stg_manifest_entry e = {.raw_len = (uint32_t)len, .flags = STG_ENTRY_ZERO};
-	if (len == b->chunker.max) {
+	if (len == b->chunker.max)
 		e.hash = b->zero_hash;
-	} else {
-		uint8_t *z = calloc(1, len ? len : 1);
-		if (!z)
-			return -ENOMEM;
-		stg_hash_compute(z, len, &e.hash);
-		free(z);
-	}
+	else if ((r = stg_hash_zeros(len, &e.hash)) < 0)
+		return r;
 	record(b, index, &e);
 	return 0;
 }

@@ -55,6 +55,11 @@ int stg_builder_add(struct stg_builder *b, uint64_t index, const void *data, siz
  * each time. */
 uint8_t *stg_builder_buffer(struct stg_builder *b);
 
+/* Scratch of stg_chunk_bound(the chunker's maximum) bytes, for decoding a
+ * chunk read back (stg_pack_read) between stg_builder_flush() and the next
+ * chunk added: the builder encodes there otherwise. */
+uint8_t *stg_builder_scratch(struct stg_builder *b);
+
 /* Records chunk index from the first len bytes of the staging buffer. */
 int stg_builder_add_buffered(struct stg_builder *b, uint64_t index, size_t len);
 

@@ -33,5 +33,9 @@ static inline bool stg_hash_eq(const struct stg_hash *a, const struct stg_hash *
 int stg_hash_stream(const void *data, size_t len, struct stg_hash *ret,
 		    int (*consume)(void *arg, const void *piece, size_t n, size_t off), void *arg);
 
+/* The hash of len zero bytes, without a buffer of that size (remembered for
+ * the last few lengths asked). Returns 0 or -ENOMEM. */
+int stg_hash_zeros(size_t len, struct stg_hash *ret);
+
 /* 64-bit XXH3 of arbitrary bytes (checksums of headers and manifests). */
 uint64_t stg_hash64(const void *data, size_t len);

@@ -175,6 +175,11 @@ uint8_t *stg_pack_writer_buffer(struct stg_pack_writer *w)
 	return w->buf + STG_CHUNK_HEADER_SIZE;
 }
 
+uint8_t *stg_pack_writer_scratch(struct stg_pack_writer *w)
+{
+	return w->cbuf;
+}
+
 static int open_pack(struct stg_pack_writer *w)
 {
 	for (int tries = 0; tries < 8; tries++) {

@@ -38,6 +38,11 @@ void stg_pack_writer_discard(struct stg_pack_writer *w);
  * suitably aligned: callers fill it (copying while hashing), then append. */
 uint8_t *stg_pack_writer_buffer(struct stg_pack_writer *w);
 
+/* The buffer the staging buffer's chunk is encoded into (stg_chunk_bound
+ * (max_chunk) bytes): the caller's while nothing is in flight (after
+ * stg_pack_writer_flush) until the next append. */
+uint8_t *stg_pack_writer_scratch(struct stg_pack_writer *w);
+
 /* Appends the chunk in the staging buffer (len bytes, content hash h),
  * encoded as codec says when it pays. Fills e's location, lengths and flags
  * (NEW, ENCODED). Returns 0 or -errno (-ENOSPC past the capacity). */

@@ -363,9 +363,10 @@ static int handle_path(struct parse_state *st, const char *name, const char *val
 	struct stg_path_rule *r = &st->p->rules[st->rule];
 	if (strcmp(name, "chunk_size") == 0) {
 		uint64_t v;
-		if (stg_parse_size(value, &v) < 0 || v < STG_CHUNK_MIN || v > STG_CHUNK_MAX ||
+		if (stg_parse_size(value, &v) < 0 || v < STG_CHUNK_MIN || v > STG_CHUNK_SIZE_MAX ||
 		    (v & (v - 1))) {
-			fail(st, "chunk_size '%s' must be a power of two from 64K to 64M", value);
+			fail(st, "chunk_size '%s' must be a power of two from 64K to 16M (a writer "
+			     "holds a few chunks in memory)", value);
 			return 0;
 		}
 		r->chunk_size = (uint32_t)v;

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,8 +32,7 @@ struct fast {
 	uint64_t pos;     /* the descriptor's offset, as the application sees it */
 	uint64_t sealed;  /* [0, sealed) are whole chunks handed to the builder */
 	uint64_t nsealed; /* how many */
-	uint64_t staged;  /* [sealed, staged) wait in pending; staged is the size */
-	uint8_t *pending; /* one chunk (ch.max bytes); allocated at the first partial one */
+	uint64_t staged;  /* [sealed, staged) wait in the builder's buffer; staged is the size */
 	bool dirty;       /* changed since the last commit (a new file starts so) */
 	int failed;       /* a write could not be staged: -errno for every later call */
 };
@@ -68,8 +66,6 @@ int fast_start(struct session *s)
 static void fast_free(struct fast *f)
 {
 	stg_builder_free(f->b);
-	if (f->pending)
-		real_munmap(f->pending, f->ch.max);
 	free(f);
 }
 
@@ -102,9 +98,12 @@ bool fast_size(struct session *s, uint64_t *ret)
 	return on;
 }
 
+/* Hands a whole chunk to the builder: from data, or (NULL) from the
+ * builder's buffer, where a chunk that came in pieces was put together. */
 static int seal(struct fast *f, const void *data, size_t len)
 {
-	int r = stg_builder_add(f->b, f->nsealed, data, len);
+	int r = data ? stg_builder_add(f->b, f->nsealed, data, len)
+		     : stg_builder_add_buffered(f->b, f->nsealed, len);
 	if (r == 0) {
 		f->nsealed++;
 		f->sealed += len;
@@ -123,22 +122,14 @@ static ssize_t append(struct fast *f, const uint8_t *buf, size_t n)
 		int r = 0;
 		if (end && fill == 0) {
 			/* A whole chunk in the caller's buffer: straight to the
-			 * builder, no stop in pending. */
+			 * builder, copied once while it is hashed. */
 			r = seal(f, buf + done, used);
 		} else {
-			if (!f->pending) {
-				void *p = real_mmap(NULL, f->ch.max, PROT_READ | PROT_WRITE,
-						    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1,
-						    0);
-				if (p == MAP_FAILED)
-					r = -ENOMEM;
-				else
-					f->pending = p;
-			}
-			if (r == 0)
-				memcpy(f->pending + fill, buf + done, used);
-			if (r == 0 && end)
-				r = seal(f, f->pending, fill + used);
+			/* Pieces are put together where the chunk is hashed and
+			 * written from: no other copy of a chunk's size. */
+			memcpy(stg_builder_buffer(f->b) + fill, buf + done, used);
+			if (end)
+				r = seal(f, NULL, fill + used);
 		}
 		if (r < 0) {
 			f->ch = before; /* not taken after all */
@@ -234,8 +225,11 @@ static int commit_locked(struct session *s, struct fast *f, bool last, uint64_t 
 {
 	int r = 0;
 	uint64_t tail = f->staged - f->sealed;
+	/* The tail stays in this builder's buffer (a write in flight only
+	 * reads it) until the next builder takes it over, below. */
+	const uint8_t *pending = stg_builder_buffer(f->b);
 	if (tail)
-		r = stg_builder_add(f->b, f->nsealed, f->pending, (size_t)tail);
+		r = stg_builder_add_buffered(f->b, f->nsealed, (size_t)tail);
 	if (r < 0)
 		return r;
 	/* Writing goes on after this commit from the locations recorded so far:
@@ -266,6 +260,8 @@ static int commit_locked(struct session *s, struct fast *f, bool last, uint64_t 
 	r = stg_builder_new(shim.cache, s->path, s->rule, &nb);
 	if (r == 0)
 		r = stg_builder_copy_entries(nb, f->b, f->nsealed);
+	if (r == 0)
+		memcpy(stg_builder_buffer(nb), pending, (size_t)tail);
 	if (r < 0) {
 		stg_builder_free(nb);
 		/* The version is published; what comes next cannot be staged. */
@@ -293,11 +289,16 @@ int fast_commit(struct session *s, bool last, uint64_t replaces, int64_t *ret_ve
 }
 
 /* Writes what was staged into the shadow through a descriptor of our own
- * (the application's may be write-only or O_DIRECT). */
+ * (the application's may be write-only or O_DIRECT). Nothing is in flight
+ * after the flush: the tail, which waits in the builder's buffer, goes
+ * first, and then that buffer and its scratch read the chunks back (no more
+ * memory than writing took). */
 static int write_out(struct fast *f, int wfd)
 {
-	uint8_t *raw = malloc(f->ch.max), *scratch = malloc(stg_chunk_bound(f->ch.max));
-	int r = raw && scratch ? stg_builder_flush(f->b) : -ENOMEM;
+	int r = stg_builder_flush(f->b);
+	uint8_t *raw = stg_builder_buffer(f->b), *scratch = stg_builder_scratch(f->b);
+	if (r == 0 && f->staged > f->sealed)
+		r = stg_pwrite_all(wfd, raw, (size_t)(f->staged - f->sealed), (off_t)f->sealed);
 	for (uint64_t i = 0, at = 0; r == 0 && i < f->nsealed; i++) {
 		const struct stg_manifest_entry *e = stg_builder_entry(f->b, i);
 		if (!e) {
@@ -311,16 +312,12 @@ static int write_out(struct fast *f, int wfd)
 		if (r == 0)
 			r = stg_pwrite_all(wfd, raw, e->raw_len, (off_t)(at - e->raw_len));
 	}
-	if (r == 0 && f->staged > f->sealed)
-		r = stg_pwrite_all(wfd, f->pending, (size_t)(f->staged - f->sealed), (off_t)f->sealed);
 	/* Only ever grows it: a process that joined while nothing was staged
 	 * may have written there already. */
 	struct stat st;
 	if (r == 0 && real_fstat(wfd, &st) == 0 && (uint64_t)st.st_size < f->staged &&
 	    real_ftruncate(wfd, (off_t)f->staged) < 0)
 		r = -errno;
-	free(raw);
-	free(scratch);
 	return r;
 }
 

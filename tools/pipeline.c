@@ -16,6 +16,9 @@
 #include "util.h"
 
 #define RING 16
+/* Fewer slots for larger chunks: restore's memory stays bounded (64 MiB of
+ * slots, 2 slots at least). */
+#define RING_BYTES (64u << 20)
 /* The writer hands the disk up to this many chunks in one call. */
 #define BATCH 8
 
@@ -35,6 +38,7 @@ struct ring {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct slot slots[RING];
+	size_t n;          /* slots in use */
 	size_t head, tail; /* the reader fills head, the writers free tail */
 	size_t claim;      /* the next slot a writer takes */
 	bool done;         /* the reader has nothing more */
@@ -86,7 +90,7 @@ static void *writer(void *p)
 		size_t first = rg->claim;
 		int n = 0;
 		uint64_t off = rg->slots[first].off, end = off;
-		for (size_t i = first; n < BATCH; i = (i + 1) % RING) {
+		for (size_t i = first; n < BATCH; i = (i + 1) % rg->n) {
 			struct slot *s = &rg->slots[i];
 			if (!s->full || s->claimed || s->off != end || (n > 0 && s->len % STG_PACK_ALIGN))
 				break;
@@ -96,7 +100,7 @@ static void *writer(void *p)
 			if (s->len % STG_PACK_ALIGN)
 				break; /* an unaligned length ends a batch */
 		}
-		rg->claim = (first + (size_t)n) % RING;
+		rg->claim = (first + (size_t)n) % rg->n;
 		bool direct = rg->direct;
 		if (direct && iov[n - 1].iov_len % STG_PACK_ALIGN) {
 			/* A chunk of unaligned length (the last one, any content-
@@ -111,12 +115,12 @@ static void *writer(void *p)
 		if (r < 0 && !rg->werr)
 			rg->werr = r;
 		for (int k = 0; k < n; k++)
-			rg->slots[(first + (size_t)k) % RING].done = true;
+			rg->slots[(first + (size_t)k) % rg->n].done = true;
 		/* Slots are reused in order: free the run that is written. */
 		while (rg->slots[rg->tail].done) {
 			struct slot *s = &rg->slots[rg->tail];
 			s->full = s->claimed = s->done = false;
-			rg->tail = (rg->tail + 1) % RING;
+			rg->tail = (rg->tail + 1) % rg->n;
 		}
 		rg->written += end - off;
 		uint64_t written = rg->written;
@@ -131,17 +135,19 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 		     stg_progress_fn progress, void *arg, tool_refetch_fn refetch,
 		     void *refetch_arg, struct stg_materialize_error *err)
 {
-	struct ring rg = {.fd = fd, .progress = progress, .arg = arg, .total = m->size};
+	size_t nslots = RING_BYTES / m->chunk_max;
+	struct ring rg = {.fd = fd, .progress = progress, .arg = arg, .total = m->size,
+			  .n = nslots < 2 ? 2 : nslots > RING ? RING : nslots};
 	pthread_mutex_init(&rg.lock, NULL);
 	pthread_cond_init(&rg.cond, NULL);
 	rg.flags = fcntl(fd, F_GETFL);
 	rg.direct = rg.flags >= 0 && (rg.flags & O_DIRECT);
 	int r = 0;
 	uint8_t *scratch = malloc(stg_chunk_bound(m->chunk_max));
-	for (int i = 0; i < RING; i++)
+	for (size_t i = 0; i < rg.n; i++)
 		if (posix_memalign((void **)&rg.slots[i].buf, STG_PACK_ALIGN, m->chunk_max))
 			rg.slots[i].buf = NULL;
-	for (int i = 0; i < RING; i++)
+	for (size_t i = 0; i < rg.n; i++)
 		if (!rg.slots[i].buf)
 			r = -ENOMEM;
 	if (!scratch)
@@ -184,7 +190,7 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 		s->off = off;
 		s->len = e->raw_len;
 		s->full = true;
-		rg.head = (rg.head + 1) % RING;
+		rg.head = (rg.head + 1) % rg.n;
 		pthread_cond_broadcast(&rg.cond);
 		pthread_mutex_unlock(&rg.lock);
 	}
@@ -203,7 +209,7 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 	if (r == 0 && progress)
 		progress(arg, m->size, m->size);
 	stg_pack_reader_done(&rd);
-	for (int i = 0; i < RING; i++)
+	for (size_t i = 0; i < rg.n; i++)
 		free(rg.slots[i].buf);
 	free(scratch);
 	pthread_mutex_destroy(&rg.lock);

@@ -106,3 +106,50 @@ stages_and_restores() {
 	[[ "$output" == *"filter 'shuffle' must be none, or shuffle or bitshuffle followed by"* ]] ||
 		fail "$output"
 }
+
+# peak_kib CMD...: the peak resident set of CMD, in KiB.
+peak_kib() {
+	/usr/bin/time -f '%M' -o "$T/rss" "$@" >/dev/null || return 1
+	tail -n 1 "$T/rss"
+}
+
+@test "a writer's memory stays within 64 MiB more than without the shim, with the largest chunks and every codec" {
+	"$PYTHON" "$BATS_TEST_DIRNAME/../progs/particles.py" "$REF/src" 80 3
+	# 1 MiB write()s through the fast path, then one byte rewritten at the
+	# head: what was staged goes to the shadow, which the close commits.
+	cat >"$T/writer.py" <<'EOP'
+import os, sys
+src = open(sys.argv[1], "rb")
+fd = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+while piece := src.read(1 << 20):
+    os.write(fd, piece)
+os.pwrite(fd, b"\x7f", 0)
+os.close(fd)
+EOP
+	{ printf '\x7f'; tail -c +2 "$REF/src"; } >"$REF/want"
+	local plain shim opts
+	plain=$(peak_kib "$PYTHON" "$T/writer.py" "$REF/src" "$T/plain")
+	for opts in "chunk_size = 16M|compress = auto|filter = shuffle8" \
+		"chunk_size = 16M|compress = zstd|filter = bitshuffle8" \
+		"chunking = cdc|chunk_size = 4M|compress = auto|filter = shuffle8" \
+		"chunking = cdc|chunk_size = 4M|compress = zstd|filter = bitshuffle8"; do
+		rm -rf "$CACHE" "$CKPT/f"
+		printf '[cache]\ndir = %s\n[path %s/*]\n%s\n' "$CACHE" "$CKPT" "${opts//|/$'\n'}" >"$POLICY"
+		shim=$(peak_kib env LD_PRELOAD="$SHIM" "$PYTHON" "$T/writer.py" "$REF/src" "$CKPT/f") || fail "$opts: writing"
+		echo "# $opts: +$(((shim - plain) / 1024)) MiB" >&3
+		[ $((shim - plain)) -le $((64 << 10)) ] || fail "$opts: $((shim - plain)) KiB more"
+		assert_restores "$REF/want" "$CKPT/f" || fail "$opts: restore"
+	done
+}
+
+@test "restore's memory stays under 128 MiB with the largest chunks" {
+	"$PYTHON" "$BATS_TEST_DIRNAME/../progs/particles.py" "$REF/src" 192 5
+	printf '[cache]\ndir = %s\n[path %s/*]\nchunk_size = 16M\ncompress = zstd\nfilter = shuffle8\n' \
+		"$CACHE" "$CKPT" >"$POLICY"
+	shim cp "$REF/src" "$CKPT/f"
+	local peak
+	peak=$(peak_kib "$STAGEHAND" restore --to "$BACK" "$CKPT/f") || fail "restore"
+	echo "# restore: $((peak / 1024)) MiB" >&3
+	cmp "$REF/src" "$BACK$CKPT/f"
+	[ "$peak" -lt $((128 << 10)) ] || fail "restore's peak RSS: $peak KiB"
+}

@@ -287,5 +287,17 @@ int main(void)
 	CHECK(stg_hash_eq(&h, &back));
 	CHECK(stg_hash_from_hex("zz", &back) < 0);
 	CHECK(harness_golden("hash-stagehand.txt", (const uint8_t *)hex, 32));
+
+	/* Zeros hashed without a buffer of them: the same as with one, again
+	 * when remembered, whichever lengths came between. */
+	const size_t zlens[] = {0, 1, 65535, 65536, 65537, (1u << 20) + 3, 16u << 20, 1, 16u << 20};
+	uint8_t *zeros = calloc(1, 16u << 20);
+	for (size_t i = 0; i < sizeof(zlens) / sizeof(*zlens); i++) {
+		struct stg_hash want, got;
+		stg_hash_compute(zeros, zlens[i], &want);
+		CHECK_EQ(stg_hash_zeros(zlens[i], &got), 0);
+		CHECK(stg_hash_eq(&want, &got));
+	}
+	free(zeros);
 	return harness_done();
 }

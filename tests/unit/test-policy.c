@@ -199,6 +199,9 @@ static void test_errors(void)
 		     "bad.conf:4: chunk_size '3M' must be a power of two");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\nchunk_size = 32K\n", "bad.conf:4:");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\nchunk_size = 128M\n", "bad.conf:4:");
+	/* 32M and 64M were taken before: a writer's memory bound now stops at 16M. */
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nchunk_size = 32M\n",
+		     "bad.conf:4: chunk_size '32M' must be a power of two from 64K to 16M");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\nchunking = rabin\n",
 		     "bad.conf:4: chunking 'rabin' must be fixed or cdc");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\nchunk_size = 8M\nchunking = cdc\n",
