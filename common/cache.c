@@ -16,8 +16,7 @@
 
 #include "util.h"
 
-#define FORMAT_FILE "FORMAT"
-#define FORMAT_TEXT "stagehand-cache 1\n"
+#define FORMAT_KIND "stagehand-cache"
 
 static int open_subdir(int dirfd, const char *name)
 {
@@ -27,19 +26,28 @@ static int open_subdir(int dirfd, const char *name)
 	return fd < 0 ? -errno : fd;
 }
 
-static int check_format(int dirfd)
+/* A new cache is format 1: an older stagehand can use it until it holds
+ * what that one cannot read (stg_cache_require_format). */
+static int check_format(struct stg_cache *c)
 {
-	uint8_t *data;
-	size_t len;
-	int r = stg_read_file(dirfd, FORMAT_FILE, 4096, &data, &len);
-	if (r == -ENOENT)
-		return stg_write_file_atomic(dirfd, FORMAT_FILE, FORMAT_TEXT, strlen(FORMAT_TEXT),
-					     true);
+	int r = stg_format_read(c->dirfd, FORMAT_KIND, &c->format);
+	if (r == -ENOENT) {
+		c->format = 1;
+		return stg_format_write(c->dirfd, FORMAT_KIND, 1);
+	}
 	if (r < 0)
 		return r;
-	bool ok = len == strlen(FORMAT_TEXT) && memcmp(data, FORMAT_TEXT, len) == 0;
-	free(data);
-	return ok ? 0 : -EPROTO;
+	return c->format > STG_CACHE_FORMAT ? -EPROTONOSUPPORT : 0;
+}
+
+int stg_cache_require_format(struct stg_cache *c, unsigned format)
+{
+	if (c->format >= format)
+		return 0;
+	int r = stg_format_write(c->dirfd, FORMAT_KIND, format);
+	if (r == 0)
+		c->format = format;
+	return r;
 }
 
 void stg_cache_count_packs(struct stg_cache *c, uint64_t *ret_packs, uint64_t *ret_bytes)
@@ -78,6 +86,9 @@ const char *stg_cache_strerror(int r)
 	switch (r) {
 	case -EPROTO:
 		return "it holds a cache of another format";
+	case -EPROTONOSUPPORT:
+		return "a newer stagehand has made it a cache of a later format than this one "
+		       "reads (" FORMAT_KIND " 1 and 2): use that stagehand, or a new cache dir";
 	case -EOPNOTSUPP:
 		return "its file system has no O_TMPFILE, which the cache's shadow files need "
 		       "(9p, NFS, Lustre, GPFS and FUSE file systems lack it): put [cache] dir "
@@ -107,7 +118,7 @@ int stg_cache_open(const char *dir, struct stg_cache **ret_cache)
 		r = -errno;
 		goto out_free;
 	}
-	r = check_format(c->dirfd);
+	r = check_format(c);
 	if (r < 0)
 		goto out_free;
 	if ((r = c->packs_fd = open_subdir(c->dirfd, "packs")) < 0 ||

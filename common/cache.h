@@ -7,7 +7,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define STG_CACHE_FORMAT 1
+/* The newest cache format this stagehand reads and writes. Format 2 is
+ * format 1 that may hold manifests of format 4 (content-defined chunks): an
+ * older stagehand would take those for corrupt and collect their chunks, so
+ * a cache is made format 2, which such a stagehand refuses, before its first
+ * one is published (docs/FORMAT.md). */
+#define STG_CACHE_FORMAT 2
 
 struct stg_cache {
 	char *dir;
@@ -21,12 +26,18 @@ struct stg_cache {
 	uint64_t capacity; /* 0: only the file system limits the cache */
 	bool ship;     /* [cluster] is configured: queue every version published */
 	uint64_t node; /* this cache's node id, once read (stg_cache_node_id) */
+	unsigned format; /* of its FORMAT file, as last read or written */
 };
 
 /* Opens the cache at dir, creating it (and its parents) when missing.
- * Returns 0, -EPROTO for a cache of another format, -EOPNOTSUPP on a file
- * system without O_TMPFILE, or -errno. */
+ * Returns 0, -EPROTO for a cache of another format, -EPROTONOSUPPORT for one
+ * of a later format, -EOPNOTSUPP on a file system without O_TMPFILE, or
+ * -errno. */
 int stg_cache_open(const char *dir, struct stg_cache **ret_cache);
+
+/* Makes the cache at least format (rewriting FORMAT, durably) before it
+ * holds what only that format allows. Returns 0 or -errno. */
+int stg_cache_require_format(struct stg_cache *c, unsigned format);
 
 /* Why stg_cache_open failed with r, for a message. */
 const char *stg_cache_strerror(int r);

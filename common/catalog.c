@@ -167,13 +167,18 @@ int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
 	 * collector would then free its chunks: refused before it exists. */
 	if (len > MANIFEST_MAX)
 		return -EFBIG;
+	/* An older stagehand must not find a manifest it would collect. */
+	int r = m->chunking == STG_CHUNKING_CDC && f->cache ? stg_cache_require_format(f->cache, 2)
+							     : 0;
+	if (r < 0)
+		return r;
 	uint8_t *buf = malloc(len);
 	if (!buf)
 		return -ENOMEM;
 	stg_manifest_encode(m, buf);
 	char name[40];
 	stg_catalog_manifest_name(m->version, name);
-	int r = stg_write_file_atomic(f->dirfd, name, buf, len, sync);
+	r = stg_write_file_atomic(f->dirfd, name, buf, len, sync);
 	free(buf);
 	if (r < 0)
 		return r;

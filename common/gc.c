@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,7 +105,6 @@ static int live_add(struct live *l, const struct stg_manifest_entry *e)
 
 static int mark_file(void *arg, const char *path, int filedirfd)
 {
-	(void)path;
 	struct live *live = arg;
 	uint64_t *v;
 	size_t n;
@@ -116,6 +116,13 @@ static int mark_file(void *arg, const char *path, int filedirfd)
 		int rr = stg_catalog_read(filedirfd, v[i], &m);
 		if (rr == -EBADMSG || rr == -ENOENT)
 			continue; /* nothing in a corrupt manifest can be restored anyway */
+		if (rr == -EPROTONOSUPPORT) {
+			/* A newer stagehand's: its chunks are unknown, so none may go. */
+			stg_log(STG_LOG_DEBUG, "'%s': version %" PRIu64 " has a manifest format "
+				"newer than this stagehand reads: nothing is collected", path, v[i]);
+			r = rr;
+			break;
+		}
 		if (rr < 0) {
 			r = rr;
 			break;

@@ -126,6 +126,8 @@ int stg_manifest_peek_flags(const uint8_t *buf, size_t len)
 	if (len < STG_MANIFEST_HEADER_SIZE || memcmp(buf, STG_MANIFEST_MAGIC, 4) != 0)
 		return -EBADMSG;
 	uint16_t format = stg_get_le16(buf + 4), flags = stg_get_le16(buf + 6);
+	if (format > STG_MANIFEST_FORMAT)
+		return -EPROTONOSUPPORT;
 	/* Format 1 has no flags, format 2 OPEN alone, format 3 PART and maybe
 	 * OPEN, format 4 (content-defined chunks) any known flags: each is
 	 * written only where the one before cannot say it. */
@@ -186,6 +188,13 @@ int stg_manifest_decode(const uint8_t *buf, size_t len, struct stg_manifest *ret
 	if (len < STG_MANIFEST_HEADER_SIZE + STG_MANIFEST_TRAILER_SIZE)
 		return -EBADMSG;
 	int flags = stg_manifest_peek_flags(buf, len);
+	/* A later format keeps the trailer (FORMAT.md): one whose checksum
+	 * holds was written so, not damaged into it. */
+	if (flags == -EPROTONOSUPPORT)
+		return stg_get_le64(buf + len - STG_MANIFEST_TRAILER_SIZE) ==
+				       stg_hash64(buf, len - STG_MANIFEST_TRAILER_SIZE)
+			       ? -EPROTONOSUPPORT
+			       : -EBADMSG;
 	if (flags < 0)
 		return flags;
 	struct stg_manifest m = {

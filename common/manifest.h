@@ -103,12 +103,15 @@ size_t stg_manifest_encoded_size(const struct stg_manifest *m);
 size_t stg_manifest_encode(const struct stg_manifest *m, uint8_t *out);
 
 /* Decodes and validates every field. On success *ret owns a malloc'ed entry
- * array and part (release with stg_manifest_done). Returns 0, -EBADMSG or
+ * array and part (release with stg_manifest_done). Returns 0, -EBADMSG,
+ * -EPROTONOSUPPORT (a later format than STG_MANIFEST_FORMAT, intact by its
+ * trailer: whoever would drop what it cannot read must keep it) or
  * -ENOMEM. */
 int stg_manifest_decode(const uint8_t *buf, size_t len, struct stg_manifest *ret);
 
 /* The header flags of an encoded manifest, checking only its magic and
- * format (a quick look, not a validation). Returns the flags or -EBADMSG. */
+ * format (a quick look, not a validation). Returns the flags, -EBADMSG, or
+ * -EPROTONOSUPPORT for a later format. */
 int stg_manifest_peek_flags(const uint8_t *buf, size_t len);
 
 /* The part key of an encoded manifest (it is fully decoded). Returns 1 and

@@ -204,6 +204,43 @@ int stg_write_file_atomic(int dirfd, const char *name, const void *data, size_t 
 	return r;
 }
 
+#define FORMAT_FILE "FORMAT"
+
+int stg_format_read(int dirfd, const char *kind, unsigned *ret_version)
+{
+	uint8_t *data;
+	size_t len;
+	int r = stg_read_file(dirfd, FORMAT_FILE, 64, &data, &len);
+	if (r == -EFBIG || r == -EBADMSG)
+		return -EPROTO;
+	if (r < 0)
+		return r;
+	size_t k = strlen(kind);
+	unsigned v = 0;
+	size_t i = k + 1;
+	bool ok = len > k + 2 && memcmp(data, kind, k) == 0 && data[k] == ' ' &&
+		  data[len - 1] == '\n' && data[i] >= '1' && data[i] <= '9';
+	for (; ok && i < len - 1; i++) {
+		ok = data[i] >= '0' && data[i] <= '9' && v < 100000;
+		v = v * 10 + (unsigned)(data[i] - '0');
+	}
+	free(data);
+	if (!ok)
+		return -EPROTO;
+	*ret_version = v;
+	return 0;
+}
+
+int stg_format_write(int dirfd, const char *kind, unsigned version)
+{
+	char text[64];
+	int n = snprintf(text, sizeof(text), "%s %u\n", kind, version);
+	int r = stg_write_file_atomic(dirfd, FORMAT_FILE, text, (size_t)n, true);
+	if (r == 0 && fsync(dirfd) < 0)
+		r = -errno;
+	return r;
+}
+
 int stg_read_file(int dirfd, const char *name, size_t max, uint8_t **ret_data, size_t *ret_len)
 {
 	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);

@@ -75,6 +75,14 @@ int stg_write_file_atomic(int dirfd, const char *name, const void *data, size_t 
  * (-EFBIG). Returns 0 or -errno. */
 int stg_read_file(int dirfd, const char *name, size_t max, uint8_t **ret_data, size_t *ret_len);
 
+/* A directory's FORMAT file: "<kind> <version>\n" (the cache's, a server
+ * store's). Reads the version: 0, -ENOENT, -EPROTO when the file says
+ * something else, or -errno. */
+int stg_format_read(int dirfd, const char *kind, unsigned *ret_version);
+
+/* Writes it, durably (the directory fsync'ed too). Returns 0 or -errno. */
+int stg_format_write(int dirfd, const char *kind, unsigned version);
+
 /* Opens dirfd/name (name "." for dirfd itself) for readdir, on a descriptor
  * of its own. Returns the stream, or NULL with errno set. */
 DIR *stg_opendir_at(int dirfd, const char *name);

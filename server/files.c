@@ -251,6 +251,13 @@ static int list_entry(int filedirfd, const char *path, manifest_fn fn, void *arg
 	for (size_t i = 0; r == 0 && i < n; i++) {
 		struct stg_manifest m;
 		int e = stg_catalog_read(filedirfd, v[i], &m);
+		if (e == -EPROTONOSUPPORT) {
+			/* A newer server's: whoever marks chunks must know them all. */
+			stg_log_errno(STG_LOG_ERROR, e, "files: '%s' version %" PRIu64 " has a "
+				      "manifest format newer than this server reads", path, v[i]);
+			r = e;
+			break;
+		}
 		if (e < 0) {
 			stg_log_errno(STG_LOG_DEBUG, e, "files: '%s' version %" PRIu64 " skipped",
 				      path, v[i]);

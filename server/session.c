@@ -104,6 +104,10 @@ static int on_put_manifest(struct session *s, const struct stg_msg *req)
 	const struct stg_msg_put_manifest *p = &req->put_manifest;
 	struct stg_manifest mf;
 	int r = stg_manifest_decode(p->manifest, p->manifest_len, &mf);
+	if (r == -EPROTONOSUPPORT)
+		return stg_conn_send_error(&s->conn, req->tag, -EBADMSG,
+					   "a manifest format newer than this server reads (%u)",
+					   STG_MANIFEST_FORMAT);
 	if (r < 0)
 		return stg_conn_send_error(&s->conn, req->tag, -EBADMSG, "malformed manifest");
 	if (p->held_len != (mf.nchunks + 7) / 8) {
@@ -137,8 +141,11 @@ static int on_put_manifest(struct session *s, const struct stg_msg *req)
 	uint32_t nmissing = find_missing(s, &mf, p->held, missing);
 	int removed = 0;
 	if (nmissing == 0) {
-		/* The chunks are durable before the manifest that names them. */
+		/* The chunks are durable before the manifest that names them;
+		 * an older server must refuse a store holding one it cannot read. */
 		r = stg_store_sync(s->srv->store);
+		if (r == 0 && mf.chunking == STG_CHUNKING_CDC)
+			r = stg_store_require_format(s->srv->store, 2);
 		if (r == 0)
 			removed = stg_files_put(s->srv->files, s->uid, path, p->manifest,
 						p->manifest_len, mf.version, p->keep);

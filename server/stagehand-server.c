@@ -502,7 +502,9 @@ int main(int argc, char **argv)
 	if (r < 0) {
 		stg_log_errno(STG_LOG_ERROR, r, "cannot open the store '%s'%s", store_dir,
 			      r == -EBUSY ? " (another server uses it)" :
-			      r == -EPROTO ? " (not a stagehand store of this format)" : "");
+			      r == -EPROTO ? " (not a stagehand store of this format)" :
+			      r == -EPROTONOSUPPORT ? " (a newer stagehand-server made it a later "
+						      "format than this one reads: run that one)" : "");
 		return 1;
 	}
 	r = stg_files_open(stg_store_dirfd(srv.store), &srv.files);

@@ -22,7 +22,7 @@
 #include "util.h"
 
 #define FORMAT_FILE "FORMAT"
-#define FORMAT_TEXT "stagehand-store 1\n"
+#define FORMAT_KIND "stagehand-store"
 #define LOCK_FILE "lock"
 #define FILES_DIR "files"
 #define DEFAULT_SEGMENT_SIZE (1ull << 30)
@@ -48,6 +48,7 @@ struct seg {
 
 struct stg_store {
 	int dirfd, segdirfd, lockfd;
+	unsigned format; /* of its FORMAT file (under lock once open) */
 	uint64_t segment_size, capacity;
 
 	/* One collection at a time: two would pick the same segments. Held
@@ -755,18 +756,13 @@ int stg_store_gc_end(struct stg_store *s, struct stg_store_gc_result *ret)
 
 /* Opening: layout, format, lock, and the index rebuilt from the segments. */
 
+/* A new store is format 1: an older server can use it until it holds what
+ * that one cannot read (stg_store_require_format). */
 static int check_format(struct stg_store *s)
 {
-	uint8_t *data;
-	size_t len;
-	int r = stg_read_file(s->dirfd, FORMAT_FILE, 64, &data, &len);
-	if (r == 0) {
-		bool same = len == strlen(FORMAT_TEXT) && memcmp(data, FORMAT_TEXT, len) == 0;
-		free(data);
-		return same ? 0 : -EPROTO;
-	}
-	if (r == -EFBIG)
-		return -EPROTO;
+	int r = stg_format_read(s->dirfd, FORMAT_KIND, &s->format);
+	if (r == 0)
+		return s->format > STG_STORE_FORMAT ? -EPROTONOSUPPORT : 0;
 	if (r != -ENOENT)
 		return r;
 
@@ -798,9 +794,24 @@ static int check_format(struct stg_store *s)
 	} else if (errno != ENOENT) {
 		return -errno;
 	}
-	r = stg_write_file_atomic(s->dirfd, FORMAT_FILE, FORMAT_TEXT, strlen(FORMAT_TEXT), true);
-	if (r == 0 && fsync(s->dirfd) < 0)
-		r = -errno;
+	s->format = 1;
+	return stg_format_write(s->dirfd, FORMAT_KIND, 1);
+}
+
+int stg_store_require_format(struct stg_store *s, unsigned format)
+{
+	pthread_mutex_lock(&s->lock);
+	bool have = s->format >= format;
+	pthread_mutex_unlock(&s->lock);
+	if (have)
+		return 0;
+	/* Two sessions may both write it: the same bytes. */
+	int r = stg_format_write(s->dirfd, FORMAT_KIND, format);
+	if (r == 0) {
+		pthread_mutex_lock(&s->lock);
+		s->format = format;
+		pthread_mutex_unlock(&s->lock);
+	}
 	return r;
 }
 

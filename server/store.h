@@ -9,8 +9,6 @@
 
 #include "hash.h"
 
-#define STG_STORE_FORMAT 1
-
 struct stg_store;
 
 struct stg_store_options {
@@ -21,8 +19,19 @@ struct stg_store_options {
 /* Opens (creating when missing) the store in dir and rebuilds the index by
  * scanning every segment: a torn or corrupt record at the tail of the newest
  * segment is cut off, one elsewhere is skipped and reported. Only one process
- * opens a store (flock): -EBUSY otherwise; -EPROTO for another format. */
+ * opens a store (flock): -EBUSY otherwise; -EPROTO for another format,
+ * -EPROTONOSUPPORT for a later one. */
 int stg_store_open(const char *dir, const struct stg_store_options *o, struct stg_store **ret);
+
+/* The newest store format this server reads and writes. Format 2 is format
+ * 1 that may hold manifests of format 4 (content-defined chunks), which an
+ * older server would take for corrupt and collect the chunks of: a store is
+ * made format 2 before its first one is filed (docs/STORE.md). */
+#define STG_STORE_FORMAT 2
+
+/* Makes the store at least format (FORMAT rewritten durably) before it holds
+ * what only that format allows. Returns 0 or -errno. */
+int stg_store_require_format(struct stg_store *s, unsigned format);
 void stg_store_free(struct stg_store *s);
 
 /* The store's root directory descriptor (files/ lives beside segments/). */

@@ -174,6 +174,10 @@ make_versions() {
 	run "$STAGEHAND" flush --wait --timeout "$WAIT"
 	[ "$status" -eq 0 ] || fail "flush: $output"
 	stop_flusher "$CACHE"
+	# An older stagehand would collect what it cannot read: it refuses a
+	# cache or store of format 2.
+	[ "$(cat "$CACHE/FORMAT")" = "stagehand-cache 2" ] || fail "cache: $(cat "$CACHE/FORMAT")"
+	[ "$(cat "$T/srv0/FORMAT")" = "stagehand-store 2" ] || fail "store: $(cat "$T/srv0/FORMAT")"
 	local ids
 	ids=$("$STAGEHAND" ls "$CKPT/f" | awk -v p="$CKPT/f" '$1 == p { print $2 }')
 	rm -rf "$CACHE"

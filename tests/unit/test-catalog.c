@@ -282,6 +282,60 @@ static void test_manifest_too_large(struct stg_cache *c)
 	stg_manifest_done(&m);
 }
 
+/* Writes text into dir's FORMAT file. */
+static void put_format(const char *dir, const char *text)
+{
+	char path[4400];
+	snprintf(path, sizeof(path), "%s/FORMAT", dir);
+	FILE *f = fopen(path, "w");
+	fputs(text, f);
+	fclose(f);
+}
+
+/* The cache's format: 1 when new and while it holds fixed chunks only, 2
+ * from its first content-defined version on (a stagehand reading format 1
+ * would take that manifest for corrupt and collect its chunks); later
+ * formats and other contents refused. */
+static void test_cache_format(const char *dir)
+{
+	char cdir[4300];
+	snprintf(cdir, sizeof(cdir), "%s/formats", dir);
+	struct stg_cache *c;
+	CHECK_EQ(stg_cache_open(cdir, &c), 0);
+	unsigned format = 0;
+	CHECK_EQ(stg_format_read(c->dirfd, "stagehand-cache", &format), 0);
+	CHECK_EQ(format, 1);
+	uint8_t data[100000];
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)(i * 7 + (i >> 9));
+	CHECK(stage(c, "/ckpt/fixed", data, sizeof(data), NULL) > 0);
+	CHECK_EQ(stg_format_read(c->dirfd, "stagehand-cache", &format), 0);
+	CHECK_EQ(format, 1);
+	struct stg_path_rule cdc = rule;
+	cdc.chunking = STG_CHUNKING_CDC;
+	struct stg_builder *b;
+	CHECK_EQ(stg_builder_new(c, "/ckpt/cdc", &cdc, &b), 0);
+	CHECK_EQ(stg_builder_add(b, 0, data, sizeof(data)), 0);
+	CHECK(stg_builder_commit(b, sizeof(data), 0644, 1000) > 0);
+	stg_builder_free(b);
+	CHECK_EQ(stg_format_read(c->dirfd, "stagehand-cache", &format), 0);
+	CHECK_EQ(format, 2);
+	stg_cache_free(c);
+
+	CHECK_EQ(stg_cache_open(cdir, &c), 0);
+	CHECK_EQ(c->format, 2);
+	stg_cache_free(c);
+	put_format(cdir, "stagehand-cache 3\n");
+	CHECK_EQ(stg_cache_open(cdir, &c), -EPROTONOSUPPORT);
+	put_format(cdir, "stagehand-cache 2 \n");
+	CHECK_EQ(stg_cache_open(cdir, &c), -EPROTO);
+	put_format(cdir, "stagehand-store 1\n");
+	CHECK_EQ(stg_cache_open(cdir, &c), -EPROTO);
+	put_format(cdir, "stagehand-cache 1\n");
+	CHECK_EQ(stg_cache_open(cdir, &c), 0);
+	stg_cache_free(c);
+}
+
 int main(void)
 {
 	char *dir = harness_tmpdir();
@@ -290,6 +344,7 @@ int main(void)
 	struct stg_cache *c;
 	CHECK_EQ(stg_cache_open(cdir, &c), 0);
 	test_manifest_too_large(c);
+	test_cache_format(dir);
 
 	size_t n = 5 * 65536 + 123;
 	uint8_t *data = malloc(n);
@@ -391,14 +446,10 @@ int main(void)
 	test_remint(c, data, n);
 	test_recorded_paths(c);
 
-	/* A cache of another format is refused. */
-	char fmt[4300];
-	snprintf(fmt, sizeof(fmt), "%s/FORMAT", cdir);
-	FILE *ff = fopen(fmt, "w");
-	fputs("stagehand-cache 99\n", ff);
-	fclose(ff);
+	/* A cache of a later format is refused. */
+	put_format(cdir, "stagehand-cache 99\n");
 	struct stg_cache *c2;
-	CHECK(stg_cache_open(cdir, &c2) == -EPROTO);
+	CHECK(stg_cache_open(cdir, &c2) == -EPROTONOSUPPORT);
 
 	stg_cache_free(c);
 	free(data);

@@ -6,6 +6,7 @@
 #include "harness.h"
 #include "index.h"
 #include "pack.h"
+#include "util.h"
 
 static struct stg_path_rule rule = {
 	.chunk_size = 65536, .dedup = true, .codec = {0, 0, 0} /* off */,
@@ -38,9 +39,56 @@ static bool indexed(struct stg_cache *c, uint8_t fill)
 	return stg_index_lookup(c, &h, sizeof(buf), &e) == 1;
 }
 
+/* Rewrites the only version of path with format as its manifest format,
+ * its checksum made right (or, damaged, left wrong). */
+static void set_format(struct stg_cache *c, const char *path, uint16_t format, bool damaged)
+{
+	struct stg_catalog_file f;
+	CHECK_EQ(stg_catalog_lock(c, path, false, &f), 0);
+	uint64_t *v;
+	size_t nv;
+	CHECK_EQ(stg_catalog_versions(f.dirfd, &v, &nv), 0);
+	CHECK_EQ(nv, 1);
+	char name[40];
+	stg_catalog_manifest_name(v[0], name);
+	free(v);
+	uint8_t *mf;
+	size_t len;
+	CHECK_EQ(stg_read_file(f.dirfd, name, 1 << 20, &mf, &len), 0);
+	stg_put_le16(mf + 4, format);
+	stg_put_le64(mf + len - 8, stg_hash64(mf, len - 8) ^ damaged);
+	CHECK_EQ(stg_write_file_atomic(f.dirfd, name, mf, len, false), 0);
+	free(mf);
+	stg_catalog_unlock(&f);
+}
+
+/* A manifest of a later format (a newer stagehand's, its checksum intact)
+ * names chunks this one cannot know: nothing is collected. Damaged into
+ * one (its checksum wrong), it is corrupt, and its chunks go. */
+static void test_newer_manifest(const char *dir)
+{
+	char cdir[4200];
+	snprintf(cdir, sizeof(cdir), "%s/newer", dir);
+	struct stg_cache *c;
+	CHECK_EQ(stg_cache_open(cdir, &c), 0);
+	stage(c, "/ckpt/n", 1);
+	set_format(c, "/ckpt/n", STG_MANIFEST_FORMAT + 1, false);
+	struct stg_gc_result res;
+	uint64_t packs, bytes;
+	CHECK_EQ(stg_gc_collect(c, 1, &res), -EPROTONOSUPPORT);
+	stg_cache_count_packs(c, &packs, &bytes);
+	CHECK_EQ(packs, 1);
+	set_format(c, "/ckpt/n", STG_MANIFEST_FORMAT + 1, true);
+	CHECK_EQ(stg_gc_collect(c, 1, &res), 0);
+	stg_cache_count_packs(c, &packs, &bytes);
+	CHECK_EQ(packs, 0);
+	stg_cache_free(c);
+}
+
 int main(void)
 {
 	char *dir = harness_tmpdir();
+	test_newer_manifest(dir);
 	struct stg_cache *c;
 	CHECK_EQ(stg_cache_open(dir, &c), 0);
 	for (uint8_t i = 1; i <= 6; i++)

@@ -484,6 +484,13 @@ int main(void)
 		stg_put_le64(buf + len - 8, stg_hash64(buf, len - 8));
 		CHECK(stg_manifest_decode(buf, len, &d) == -EBADMSG);
 	}
+	/* A later format: told apart from damage by its intact trailer. */
+	stg_put_le16(buf + 4, STG_MANIFEST_FORMAT + 1);
+	CHECK_EQ(stg_manifest_peek_flags(buf, len), -EPROTONOSUPPORT);
+	stg_put_le64(buf + len - 8, stg_hash64(buf, len - 8));
+	CHECK_EQ(stg_manifest_decode(buf, len, &d), -EPROTONOSUPPORT);
+	buf[len - 1] ^= 1;
+	CHECK_EQ(stg_manifest_decode(buf, len, &d), -EBADMSG);
 	m.flags = 0;
 	stg_manifest_encode(&m, buf);
 

@@ -528,11 +528,24 @@ static void refusals(void)
 	CHECK_EQ(stg_mkdir_p(dir, 0700), 0);
 	snprintf(path, sizeof(path), "%s/FORMAT", dir);
 	FILE *f = fopen(path, "w");
-	fputs("stagehand-store 2\n", f);
+	fputs("stagehand-store 3\n", f);
 	fclose(f);
 	s2 = NULL;
-	CHECK_EQ(stg_store_open(dir, NULL, &s2), -EPROTO);
+	CHECK_EQ(stg_store_open(dir, NULL, &s2), -EPROTONOSUPPORT);
 	CHECK(s2 == NULL);
+	f = fopen(path, "w");
+	fputs("stagehand-cache 1\n", f);
+	fclose(f);
+	CHECK_EQ(stg_store_open(dir, NULL, &s2), -EPROTO);
+	/* Format 2 (it may hold content-defined manifests) opens, and a store
+	 * asked for it again keeps it. */
+	f = fopen(path, "w");
+	fputs("stagehand-store 2\n", f);
+	fclose(f);
+	CHECK_EQ(stg_store_open(dir, NULL, &s2), 0);
+	CHECK_EQ(stg_store_require_format(s2, 2), 0);
+	stg_store_free(s2);
+	s2 = NULL;
 
 	/* A directory with something else in it is not taken over. */
 	subdir(dir, sizeof(dir), "foreign");
