@@ -20,17 +20,17 @@
 
 #include "chunker-internal.h"
 #include "policy.h"
+#include "util.h"
 
 #define MUL 0x9e3779b1u /* odd: the product's high bits depend on every bit */
 
 /* The hash of the 8 bytes at p, offset by 2^31: a cut when below the
  * threshold. The offset keeps runs of zeros (hash 0) from cutting everywhere,
- * and lets AVX2 compare with its signed comparison. */
+ * and lets AVX2 compare with its signed comparison. Little-endian loads:
+ * the same cuts on every machine. */
 static inline uint32_t position_hash(const uint8_t *p)
 {
-	uint32_t lo, hi;
-	memcpy(&lo, p, 4);
-	memcpy(&hi, p + 4, 4);
+	uint32_t lo = stg_get_le32(p), hi = stg_get_le32(p + 4);
 	return (lo ^ (hi >> 16 | hi << 16)) * MUL ^ 0x80000000u;
 }
 
@@ -121,16 +121,17 @@ static bool cut(struct stg_chunker *c, size_t n, size_t *used)
 
 /* The CDC over data[0, n), n < the room left: the index of the byte the
  * chunk ends with, or n. c->state holds the chunk's last 8 bytes so far
- * (the newest in the high byte), for the positions whose 8 bytes began in
- * an earlier piece. */
+ * (the newest in the high byte: little-endian, whatever the machine's
+ * order), for the positions whose 8 bytes began in an earlier piece. */
 static size_t cdc_scan(struct stg_chunker *c, const uint8_t *data, size_t n)
 {
 	uint32_t threshold = (uint32_t)((1ull << 32) / (c->avg - c->min));
 	/* Chunk offset q may end a chunk from min - 1 on: data index q - in_chunk. */
 	size_t from = c->in_chunk + 1 >= c->min ? 0 : c->min - 1 - c->in_chunk;
 	if (from < 7 && from < n) {
-		uint8_t edge[14];
-		memcpy(edge, (const uint8_t *)&c->state + 1, 7);
+		uint8_t state[8], edge[14];
+		stg_put_le64(state, c->state);
+		memcpy(edge, state + 1, 7);
 		size_t k = n < 7 ? n : 7;
 		memcpy(edge + 7, data, k);
 		size_t at = find_cut_portable(edge, from + 7, k + 7, threshold);
@@ -144,11 +145,12 @@ static size_t cdc_scan(struct stg_chunker *c, const uint8_t *data, size_t n)
 			return at;
 	}
 	if (n >= 8) {
-		memcpy(&c->state, data + n - 8, 8);
+		c->state = stg_get_le64(data + n - 8);
 	} else if (n) {
-		uint64_t tail = 0;
-		memcpy((uint8_t *)&tail + 8 - n, data, n);
-		c->state = (c->state >> (8 * n)) | tail;
+		uint8_t last[8];
+		stg_put_le64(last, c->state >> (8 * n));
+		memcpy(last + 8 - n, data, n);
+		c->state = stg_get_le64(last);
 	}
 	return n;
 }
