@@ -12,6 +12,7 @@ packages=(
 	iproute2 netcat-openbsd procps bindfs fuse3
 	mpich libmpich-dev libhdf5-mpich-dev
 	cargo golang-go
+	restic # bench/reduction.sh compares stored bytes and speed with it
 )
 # safetensors (not packaged in Debian 12), beside Debian's numpy, for the
 # tests of programs that make system calls without libc.

@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Data reduction side by side with restic (Debian's, a version 2 repository:
+# content-defined chunks and zstd), in one run. Each data set of
+# bench/datasets.py is a series of versions of one file: each version is
+# written through the shim (durability = local, 1 MiB write()s) and, beside
+# it, written plainly and taken in by `restic backup`. Prints the bytes each
+# stored, the seconds each took to take the versions in (stagehand: the
+# writes themselves; restic: the backups of the written files), and the
+# newest version's restore against cp + sync. Then the first version of a
+# large file of float64 noise (cdc, compress = auto) against plain write +
+# fsync. Ratios > 1 favour stagehand; targets as in README.md.
+#
+#   bench/reduction.sh [--quick] [--dir DIR]
+#     --quick: small data sets (a check that it runs, not a measurement)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+quick=0
+dir=""
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--quick) quick=1; shift ;;
+	--dir) dir=$2; shift 2 ;;
+	-h|--help) sed -n '3,16p' "$0"; exit 0 ;;
+	*) echo "reduction.sh: unknown argument '$1'" >&2; exit 2 ;;
+	esac
+done
+build="$root/build"
+S="$build/tools/stagehand"
+SHIM="$build/preload/libstagehand.so"
+PY=/usr/bin/python3
+[ -x "$S" ] || { echo "reduction.sh: build first (meson compile -C build)" >&2; exit 1; }
+command -v restic >/dev/null || { echo "reduction.sh: restic is missing (scripts/deps.sh installs it)" >&2; exit 1; }
+[ -n "$dir" ] || dir="$root/bench/work"
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)/reduction
+rm -rf "$dir"
+mkdir -p "$dir"
+trap 'rm -rf "$dir"' EXIT
+export RESTIC_PASSWORD=bench RESTIC_CACHE_DIR="$dir/restic-cache"
+
+if [ "$quick" = 1 ]; then
+	img_mib=40 particles=200000 tensor_mib=256 noise_mib=256 versions=3
+else
+	img_mib=200 particles=1000000 tensor_mib=2048 noise_mib=2048 versions=5
+fi
+
+# put DST SRC...: writes the sources' bytes to DST in 1 MiB write()s (with
+# fsync when PUT_SYNC=1); prints the seconds from open to close.
+cat >"$dir/put.py" <<'EOP'
+import os, sys, time
+dst, srcs = sys.argv[1], sys.argv[2:]
+t0 = time.monotonic()
+fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+for src in srcs:
+    with open(src, "rb", buffering=0) as f:
+        while piece := f.read(1 << 20):
+            view = memoryview(piece)
+            while view:
+                view = view[os.write(fd, view):]
+if os.environ.get("PUT_SYNC") == "1":
+    os.fsync(fd)
+os.close(fd)
+print(f"{time.monotonic() - t0:.4f}")
+EOP
+put() { "$PY" "$dir/put.py" "$@"; }
+shim_put() { LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/policy.conf" "$PY" "$dir/put.py" "$@"; }
+
+drop_caches() {
+	sync
+	[ -w /proc/sys/vm/drop_caches ] && echo 3 >/proc/sys/vm/drop_caches || true
+}
+median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+add() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.4f", a + b}'; }
+seconds() { local s; s=$(date +%s.%N); "$@" >/dev/null; awk -v a="$s" -v b="$(date +%s.%N)" 'BEGIN {printf "%.4f", b - a}'; }
+bytes() { du -sb --apparent-size "$@" | awk '{s += $1} END {print s + 0}'; }
+mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
+
+# policy LINE...: the captured path's rule.
+policy() {
+	{
+		printf '[cache]\ndir = %s/cache\n[path %s/ckpt/*]\ndurability = local\nkeep = 100\n' "$dir" "$dir"
+		printf '%s\n' "$@"
+	} >"$dir/policy.conf"
+}
+
+# series NAME SOURCES_FN: takes in versions 1..$versions of file NAME, whose
+# sources SOURCES_FN V prints; sets STORED (stagehand), RSTORED (restic),
+# INGEST, RINGEST (seconds), RESTORE, CP (seconds), TOTAL (bytes of all
+# versions), FIRST (stagehand's bytes after version 1).
+series() {
+	local name=$1 fn=$2 v srcs t
+	rm -rf "$dir/cache" "$dir/ckpt" "$dir/plain" "$dir/repo" "$dir/back" "$dir/copy"
+	mkdir -p "$dir/ckpt" "$dir/plain"
+	restic init --quiet --repository-version 2 -r "$dir/repo" >/dev/null
+	INGEST=0 RINGEST=0 TOTAL=0 FIRST=0
+	for v in $(seq 1 "$versions"); do
+		srcs=$("$fn" "$v")
+		# shellcheck disable=SC2086
+		t=$(shim_put "$dir/ckpt/$name" $srcs)
+		INGEST=$(add "$INGEST" "$t")
+		# shellcheck disable=SC2086
+		PUT_SYNC=1 put "$dir/plain/$name" $srcs >/dev/null
+		t=$(seconds restic backup --quiet -r "$dir/repo" "$dir/plain")
+		RINGEST=$(add "$RINGEST" "$t")
+		TOTAL=$((TOTAL + $(stat -c %s "$dir/plain/$name")))
+		[ "$v" -gt 1 ] || FIRST=$(bytes "$dir/cache/packs" "$dir/cache/files")
+	done
+	STORED=$(bytes "$dir/cache/packs" "$dir/cache/files")
+	RSTORED=$(bytes "$dir/repo")
+	drop_caches
+	RESTORE=$(seconds "$S" restore --policy "$dir/policy.conf" --to "$dir/back" "$dir/ckpt/$name")
+	cmp "$dir/back$dir/ckpt/$name" "$dir/plain/$name"
+	drop_caches
+	CP=$(seconds sh -c "cp '$dir/plain/$name' '$dir/copy' && sync '$dir/copy'")
+}
+
+row() {
+	printf '| %s | %d x %s | %s | %s | %sx | %.2f s | %.2f s | %sx | %.2f s | %.2f s | %sx | %s |\n' \
+		"$1" "$versions" "$(mib $((TOTAL / versions)))" "$(mib "$STORED")" "$(mib "$RSTORED")" \
+		"$(ratio "$STORED" "$RSTORED")" "$INGEST" "$RINGEST" "$(ratio "$RINGEST" "$INGEST")" \
+		"$RESTORE" "$CP" "$(ratio "$CP" "$RESTORE")" "$2"
+}
+
+echo "Data reduction against $(restic version | cut -d' ' -f1-2), on $(df -h "$dir" | awk 'NR==2 {print $1}')$([ "$quick" = 0 ] || echo ', --quick')"
+echo "making the data sets..."
+mkdir -p "$dir/images" "$dir/particles" "$dir/tensors"
+"$PY" "$here/datasets.py" images "$dir/images" "$versions" "$img_mib" 1
+"$PY" "$here/datasets.py" particles "$dir/particles" "$versions" "$particles" 2
+"$PY" "$here/datasets.py" tensors "$dir/tensors" "$versions" "$tensor_mib" 3
+"$PY" "$here/datasets.py" noise "$dir/noise" "$noise_mib" 4
+
+printf '\n| data set | versions | stagehand stored | restic stored | ratio (target <= 1) | stagehand ingest | restic ingest | ratio (target >= 3) | restore newest | cp + sync | ratio (target >= 1) | its own target |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|---|\n'
+
+images_v() { echo "$dir/images/$1"; }
+policy "chunking = cdc" "chunk_size = 64K"
+series image images_v
+row "process images (cdc 64K, lz4)" \
+	"cache $(awk -v s="$STORED" -v t="$TOTAL" 'BEGIN {printf "%.1f%%", 100 * s / t}') of the series (<= 30%)"
+
+particles_v() { echo "$dir/particles/$1"; }
+policy "compress = zstd" "filter = shuffle8"
+series particles particles_v
+row "float64 particles, $particles (zstd, shuffle8)" \
+	"$(ratio "$STORED" "$RSTORED")x restic's bytes (<= 0.85x)"
+
+tensors_v() { echo "$dir/tensors/head$1 $dir/tensors/body"; }
+policy "chunking = cdc" "chunk_size = 1M" "compress = auto" "filter = shuffle4"
+series tensors tensors_v
+# Ideal: versions 2.. store their headers only.
+later=$((TOTAL - TOTAL / versions))
+row "fp32 tensors, header +64 B a version (cdc 1M, auto, shuffle4)" \
+	"versions 2-$versions: $(awk -v s="$((STORED - FIRST))" -v l="$later" 'BEGIN {printf "%.1f%%", 100 * (1 - s / l)}') deduplicated, of the ideal 100% (>= 95%)"
+
+# The first version of noise: cdc + auto against plain write + fsync,
+# alternating, medians of 3.
+policy "chunking = cdc" "compress = auto"
+: >"$dir/t.plain"
+: >"$dir/t.shim"
+for t in 1 2 3; do
+	order="plain shim"
+	[ $((t % 2)) = 1 ] || order="shim plain"
+	for side in $order; do
+		rm -rf "$dir/cache" "$dir/ckpt" "$dir/plain"
+		mkdir -p "$dir/ckpt" "$dir/plain"
+		drop_caches
+		cat "$dir/noise" >/dev/null # the source warm, as an application's memory
+		if [ "$side" = plain ]; then
+			PUT_SYNC=1 put "$dir/plain/noise" "$dir/noise" >>"$dir/t.plain"
+		else
+			shim_put "$dir/ckpt/noise" "$dir/noise" >>"$dir/t.shim"
+		fi
+	done
+done
+b=$(median <"$dir/t.plain")
+s=$(median <"$dir/t.shim")
+printf '\n| first version of %s of float64 noise | plain write + fsync | stagehand (cdc, auto) | ratio | target |\n|---|---|---|---|---|\n' "$(mib $((noise_mib << 20)))"
+printf '| | %.2f s | %.2f s | %sx | >= 0.9x |\n' "$b" "$s" "$(ratio "$b" "$s")"
