@@ -3,13 +3,16 @@
 # Data reduction side by side with restic (Debian's, a version 2 repository:
 # content-defined chunks and zstd), in one run. Each data set of
 # bench/datasets.py is a series of versions of one file: each version is
-# written through the shim (durability = local, 1 MiB write()s) and, beside
-# it, written plainly and taken in by `restic backup`. Prints the bytes each
-# stored, the seconds each took to take the versions in (stagehand: the
-# writes themselves; restic: the backups of the written files), and the
-# newest version's restore against cp + sync. Then the first version of a
-# large file of float64 noise (cdc, compress = auto) against plain write +
-# fsync. Ratios > 1 favour stagehand; targets as in README.md.
+# written through the shim (durability = local, 1 MiB write()s) and flushed
+# to a staging server on loopback, and, beside it, written plainly and taken
+# in by `restic backup`. Prints the bytes each stored (stagehand: its cache,
+# and the server, which keeps the versions: zstd is applied on the way
+# there), the seconds each took to take the versions in (stagehand: the
+# writes themselves, and apart the flushes; restic: the backups of the
+# written files), and the newest version's restore against cp + sync. Then
+# the first version of a large file of float64 noise (cdc, compress = auto)
+# against plain write + fsync. Ratios > 1 favour stagehand; targets as in
+# README.md.
 #
 #   bench/reduction.sh [--quick] [--dir DIR]
 #     --quick: small data sets (a check that it runs, not a measurement)
@@ -28,6 +31,7 @@ while [ $# -gt 0 ]; do
 done
 build="$root/build"
 S="$build/tools/stagehand"
+SERVER="$build/server/stagehand-server"
 SHIM="$build/preload/libstagehand.so"
 PY=/usr/bin/python3
 [ -x "$S" ] || { echo "reduction.sh: build first (meson compile -C build)" >&2; exit 1; }
@@ -37,7 +41,12 @@ mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)/reduction
 rm -rf "$dir"
 mkdir -p "$dir"
-trap 'rm -rf "$dir"' EXIT
+server_pid=""
+stop_server() {
+	[ -z "$server_pid" ] || { kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null || true; }
+	server_pid=""
+}
+trap 'stop_server; rm -rf "$dir"' EXIT
 export RESTIC_PASSWORD=bench RESTIC_CACHE_DIR="$dir/restic-cache"
 
 if [ "$quick" = 1 ]; then
@@ -78,37 +87,73 @@ seconds() { local s; s=$(date +%s.%N); "$@" >/dev/null; awk -v a="$s" -v b="$(da
 bytes() { du -sb --apparent-size "$@" | awk '{s += $1} END {print s + 0}'; }
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
 
-# policy LINE...: the captured path's rule.
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/secret"
+chmod 600 "$dir/secret"
+
+# start_server: a staging server with an empty store on loopback.
+start_server() {
+	stop_server
+	rm -rf "$dir/store" "$dir/port"
+	"$SERVER" --listen 127.0.0.1:0 --port-file "$dir/port" --store "$dir/store" \
+		--secret-file "$dir/secret" 2>>"$dir/server.log" &
+	server_pid=$!
+	until [ -s "$dir/port" ]; do
+		kill -0 "$server_pid" 2>/dev/null || { echo "reduction.sh: the server did not start: $(cat "$dir/server.log")" >&2; exit 1; }
+		sleep 0.05
+	done
+}
+
+# policy LINE...: the captured path's rule, with the server of start_server
+# while one runs.
 policy() {
 	{
-		printf '[cache]\ndir = %s/cache\n[path %s/ckpt/*]\ndurability = local\nkeep = 100\n' "$dir" "$dir"
+		printf '[cache]\ndir = %s/cache\n' "$dir"
+		[ -z "$server_pid" ] ||
+			printf '[cluster]\nservers = 127.0.0.1:%s\nreplicas = 1\nsecret_file = %s/secret\ntimeout = 60\n' \
+				"$(cat "$dir/port")" "$dir"
+		printf '[path %s/ckpt/*]\ndurability = local\nkeep = 100\n' "$dir"
 		printf '%s\n' "$@"
 	} >"$dir/policy.conf"
 }
 
+# Stops the flusher the shim started for the cache, if any.
+stop_flusher() {
+	local pid
+	pid=$(cat "$dir/cache/flusher.lock" 2>/dev/null) || return 0
+	[ -n "$pid" ] || return 0
+	kill "$pid" 2>/dev/null || return 0
+	while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+}
+
 # series NAME SOURCES_FN: takes in versions 1..$versions of file NAME, whose
-# sources SOURCES_FN V prints; sets STORED (stagehand), RSTORED (restic),
-# INGEST, RINGEST (seconds), RESTORE, CP (seconds), TOTAL (bytes of all
-# versions), FIRST (stagehand's bytes after version 1).
+# sources SOURCES_FN V prints; sets STORED (stagehand's cache), SERVED (the
+# server's store), RSTORED (restic), INGEST, FLUSH, RINGEST (seconds),
+# RESTORE, CP (seconds), TOTAL (bytes of all versions), FIRST (the
+# server's bytes after version 1).
 series() {
 	local name=$1 fn=$2 v srcs t
+	stop_flusher
 	rm -rf "$dir/cache" "$dir/ckpt" "$dir/plain" "$dir/repo" "$dir/back" "$dir/copy"
 	mkdir -p "$dir/ckpt" "$dir/plain"
 	restic init --quiet --repository-version 2 -r "$dir/repo" >/dev/null
-	INGEST=0 RINGEST=0 TOTAL=0 FIRST=0
+	INGEST=0 FLUSH=0 RINGEST=0 TOTAL=0 FIRST=0
 	for v in $(seq 1 "$versions"); do
 		srcs=$("$fn" "$v")
 		# shellcheck disable=SC2086
 		t=$(shim_put "$dir/ckpt/$name" $srcs)
 		INGEST=$(add "$INGEST" "$t")
+		t=$(seconds "$S" flush --policy "$dir/policy.conf" --wait --timeout 600)
+		FLUSH=$(add "$FLUSH" "$t")
 		# shellcheck disable=SC2086
 		PUT_SYNC=1 put "$dir/plain/$name" $srcs >/dev/null
 		t=$(seconds restic backup --quiet -r "$dir/repo" "$dir/plain")
 		RINGEST=$(add "$RINGEST" "$t")
 		TOTAL=$((TOTAL + $(stat -c %s "$dir/plain/$name")))
-		[ "$v" -gt 1 ] || FIRST=$(bytes "$dir/cache/packs" "$dir/cache/files")
+		[ "$v" -gt 1 ] || FIRST=$(bytes "$dir/store/segments" "$dir/store/files")
 	done
 	STORED=$(bytes "$dir/cache/packs" "$dir/cache/files")
+	SERVED=$(bytes "$dir/store/segments" "$dir/store/files")
+	stop_flusher
 	RSTORED=$(bytes "$dir/repo")
 	drop_caches
 	RESTORE=$(seconds "$S" restore --policy "$dir/policy.conf" --to "$dir/back" "$dir/ckpt/$name")
@@ -118,10 +163,10 @@ series() {
 }
 
 row() {
-	printf '| %s | %d x %s | %s | %s | %sx | %.2f s | %.2f s | %sx | %.2f s | %.2f s | %sx | %s |\n' \
-		"$1" "$versions" "$(mib $((TOTAL / versions)))" "$(mib "$STORED")" "$(mib "$RSTORED")" \
-		"$(ratio "$STORED" "$RSTORED")" "$INGEST" "$RINGEST" "$(ratio "$RINGEST" "$INGEST")" \
-		"$RESTORE" "$CP" "$(ratio "$CP" "$RESTORE")" "$2"
+	printf '| %s | %d x %s | %s | %s | %s | %sx | %.2f s (+ %.2f s) | %.2f s | %sx | %.2f s | %.2f s | %sx | %s |\n' \
+		"$1" "$versions" "$(mib $((TOTAL / versions)))" "$(mib "$STORED")" "$(mib "$SERVED")" \
+		"$(mib "$RSTORED")" "$(ratio "$SERVED" "$RSTORED")" "$INGEST" "$FLUSH" "$RINGEST" \
+		"$(ratio "$RINGEST" "$INGEST")" "$RESTORE" "$CP" "$(ratio "$CP" "$RESTORE")" "$2"
 }
 
 echo "Data reduction against $(restic version | cut -d' ' -f1-2), on $(df -h "$dir" | awk 'NR==2 {print $1}')$([ "$quick" = 0 ] || echo ', --quick')"
@@ -132,31 +177,35 @@ mkdir -p "$dir/images" "$dir/particles" "$dir/tensors"
 "$PY" "$here/datasets.py" tensors "$dir/tensors" "$versions" "$tensor_mib" 3
 "$PY" "$here/datasets.py" noise "$dir/noise" "$noise_mib" 4
 
-printf '\n| data set | versions | stagehand stored | restic stored | ratio (target <= 1) | stagehand ingest | restic ingest | ratio (target >= 3) | restore newest | cp + sync | ratio (target >= 1) | its own target |\n'
-printf '|---|---|---|---|---|---|---|---|---|---|---|---|\n'
+printf '\n| data set | versions | stagehand: cache | server | restic stored | server / restic (target <= 1) | stagehand ingest (+ flush) | restic ingest | ratio (target >= 3) | restore newest | cp + sync | ratio (target >= 1) | its own target |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
 
 images_v() { echo "$dir/images/$1"; }
+start_server
 policy "chunking = cdc" "chunk_size = 64K"
 series image images_v
 row "process images (cdc 64K, lz4)" \
 	"cache $(awk -v s="$STORED" -v t="$TOTAL" 'BEGIN {printf "%.1f%%", 100 * s / t}') of the series (<= 30%)"
 
 particles_v() { echo "$dir/particles/$1"; }
+start_server
 policy "compress = zstd" "filter = shuffle8"
 series particles particles_v
 row "float64 particles, $particles (zstd, shuffle8)" \
-	"$(ratio "$STORED" "$RSTORED")x restic's bytes (<= 0.85x)"
+	"$(ratio "$SERVED" "$RSTORED")x restic's bytes (<= 0.85x)"
 
 tensors_v() { echo "$dir/tensors/head$1 $dir/tensors/body"; }
+start_server
 policy "chunking = cdc" "chunk_size = 1M" "compress = auto" "filter = shuffle4"
 series tensors tensors_v
 # Ideal: versions 2.. store their headers only.
 later=$((TOTAL - TOTAL / versions))
 row "fp32 tensors, header +64 B a version (cdc 1M, auto, shuffle4)" \
-	"versions 2-$versions: $(awk -v s="$((STORED - FIRST))" -v l="$later" 'BEGIN {printf "%.1f%%", 100 * (1 - s / l)}') deduplicated, of the ideal 100% (>= 95%)"
+	"versions 2-$versions: $(awk -v s="$((SERVED - FIRST))" -v l="$later" 'BEGIN {printf "%.1f%%", 100 * (1 - s / l)}') deduplicated, of the ideal 100% (>= 95%)"
 
 # The first version of noise: cdc + auto against plain write + fsync,
-# alternating, medians of 3.
+# alternating, medians of 3; nothing shipped meanwhile.
+stop_server
 policy "chunking = cdc" "compress = auto"
 : >"$dir/t.plain"
 : >"$dir/t.shim"

@@ -85,6 +85,8 @@ int stg_builder_new(struct stg_cache *c, const char *path, const struct stg_path
 	strcpy(b->path, path);
 	b->rule = *rule;
 	b->rule.glob = NULL;
+	/* zstd and its kind are the flusher's to apply. */
+	b->rule.codec = stg_chunk_codec_capture(&rule->codec);
 	b->pinfd = -1;
 	stg_chunker_init(&b->chunker, rule->chunking, rule->chunk_size);
 	int r = stg_pack_writer_new(c, b->chunker.max, &b->pack);

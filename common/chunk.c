@@ -126,10 +126,14 @@ static const struct codec {
 	size_t (*bound)(size_t raw_len);
 	size_t (*compress)(const uint8_t *in, size_t n, uint8_t *out, size_t cap, int level);
 	int (*decompress)(const uint8_t *in, size_t n, uint8_t *out, size_t raw_len);
+	/* Slower than a disk writes (README, "Codecs"): never where a writer
+	 * waits. The capture path encodes with lz4 instead, the flusher
+	 * recodes before shipping (stg_chunk_codec_capture, stg_chunk_recode). */
+	bool background;
 } codecs[NCODECS] = {
-	[CODEC_RAW] = {"off", raw_bound, NULL, NULL},
-	[CODEC_LZ4] = {"lz4", lz4_bound, lz4_compress, lz4_decompress},
-	[CODEC_ZSTD] = {"zstd", zstd_bound, zstd_compress, zstd_decompress},
+	[CODEC_RAW] = {"off", raw_bound, NULL, NULL, false},
+	[CODEC_LZ4] = {"lz4", lz4_bound, lz4_compress, lz4_decompress, false},
+	[CODEC_ZSTD] = {"zstd", zstd_bound, zstd_compress, zstd_decompress, true},
 };
 
 /* Byte shuffle: byte b of every whole element together, then the tail that
@@ -295,6 +299,21 @@ int stg_chunk_codec_parse(struct stg_chunk_codec *c, const char *key, const char
 		 "one value: 2 (bf16, fp16), 4 (fp32) or 8 (fp64), e.g. shuffle4",
 		 value);
 	return -EINVAL;
+}
+
+bool stg_chunk_codec_background(const struct stg_chunk_codec *c)
+{
+	return c->compress < NCODECS && codecs[c->compress].background;
+}
+
+struct stg_chunk_codec stg_chunk_codec_capture(const struct stg_chunk_codec *c)
+{
+	struct stg_chunk_codec k = *c;
+	if (stg_chunk_codec_background(c)) {
+		k.compress = CODEC_LZ4;
+		k.level = 0;
+	}
+	return k;
 }
 
 size_t stg_chunk_bound(size_t raw_len)
@@ -557,6 +576,23 @@ int stg_chunk_decode_view(const uint8_t *buf, size_t len, const struct stg_hash 
 	if (r == 0)
 		*ret_data = payload;
 	return r;
+}
+
+ssize_t stg_chunk_recode(const uint8_t *obj, size_t len, uint32_t raw_len,
+			 const struct stg_chunk_codec *c, uint8_t *raw, uint8_t *out)
+{
+	struct stg_chunk_header h;
+	int r = stg_chunk_header_decode(obj, len, NULL, raw_len, &h);
+	if (r < 0)
+		return r;
+	if (h.codec == c->compress && h.filter == c->filter)
+		return 0; /* as asked already */
+	const uint8_t *data = raw;
+	r = stg_chunk_decode_view(obj, len, &h.hash, raw_len, raw, &data);
+	if (r < 0)
+		return r;
+	size_t n = stg_chunk_try_compress(data, raw_len, &h.hash, c, out);
+	return n && n < len ? (ssize_t)n : 0;
 }
 
 int stg_chunk_check(const uint8_t *obj, size_t len, bool full, struct stg_hash *ret_hash)

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "hash.h"
 
@@ -28,6 +29,14 @@ extern const struct stg_chunk_codec stg_chunk_codec_default;
  * -EINVAL with a message naming the accepted values in err. */
 int stg_chunk_codec_parse(struct stg_chunk_codec *c, const char *key, const char *value,
 			  char *err, size_t errlen);
+
+/* Whether c's codec runs in the background: too slow for a writer to wait
+ * for it (zstd), the flusher recodes each chunk with it before shipping. */
+bool stg_chunk_codec_background(const struct stg_chunk_codec *c);
+
+/* The codec the capture path encodes with for c: c, or lz4 with c's filter
+ * in place of a background codec. */
+struct stg_chunk_codec stg_chunk_codec_capture(const struct stg_chunk_codec *c);
 
 /* A decoded header; codec, filter and element are chunk.c's ids. */
 struct stg_chunk_header {
@@ -70,6 +79,14 @@ bool stg_chunk_header_is_raw(const struct stg_chunk_header *h);
 /* Whether a stored length is possible for a chunk of raw_len bytes, raw or
  * encoded (as a manifest or an index record says). */
 bool stg_chunk_stored_len_ok(uint32_t raw_len, uint32_t stored_len, bool encoded);
+
+/* Re-encodes obj, a chunk object of raw_len bytes, as c says: decodes it into
+ * raw (raw_len bytes; the hash is checked) and encodes that into out
+ * (stg_chunk_bound(raw_len) bytes). Returns the new object's length when it
+ * is smaller than obj, 0 when obj is as good (or encoded so already), or
+ * -EBADMSG (obj is corrupt) or -ENOMEM. */
+ssize_t stg_chunk_recode(const uint8_t *obj, size_t len, uint32_t raw_len,
+			 const struct stg_chunk_codec *c, uint8_t *raw, uint8_t *out);
 
 /* Memory decoding the object takes beyond its own bytes (0 for raw or for a
  * header that does not decode). */

@@ -20,6 +20,9 @@ struct job {
 	const uint8_t *encoded; /* the manifest as stored */
 	size_t encoded_len;
 	uint32_t keep;
+	/* The path's codec when it runs in the background (zstd): each chunk
+	 * is recoded with it on its way out. NULL: shipped as the cache has it. */
+	const struct stg_chunk_codec *recode;
 	uint8_t *held;          /* bitmap: the entries this server holds */
 	uint32_t nheld;
 };

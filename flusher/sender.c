@@ -48,6 +48,7 @@ struct pipe {
 		int fd;
 	} packs[PACK_FDS];
 	unsigned next_pack;
+	uint8_t *raw, *recoded; /* the job's recode: a chunk decoded, then encoded */
 	uint32_t ready_counter;
 	unsigned ops; /* submitted, not yet completed */
 	bool polling, removing;
@@ -152,6 +153,24 @@ static int on_read(struct pipe *p, unsigned i, int res)
 				     "chunk %s of '%s' in pack %016llx: the cache's record is "
 				     "unreadable",
 				     hex, p->job->path, (unsigned long long)e->pack);
+	}
+	if (p->job->recode) {
+		/* Smaller, or left as it is: it fits its slot either way. */
+		ssize_t n = stg_chunk_recode(s->buf, s->len, e->raw_len, p->job->recode, p->raw,
+					     p->recoded);
+		if (n < 0) {
+			char hex[STG_HASH_HEX_LEN + 1];
+			stg_hash_hex(&e->hash, hex);
+			p->srv->local_failure = true;
+			return stg_log_errno(STG_LOG_ERROR, (int)n,
+					     "chunk %s of '%s' in pack %016llx: cannot recode the "
+					     "cache's record", hex, p->job->path,
+					     (unsigned long long)e->pack);
+		}
+		if (n > 0) {
+			memcpy(s->buf, p->recoded, (size_t)n);
+			s->len = (uint32_t)n;
+		}
 	}
 	s->tag = p->srv->conn.next_tag++;
 	s->state = READY;
@@ -319,7 +338,14 @@ int sender_put(struct server *srv, const struct job *job, const uint32_t *entrie
 	if (p->nslots > n)
 		p->nslots = (unsigned)n;
 	struct stg_conn *c = &srv->conn;
-	int r = stg_conn_pool(c, (size_t)p->nslots * slot_size, STG_POOL_SEND);
+	int r = 0;
+	if (job->recode) {
+		p->raw = malloc(job->manifest->chunk_max);
+		p->recoded = malloc(stg_chunk_bound(job->manifest->chunk_max));
+		r = p->raw && p->recoded ? 0 : -ENOMEM;
+	}
+	if (r == 0)
+		r = stg_conn_pool(c, (size_t)p->nslots * slot_size, STG_POOL_SEND);
 	for (unsigned i = 0; i < p->nslots && r == 0; i++)
 		p->slots[i].buf = c->pool + (size_t)i * slot_size;
 
@@ -377,6 +403,8 @@ int sender_put(struct server *srv, const struct job *job, const uint32_t *entrie
 		if (p->packs[i].fd >= 0)
 			close(p->packs[i].fd);
 	stg_conn_pool_idle(c);
+	free(p->raw);
+	free(p->recoded);
 	free(p);
 	return r;
 }

@@ -217,6 +217,9 @@ static int ship_once(struct flusher *fl, const char *id, uint64_t version, char 
 			pl->jobs[i].encoded = enc;
 			pl->jobs[i].encoded_len = enc_len;
 			pl->jobs[i].keep = rule ? rule->keep : STG_KEEP_DEFAULT;
+			pl->jobs[i].recode = rule && stg_chunk_codec_background(&rule->codec)
+						     ? &rule->codec
+						     : NULL;
 		}
 		size_t failed = servers_run(fl, pl->active);
 		bool local = false;

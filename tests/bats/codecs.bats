@@ -32,6 +32,27 @@ pack_bytes() {
 	find "$CACHE/packs" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }'
 }
 
+# object_codecs DIR: the codecs of the chunk objects in the files below DIR
+# (cache packs, server segments), one a line, each once.
+object_codecs() {
+	python3 - "$1" <<'PY'
+import os, struct, sys
+found = set()
+for top, _, files in os.walk(sys.argv[1]):
+    for name in files:
+        data = open(os.path.join(top, name), "rb").read()
+        at = data.find(b"SHCK")
+        while at >= 0 and at + 8 <= len(data):
+            fmt, word = struct.unpack_from("<HH", data, at + 4)
+            if fmt == 1:
+                found.add("lz4" if word == 1 else "raw")
+            elif fmt == 2:
+                found.add({0: "raw", 1: "lz4", 2: "zstd"}.get(data[at + 6], "?"))
+            at = data.find(b"SHCK", at + 4)
+print("\n".join(sorted(found)))
+PY
+}
+
 # stages_and_restores KEY=VALUE...: stages $CKPT/f under the path rule's
 # settings, checks the cache holds it in fewer bytes (more with compress =
 # off), flushes it, drops the cache and restores it from the server.
@@ -52,6 +73,14 @@ stages_and_restores() {
 	run "$STAGEHAND" flush --wait --timeout "$WAIT"
 	[ "$status" -eq 0 ] || fail "flush: $output"
 	stop_flusher "$CACHE"
+	# zstd never runs where the writer waits: the cache holds lz4, and the
+	# flusher recodes on the way to the server.
+	! object_codecs "$CACHE/packs" | grep -qx zstd || fail "zstd in the cache ($*)"
+	if [[ " $* " == *" compress=zstd "* ]]; then
+		object_codecs "$T/srv0" | grep -qx zstd || fail "no zstd on the server ($*)"
+	else
+		! object_codecs "$T/srv0" | grep -qx zstd || fail "zstd on the server ($*)"
+	fi
 	rm -rf "$CACHE"
 	run restore_to "$POLICY" 1 "$BACK" "$CKPT/f"
 	[ "$status" -eq 0 ] || fail "restore: $output"
