@@ -23,6 +23,9 @@
 #include "util.h"
 
 #define MUL 0x9e3779b1u /* odd: the product's high bits depend on every bit */
+/* Bytes ahead of the scan to ask the cache for: the scan outruns what the
+ * hardware prefetches by itself (3 GB/s without, 9-13 with, bench/cdc). */
+#define PREFETCH 4096
 
 /* The hash of the 8 bytes at p, offset by 2^31: a cut when below the
  * threshold. The offset keeps runs of zeros (hash 0) from cutting everywhere,
@@ -57,6 +60,7 @@ __attribute__((target("avx2"))) static size_t find_cut_avx2(const uint8_t *p, si
 					       2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
 	size_t i = from;
 	for (; i + 32 <= to; i += 32) {
+		__builtin_prefetch(p + i + PREFETCH);
 		/* Load r holds the positions i + r + 4k in its 32-bit lanes. */
 		__m256i hit = _mm256_setzero_si256();
 		for (int r = 0; r < 4; r++) {
