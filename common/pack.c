@@ -380,17 +380,39 @@ int stg_pack_writer_sync(struct stg_pack_writer *w)
 
 void stg_pack_reader_init(struct stg_pack_reader *r, struct stg_cache *c)
 {
+	memset(r, 0, sizeof(*r));
 	r->cache = c;
-	r->pack = 0;
-	r->fd = -1;
+	for (unsigned i = 0; i < STG_PACK_READER_FDS; i++)
+		r->open[i].fd = -1;
 }
 
 void stg_pack_reader_done(struct stg_pack_reader *r)
 {
-	if (r->fd >= 0)
-		close(r->fd);
-	r->fd = -1;
-	r->pack = 0;
+	for (unsigned i = 0; i < STG_PACK_READER_FDS; i++) {
+		if (r->open[i].fd >= 0)
+			close(r->open[i].fd);
+		r->open[i].fd = -1;
+		r->open[i].pack = 0;
+	}
+}
+
+/* The descriptor of pack, opened when none is. */
+static int reader_fd(struct stg_pack_reader *rd, uint64_t pack)
+{
+	for (unsigned i = 0; i < STG_PACK_READER_FDS; i++)
+		if (rd->open[i].fd >= 0 && rd->open[i].pack == pack)
+			return rd->open[i].fd;
+	int fd = open_for_read(rd->cache, pack);
+	if (fd < 0)
+		return fd;
+	/* A restore reads a pack front to back: read ahead generously. */
+	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	unsigned i = rd->next++ % STG_PACK_READER_FDS;
+	if (rd->open[i].fd >= 0)
+		close(rd->open[i].fd);
+	rd->open[i].pack = pack;
+	rd->open[i].fd = fd;
+	return fd;
 }
 
 /* Reads exactly the iovecs at off; -EBADMSG when the pack ends first. */
@@ -421,23 +443,16 @@ static int preadv_all(int fd, struct iovec *iov, int cnt, off_t off)
 int stg_pack_reader_read(struct stg_pack_reader *rd, const struct stg_manifest_entry *e,
 			 uint8_t *out, uint8_t *scratch)
 {
-	if (rd->fd < 0 || rd->pack != e->pack) {
-		stg_pack_reader_done(rd);
-		int fd = open_for_read(rd->cache, e->pack);
-		if (fd < 0)
-			return fd;
-		/* A restore reads a pack front to back: read ahead generously. */
-		posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-		rd->fd = fd;
-		rd->pack = e->pack;
-	}
+	int fd = reader_fd(rd, e->pack);
+	if (fd < 0)
+		return fd;
 	uint8_t hdr[STG_CHUNK_HEADER_SIZE];
 	struct stg_chunk_header h;
 	int r;
 	if (!(e->flags & STG_ENTRY_ENCODED)) {
 		/* Raw: the payload lands where it belongs, no copy. */
 		struct iovec iov[2] = {{hdr, sizeof(hdr)}, {out, e->raw_len}};
-		r = preadv_all(rd->fd, iov, 2, (off_t)e->offset);
+		r = preadv_all(fd, iov, 2, (off_t)e->offset);
 		if (r == 0)
 			r = stg_chunk_header_decode(hdr, sizeof(hdr), &e->hash, e->raw_len, &h);
 		if (r == 0 && h.stored_len != e->stored_len)
@@ -446,7 +461,7 @@ int stg_pack_reader_read(struct stg_pack_reader *rd, const struct stg_manifest_e
 	}
 	size_t len = STG_CHUNK_HEADER_SIZE + e->stored_len;
 	struct iovec iov = {scratch, len};
-	r = preadv_all(rd->fd, &iov, 1, (off_t)e->offset);
+	r = preadv_all(fd, &iov, 1, (off_t)e->offset);
 	if (r == 0)
 		r = stg_chunk_header_decode(scratch, len, &e->hash, e->raw_len, &h);
 	if (r == 0 && h.stored_len != e->stored_len)

@@ -67,11 +67,19 @@ int stg_pack_writer_flush(struct stg_pack_writer *w);
 /* Makes the pack durable (fsync of the file and, once, of packs/). */
 int stg_pack_writer_sync(struct stg_pack_writer *w);
 
-/* Reads chunks, keeping the last pack open (restores read many in a row). */
+/* Reads chunks, keeping the packs it read from last open (restores read
+ * many in a row). */
+/* A version's chunks come from the packs of the versions before it, in
+ * turns: a few stay open. */
+#define STG_PACK_READER_FDS 8
+
 struct stg_pack_reader {
 	struct stg_cache *cache;
-	uint64_t pack;
-	int fd;
+	struct {
+		uint64_t pack; /* 0: the slot is free */
+		int fd;
+	} open[STG_PACK_READER_FDS];
+	unsigned next; /* the slot taken when none is free */
 };
 
 void stg_pack_reader_init(struct stg_pack_reader *r, struct stg_cache *c);
