@@ -67,10 +67,9 @@ int stg_pack_writer_flush(struct stg_pack_writer *w);
 /* Makes the pack durable (fsync of the file and, once, of packs/). */
 int stg_pack_writer_sync(struct stg_pack_writer *w);
 
-/* Reads chunks, keeping the packs it read from last open (restores read
- * many in a row). */
-/* A version's chunks come from the packs of the versions before it, in
- * turns: a few stay open. */
+/* Reads chunks, keeping the last packs it read from open: a restore reads
+ * many in a row, and a version's chunks come from the packs of the versions
+ * before it, in turns. */
 #define STG_PACK_READER_FDS 8
 
 struct stg_pack_reader {

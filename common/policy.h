@@ -56,9 +56,9 @@ struct stg_policy {
 /* The largest chunk any format holds: versions staged with 32M and 64M
  * chunks, which policies took before STG_CHUNK_SIZE_MAX, still restore. */
 #define STG_CHUNK_MAX (64u << 20)
-/* The largest fixed chunk_size: a writer stages a few chunks (the pending
- * one, the pack's buffer, its encoding) within the shim's memory bound
- * (README.md). */
+/* The largest fixed chunk_size: a writer holds a few chunks (the pack
+ * writer's buffer, the chunk encoded, a filter's scratch) within the shim's
+ * memory bound (README.md). */
 #define STG_CHUNK_SIZE_MAX (16u << 20)
 /* The largest average of content-defined chunks: they reach 4 x the
  * average, and the shim's staging holds a few of the largest (its memory
