@@ -13,19 +13,10 @@
 #define STG_SECRET_MIN 16   /* bytes of secret at least */
 #define STG_SECRET_MAX 4096
 
-struct stg_sha256 {
-	uint32_t h[8];
-	uint64_t len;
-	uint8_t buf[64];
-	size_t fill;
-};
-void stg_sha256_init(struct stg_sha256 *c);
-void stg_sha256_update(struct stg_sha256 *c, const void *data, size_t len);
-void stg_sha256_final(struct stg_sha256 *c, uint8_t out[STG_SHA256_LEN]);
-
-/* HMAC-SHA256 (RFC 2104) of the concatenation of n pieces. */
-void stg_hmac_sha256(const void *key, size_t keylen, const void *const *pieces,
-		     const size_t *lens, size_t n, uint8_t out[STG_SHA256_LEN]);
+/* HMAC-SHA256 (RFC 2104, libcrypto's) of the concatenation of n pieces.
+ * Returns 0, or -ENOMEM / -EIO / -EOPNOTSUPP when libcrypto cannot. */
+int stg_hmac_sha256(const void *key, size_t keylen, const void *const *pieces,
+		    const size_t *lens, size_t n, uint8_t out[STG_SHA256_LEN]);
 
 /* A secret as read from a secret file: the cluster's secret (what servers
  * hold), or one user's key derived from it (what that user's clients hold:
@@ -39,8 +30,9 @@ struct stg_secret {
 
 #define STG_USER_KEY_MAGIC "stagehand-user-key"
 
-/* Writes the text of uid's key file into out (at least 128 bytes). */
-void stg_user_key_format(const struct stg_secret *cluster, uint32_t uid, char *out, size_t len);
+/* Writes the text of uid's key file into out (at least 128 bytes). Returns
+ * 0 or -errno. */
+int stg_user_key_format(const struct stg_secret *cluster, uint32_t uid, char *out, size_t len);
 
 /* Reads a secret file: its bytes, trailing whitespace removed; at least
  * STG_SECRET_MIN of them. On failure returns -errno (-EINVAL when too short
@@ -49,18 +41,19 @@ void stg_user_key_format(const struct stg_secret *cluster, uint32_t uid, char *o
 int stg_secret_load(const char *path, struct stg_secret *ret, char *err, size_t errlen);
 
 /* The key of uid: HMAC(secret, "stagehand uid key" || uid as 4 bytes LE), or
- * a user key's own key. Returns 0, or -EACCES when s is another uid's key. */
+ * a user key's own key. Returns 0, -EACCES when s is another uid's key, or
+ * stg_hmac_sha256's error. */
 int stg_auth_uid_key(const struct stg_secret *s, uint32_t uid, uint8_t out[STG_SHA256_LEN]);
 
 /* The client's proof: HMAC(uid key, "stagehand client" || server nonce ||
- * client nonce || uid LE). */
-void stg_auth_client_mac(const uint8_t key[STG_SHA256_LEN], const uint8_t *server_nonce,
-			 const uint8_t *client_nonce, uint32_t uid, uint8_t out[STG_AUTH_MAC_LEN]);
+ * client nonce || uid LE). Returns 0 or stg_hmac_sha256's error. */
+int stg_auth_client_mac(const uint8_t key[STG_SHA256_LEN], const uint8_t *server_nonce,
+			const uint8_t *client_nonce, uint32_t uid, uint8_t out[STG_AUTH_MAC_LEN]);
 
 /* The server's proof: HMAC(uid key, "stagehand server" || client nonce ||
- * server nonce || uid LE). */
-void stg_auth_server_mac(const uint8_t key[STG_SHA256_LEN], const uint8_t *server_nonce,
-			 const uint8_t *client_nonce, uint32_t uid, uint8_t out[STG_AUTH_MAC_LEN]);
+ * server nonce || uid LE). Returns 0 or stg_hmac_sha256's error. */
+int stg_auth_server_mac(const uint8_t key[STG_SHA256_LEN], const uint8_t *server_nonce,
+			const uint8_t *client_nonce, uint32_t uid, uint8_t out[STG_AUTH_MAC_LEN]);
 
 /* What a version-2 handshake binds: both nonces, the uid, the range of
  * versions the server offered and the version the client chose. A MITM who
@@ -80,12 +73,14 @@ enum stg_auth_derived {
 };
 
 /* HMAC(uid key, label of what || server nonce || client nonce || uid LE32 ||
- * min, max, version LE16): the proofs and session keys of version 2. */
-void stg_auth_derive(const uint8_t key[STG_SHA256_LEN], enum stg_auth_derived what,
-		     const struct stg_auth_transcript *t, uint8_t out[STG_SHA256_LEN]);
+ * min, max, version LE16): the proofs and session keys of version 2. Returns
+ * 0 or stg_hmac_sha256's error. */
+int stg_auth_derive(const uint8_t key[STG_SHA256_LEN], enum stg_auth_derived what,
+		    const struct stg_auth_transcript *t, uint8_t out[STG_SHA256_LEN]);
 
-/* Compares MACs in constant time: 1 when equal. */
+/* Compares MACs in constant time (CRYPTO_memcmp): 1 when equal. */
 int stg_auth_mac_equal(const uint8_t *a, const uint8_t *b);
 
-/* Fills buf with random bytes from getrandom(). Returns 0 or -errno. */
+/* Fills buf with random bytes from libcrypto's generator (seeded by the
+ * kernel's). Returns 0 or -EIO. */
 int stg_auth_random(void *buf, size_t len);

@@ -80,15 +80,15 @@ uint32_t stg_wire_mac_covered(uint8_t type, uint32_t length)
 	return length;
 }
 
-void stg_wire_frame_mac(const uint8_t key[STG_SHA256_LEN], uint64_t seq, const uint8_t *hdr,
-			const uint8_t *body, uint8_t out[STG_WIRE_MAC_SIZE])
+int stg_wire_frame_mac(const uint8_t key[STG_SHA256_LEN], uint64_t seq, const uint8_t *hdr,
+		       const uint8_t *body, uint8_t out[STG_WIRE_MAC_SIZE])
 {
 	uint8_t le[8];
 	stg_put_le64(le, seq);
 	const void *pieces[] = { le, hdr, body };
 	const size_t lens[] = { sizeof(le), STG_WIRE_HEADER_SIZE,
 				stg_wire_mac_covered(hdr[5], stg_get_le32(hdr + 8)) };
-	stg_hmac_sha256(key, STG_SHA256_LEN, pieces, lens, 3, out);
+	return stg_hmac_sha256(key, STG_SHA256_LEN, pieces, lens, 3, out);
 }
 
 size_t stg_wire_seal(uint8_t *frame, size_t len, size_t cap, const uint8_t key[STG_SHA256_LEN],
@@ -97,7 +97,8 @@ size_t stg_wire_seal(uint8_t *frame, size_t len, size_t cap, const uint8_t key[S
 	if (len < STG_WIRE_HEADER_SIZE || cap < len || cap - len < STG_WIRE_MAC_SIZE)
 		return 0;
 	stg_put_le16(frame + 6, STG_WIRE_FLAG_MAC);
-	stg_wire_frame_mac(key, seq, frame, frame + STG_WIRE_HEADER_SIZE, frame + len);
+	if (stg_wire_frame_mac(key, seq, frame, frame + STG_WIRE_HEADER_SIZE, frame + len) < 0)
+		return 0;
 	return len + STG_WIRE_MAC_SIZE;
 }
 

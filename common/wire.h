@@ -254,12 +254,14 @@ uint32_t stg_wire_mac_covered(uint8_t type, uint32_t length);
 
 /* The MAC of a version-2 frame, sent or received as the seq-th of its
  * direction: HMAC-SHA256(key, seq as u64 LE || header || covered body).
- * hdr is the frame's header as sent (with STG_WIRE_FLAG_MAC), body its body. */
-void stg_wire_frame_mac(const uint8_t key[STG_SHA256_LEN], uint64_t seq, const uint8_t *hdr,
-			const uint8_t *body, uint8_t out[STG_WIRE_MAC_SIZE]);
+ * hdr is the frame's header as sent (with STG_WIRE_FLAG_MAC), body its body.
+ * Returns 0 or stg_hmac_sha256's error. */
+int stg_wire_frame_mac(const uint8_t key[STG_SHA256_LEN], uint64_t seq, const uint8_t *hdr,
+		       const uint8_t *body, uint8_t out[STG_WIRE_MAC_SIZE]);
 
 /* Turns an encoded version-2 frame of len bytes, in a buffer of cap, into one
- * that carries its MAC. Returns the new length, or 0 when it does not fit. */
+ * that carries its MAC. Returns the new length, or 0 when it does not fit
+ * (or its MAC could not be made). */
 size_t stg_wire_seal(uint8_t *frame, size_t len, size_t cap, const uint8_t key[STG_SHA256_LEN],
 		     uint64_t seq);
 

@@ -421,7 +421,9 @@ static int queue_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uint
 	 * names the content hash, against which the payload is verified. */
 	c->tx_mac_len = c->tx_mac_off = 0;
 	if (c->macs) {
-		stg_wire_frame_mac(c->key_tx, c->seq_tx++, c->tx, obj, c->tx_mac);
+		int r = stg_wire_frame_mac(c->key_tx, c->seq_tx++, c->tx, obj, c->tx_mac);
+		if (r < 0)
+			return r;
 		c->tx_mac_len = STG_WIRE_MAC_SIZE;
 	}
 	return 0;
@@ -488,7 +490,10 @@ static int finish_frame(struct stg_conn *c, struct stg_msg *ret)
 		 * proves its sender, and its number that nothing was replayed,
 		 * reordered or dropped before it. */
 		uint8_t want[STG_WIRE_MAC_SIZE];
-		stg_wire_frame_mac(c->key_rx, c->seq_rx, c->hdr, c->buf, want);
+		r = stg_wire_frame_mac(c->key_rx, c->seq_rx, c->hdr, c->buf, want);
+		if (r < 0)
+			return refuse(c, r, "cannot compute the MAC of frame %llu",
+				      (unsigned long long)c->seq_rx);
 		if (!stg_auth_mac_equal(want, c->buf + h.length))
 			return refuse(c, -EBADE,
 				      "frame %llu of the connection fails its MAC: forged, "
@@ -704,17 +709,23 @@ int stg_conn_call(struct stg_conn *c, struct stg_msg *req, uint8_t want, struct 
 
 /* The handshake is done: frames from now on are of version v, and from
  * version 2 on carry MACs under the session keys of t. */
-static void start_session(struct stg_conn *c, uint8_t v, const uint8_t key[STG_SHA256_LEN],
-			  const struct stg_auth_transcript *t, bool server)
+static int start_session(struct stg_conn *c, uint8_t v, const uint8_t key[STG_SHA256_LEN],
+			 const struct stg_auth_transcript *t, bool server)
 {
+	if (v >= 2) {
+		int r = stg_auth_derive(key, server ? STG_AUTH_KEY_S2C : STG_AUTH_KEY_C2S, t,
+					c->key_tx);
+		if (r == 0)
+			r = stg_auth_derive(key, server ? STG_AUTH_KEY_C2S : STG_AUTH_KEY_S2C, t,
+					    c->key_rx);
+		if (r < 0)
+			return r;
+		c->seq_tx = c->seq_rx = 0;
+		c->macs = true;
+	}
 	c->version = v;
 	c->authenticated = true;
-	if (v < 2)
-		return;
-	stg_auth_derive(key, server ? STG_AUTH_KEY_S2C : STG_AUTH_KEY_C2S, t, c->key_tx);
-	stg_auth_derive(key, server ? STG_AUTH_KEY_C2S : STG_AUTH_KEY_S2C, t, c->key_rx);
-	c->seq_tx = c->seq_rx = 0;
-	c->macs = true;
+	return 0;
 }
 
 int stg_conn_auth_client(struct stg_conn *c, const struct stg_secret *s, uint32_t uid)
@@ -741,16 +752,20 @@ int stg_conn_auth_client(struct stg_conn *c, const struct stg_secret *s, uint32_
 					.version = STG_WIRE_VERSION};
 	memcpy(t.server_nonce, m.challenge.nonce, sizeof(t.server_nonce));
 	uint8_t key[STG_SHA256_LEN];
-	if (stg_auth_uid_key(s, uid, key) < 0)
+	r = stg_auth_uid_key(s, uid, key);
+	if (r == -EACCES)
 		return refuse(c, -EACCES, "the secret file is the key of uid %u, not %u", s->uid, uid);
+	if (r < 0)
+		return r;
 	r = stg_auth_random(t.client_nonce, sizeof(t.client_nonce));
 	if (r < 0)
 		goto out;
 	struct stg_msg a = {.version = STG_WIRE_VERSION, .type = STG_MSG_AUTH, .tag = m.tag};
 	a.auth.uid = uid;
 	memcpy(a.auth.nonce, t.client_nonce, sizeof(a.auth.nonce));
-	stg_auth_derive(key, STG_AUTH_CLIENT_PROOF, &t, a.auth.mac);
-	r = stg_conn_send_msg(c, &a);
+	r = stg_auth_derive(key, STG_AUTH_CLIENT_PROOF, &t, a.auth.mac);
+	if (r == 0)
+		r = stg_conn_send_msg(c, &a);
 	if (r < 0)
 		goto out;
 	r = stg_conn_recv(c, STG_WIRE_MAX_PREAUTH + STG_WIRE_MAX_ERROR_TEXT, &m);
@@ -766,14 +781,16 @@ int stg_conn_auth_client(struct stg_conn *c, const struct stg_secret *s, uint32_
 		goto out;
 	}
 	uint8_t want[STG_AUTH_MAC_LEN];
-	stg_auth_derive(key, STG_AUTH_SERVER_PROOF, &t, want);
+	r = stg_auth_derive(key, STG_AUTH_SERVER_PROOF, &t, want);
+	if (r < 0)
+		goto out;
 	/* The server proves it knows the key too, and saw the same handshake:
 	 * a client never talks to an impostor that merely accepts everything. */
 	if (!stg_auth_mac_equal(want, m.auth_ok.mac)) {
 		r = refuse(c, -EACCES, "the server's proof of the secret is wrong");
 		goto out;
 	}
-	start_session(c, STG_WIRE_VERSION, key, &t, false);
+	r = start_session(c, STG_WIRE_VERSION, key, &t, false);
 out:
 	explicit_bzero(key, sizeof(key));
 	return r;
@@ -795,17 +812,20 @@ static int auth_v1(struct stg_conn *c, const uint8_t key[STG_SHA256_LEN],
 		   const uint8_t *server_nonce, const struct stg_msg *m)
 {
 	uint8_t want[STG_AUTH_MAC_LEN];
-	stg_auth_client_mac(key, server_nonce, m->auth.nonce, m->auth.uid, want);
+	int r = stg_auth_client_mac(key, server_nonce, m->auth.nonce, m->auth.uid, want);
+	if (r < 0)
+		return r;
 	if (!stg_auth_mac_equal(want, m->auth.mac))
 		return -EACCES;
-	int r = admitted(c, m);
+	r = admitted(c, m);
 	if (r < 0)
 		return r;
 	struct stg_msg ok = {.version = 1, .type = STG_MSG_AUTH_OK, .tag = m->tag};
-	stg_auth_server_mac(key, server_nonce, m->auth.nonce, m->auth.uid, ok.auth_ok.mac);
-	r = stg_conn_send_msg(c, &ok);
+	r = stg_auth_server_mac(key, server_nonce, m->auth.nonce, m->auth.uid, ok.auth_ok.mac);
 	if (r == 0)
-		start_session(c, 1, key, NULL, true);
+		r = stg_conn_send_msg(c, &ok);
+	if (r == 0)
+		r = start_session(c, 1, key, NULL, true);
 	return r;
 }
 
@@ -849,14 +869,18 @@ int stg_conn_auth_server(struct stg_conn *c, const struct stg_secret *s, bool ac
 		return -EPROTO;
 	}
 	uint8_t key[STG_SHA256_LEN], want[STG_AUTH_MAC_LEN];
-	stg_auth_uid_key(s, m.auth.uid, key); /* a server holds the cluster secret */
+	r = stg_auth_uid_key(s, m.auth.uid, key); /* a server holds the cluster secret */
+	if (r < 0)
+		goto out;
 	if (m.version == 1) {
 		r = auth_v1(c, key, t.server_nonce, &m);
 		goto out;
 	}
 	t.uid = m.auth.uid;
 	memcpy(t.client_nonce, m.auth.nonce, sizeof(t.client_nonce));
-	stg_auth_derive(key, STG_AUTH_CLIENT_PROOF, &t, want);
+	r = stg_auth_derive(key, STG_AUTH_CLIENT_PROOF, &t, want);
+	if (r < 0)
+		goto out;
 	if (!stg_auth_mac_equal(want, m.auth.mac)) {
 		r = -EACCES;
 		goto out;
@@ -864,10 +888,11 @@ int stg_conn_auth_server(struct stg_conn *c, const struct stg_secret *s, bool ac
 	if ((r = admitted(c, &m)) < 0)
 		goto out;
 	struct stg_msg ok = {.version = STG_WIRE_VERSION, .type = STG_MSG_AUTH_OK, .tag = m.tag};
-	stg_auth_derive(key, STG_AUTH_SERVER_PROOF, &t, ok.auth_ok.mac);
-	r = stg_conn_send_msg(c, &ok);
+	r = stg_auth_derive(key, STG_AUTH_SERVER_PROOF, &t, ok.auth_ok.mac);
 	if (r == 0)
-		start_session(c, STG_WIRE_VERSION, key, &t, true);
+		r = stg_conn_send_msg(c, &ok);
+	if (r == 0)
+		r = start_session(c, STG_WIRE_VERSION, key, &t, true);
 out:
 	explicit_bzero(key, sizeof(key));
 	if (r == -EACCES)

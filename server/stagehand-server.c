@@ -470,7 +470,11 @@ int main(int argc, char **argv)
 						 : err);
 			return 1;
 		}
-		stg_user_key_format(&cluster, (uint32_t)user_key, text, sizeof(text));
+		int r = stg_user_key_format(&cluster, (uint32_t)user_key, text, sizeof(text));
+		if (r < 0) {
+			fprintf(stderr, "stagehand-server: cannot derive the key: %s\n", strerror(-r));
+			return 1;
+		}
 		fputs(text, stdout);
 		return 0;
 	}
