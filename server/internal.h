@@ -112,3 +112,8 @@ void *server_collector(void *arg);
 
 /* Asks the collector to run soon. */
 void server_collector_wake(struct server *srv);
+
+/* Tells the service manager that started the server (systemd, Type=notify)
+ * its state, e.g. "READY=1": nothing when $NOTIFY_SOCKET is unset. Returns 0
+ * or -errno. */
+int server_notify(const char *state);

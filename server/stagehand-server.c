@@ -573,7 +573,16 @@ int main(int argc, char **argv)
 		stg_log(STG_LOG_ERROR, "cannot start the collector thread");
 		return 1;
 	}
+	/* Listening, the store open, the port written: ready. */
+	char ready[400];
+	snprintf(ready, sizeof(ready), "READY=1\nSTATUS=listening on %s\nMAINPID=%ld", bound,
+		 (long)getpid());
+	r = server_notify(ready);
+	if (r < 0)
+		stg_log_errno(STG_LOG_WARN, r, "cannot tell the service manager it is ready "
+			      "($NOTIFY_SOCKET)");
 	accept_loop(&srv, lfd);
+	server_notify("STOPPING=1");
 	if (rdma_started)
 		pthread_join(rdma_thread, NULL);
 
