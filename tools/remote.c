@@ -13,6 +13,7 @@
 #include "remote.h"
 #include "tool.h"
 #include "util.h"
+#include "version.h"
 
 #define FETCH_THREADS 4
 
@@ -128,6 +129,35 @@ static int cmp_versions(const void *a, const void *b)
 	return x->e.version < y->e.version ? -1 : x->e.version > y->e.version;
 }
 
+static bool is_open_whole(const struct remote_version *v)
+{
+	return (v->e.flags & (STG_MANIFEST_OPEN | STG_MANIFEST_PART)) == STG_MANIFEST_OPEN;
+}
+
+/* What a server holding every copy keeps (stg_catalog_prune's rule): an open
+ * whole version goes once a closed version is newer, or a newer whole one
+ * took its number. A server that missed the newer one (down when it
+ * shipped, or outside its placement) still lists the open one; it is no
+ * version of the path. v is merged and sorted; returns the count left. */
+static size_t drop_superseded(struct remote_version *v, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		bool go = false;
+		for (size_t j = i + 1; is_open_whole(&v[i]) && !go && j < n &&
+				       strcmp(v[j].path, v[i].path) == 0;
+		     j++)
+			go = !(v[j].e.flags & STG_MANIFEST_OPEN) ||
+			     (!(v[j].e.flags & STG_MANIFEST_PART) &&
+			      stg_version_seq(v[j].e.version) == stg_version_seq(v[i].e.version));
+		if (go)
+			free(v[i].path);
+		else
+			v[k++] = v[i];
+	}
+	return k;
+}
+
 int remote_list(struct remote *rm, const char *prefix, struct remote_version **ret,
 		size_t *ret_n, size_t *ret_reached)
 {
@@ -192,12 +222,22 @@ int remote_list(struct remote *rm, const char *prefix, struct remote_version **r
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (k > 0 && cmp_versions(&v[k - 1], &v[i]) == 0) {
-			v[k - 1].servers |= v[i].servers;
+			struct remote_version *kept = &v[k - 1];
+			if (!is_open_whole(kept) == !is_open_whole(&v[i])) {
+				kept->servers |= v[i].servers;
+			} else if (is_open_whole(kept)) {
+				/* A closed version under an open one's id
+				 * supersedes it: its copies alone count. */
+				uint64_t servers = v[i].servers;
+				kept->e = v[i].e;
+				kept->servers = servers;
+			}
 			free(v[i].path);
 			continue;
 		}
 		v[k++] = v[i];
 	}
+	k = drop_superseded(v, k);
 	for (size_t i = 0; i < k; i++) {
 		v[i].e.path = v[i].path;
 		v[i].e.path_len = (uint32_t)strlen(v[i].path);

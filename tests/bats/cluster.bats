@@ -204,6 +204,59 @@ os.close(fd)" "$CKPT/f" "$T/c3"
 	restores_from_servers "$T/c.conf" 3
 }
 
+@test "a server holds an open version whose close it missed: ls and restore show the closed version alone" {
+	start_servers 3
+	cluster_default_policy durability=replicated
+	mkdir -p "$CKPT"
+	random_file "$REF/f" 300000
+	# The writer syncs its first 100000 bytes (replicated before fsync
+	# returns), then waits for $T/go before the rest and its close.
+	STAGEHAND_REPLICATE_TIMEOUT=$WAIT shim "$PYTHON" -c "
+import os, sys
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o644)
+data = open(sys.argv[2], 'rb').read()
+os.write(fd, data[:100000])
+os.fsync(fd)
+open(sys.argv[3], 'w').close()
+while not os.path.exists(sys.argv[4]):
+    os.sched_yield()
+os.write(fd, data[100000:])
+os.close(fd)" "$CKPT/f" "$REF/f" "$T/synced" "$T/go" >"$T/writer.out" 2>&1 3>&- &
+	local writer=$! rc=0 i victim=
+	track $writer
+	wait_for "$WAIT" test -e "$T/synced" || fail "the writer never synced: $(cat "$T/writer.out")"
+	# One of the servers the open version went to is down when the close
+	# ships: the other two take the closed version and drop the open one.
+	local placed
+	placed=$(cat "$CACHE"/files/*/v*.rep)
+	for ((i = 0; i < 3; i++)); do
+		[[ ",$placed," == *",$(srv_addr $i),"* ]] && victim=$i && break
+	done
+	[ -n "$victim" ] || fail "the open version is on no server: $placed"
+	stop_server "$victim"
+	touch "$T/go"
+	wait "$writer" || rc=$?
+	[ "$rc" -eq 0 ] || fail "the writer exited $rc: $(cat "$T/writer.out")"
+	flushed "$POLICY"
+	start_server "$victim"
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	# The restarted server still lists the open version; a server that
+	# held both would have dropped it (stg_catalog_prune), and so do ls
+	# and restore.
+	run "$STAGEHAND" ls "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "ls: $output"
+	[ "$(grep -c "^$CKPT/f " <<<"$output")" -eq 1 ] && [[ "$output" != *"fsync'ed"* ]] &&
+		[[ "$output" == *" 300000 "* ]] || fail "ls: $output"
+	local which
+	for which in "--version=1" "--to=$BACK"; do
+		rm -rf "$BACK"
+		run "$STAGEHAND" restore "$which" --to "$BACK" "$CKPT/f"
+		[ "$status" -eq 0 ] || fail "restore $which: $output"
+		cmp "$REF/f" "$BACK$CKPT/f" || fail "restore $which is not the closed version"
+	done
+}
+
 @test "kill -9 of a server in the middle of a flush: the flush completes on the others; restarted, it recovers its chunks" {
 	start_servers 3
 	cluster_default_policy chunk_size=1M
