@@ -9,7 +9,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -23,6 +22,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "layout.h"
 #include "log.h"
 #include "real.h"
 
@@ -41,44 +41,28 @@ struct pending {
 static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pending *pending; /* guarded by pending_lock */
 
-/* A program of ours into path (PATH_MAX): $envname when it names one, else
- * the first of cands (patterns of a path, taking dir) that exists. */
-static const char *locate(char *path, const char *envname, const char *dir,
-			  const char *const *cands, size_t n)
+/* One of our files (enum stg_layout_file), found from this library: the
+ * build tree's or the installed layout. NULL when there is none. */
+static const char *ours(enum stg_layout_file what, char path[PATH_MAX])
 {
-	const char *env = getenv(envname);
-	if (env && *env && access(env, X_OK) == 0) {
-		snprintf(path, PATH_MAX, "%s", env);
-		return path;
-	}
-	for (size_t i = 0; dir && i < n; i++) {
-		char p[PATH_MAX * 2];
-		snprintf(p, sizeof(p), cands[i], dir);
-		if (realpath(p, path) && access(path, X_OK) == 0)
-			return path;
-	}
-	path[0] = '\0';
-	return NULL;
+	Dl_info info;
+	if (!dladdr((void *)ours, &info) || !info.dli_fname)
+		return NULL;
+	return stg_layout_find(what, STG_LAYOUT_SHIM, info.dli_fname, path, PATH_MAX) == 0 ? path
+											      : NULL;
 }
 
-/* The stagehand tool next to this library: build tree or installed. */
+/* The stagehand tool, our helper. */
 static const char *helper(void)
 {
 	static char path[PATH_MAX];
+	static const char *found;
 	static int looked;
-	if (looked)
-		return path[0] ? path : NULL;
-	looked = 1;
-	static const char *const cands[] = {"%s/../tools/stagehand", "%s/../bin/stagehand",
-					    "%s/../../bin/stagehand"};
-	Dl_info info;
-	char lib[PATH_MAX];
-	const char *dir = NULL;
-	if (dladdr((void *)helper, &info) && info.dli_fname) {
-		snprintf(lib, sizeof(lib), "%s", info.dli_fname);
-		dir = dirname(lib);
+	if (!looked) {
+		found = ours(STG_LAYOUT_TOOL, path);
+		looked = 1;
 	}
-	return locate(path, "STAGEHAND_TOOL", dir, cands, sizeof(cands) / sizeof(cands[0]));
+	return found;
 }
 
 struct spawn {
@@ -298,23 +282,16 @@ void background_after_fork_child(void)
 	pthread_mutex_init(&pending_lock, NULL);
 }
 
-/* stagehand-flusher: $STAGEHAND_FLUSHER, or beside the stagehand tool
- * (installed) or in the build tree's flusher/. */
 static const char *flusher_exe(void)
 {
 	static char path[PATH_MAX];
+	static const char *found;
 	static int looked;
-	if (looked)
-		return path[0] ? path : NULL;
-	looked = 1;
-	static const char *const cands[] = {"%s/stagehand-flusher",
-					    "%s/../flusher/stagehand-flusher"};
-	const char *tool = helper();
-	char dir[PATH_MAX];
-	if (tool)
-		snprintf(dir, sizeof(dir), "%s", tool);
-	return locate(path, "STAGEHAND_FLUSHER", tool ? dirname(dir) : NULL, cands,
-		      sizeof(cands) / sizeof(cands[0]));
+	if (!looked) {
+		found = ours(STG_LAYOUT_FLUSHER, path);
+		looked = 1;
+	}
+	return found;
 }
 
 int background_start_flusher(void)

@@ -13,6 +13,7 @@ packages=(
 	mpich libmpich-dev libhdf5-mpich-dev
 	cargo golang-go
 	restic # bench/reduction.sh compares stored bytes and speed with it
+	systemd # install.bats checks the server's unit, user and directories offline
 )
 # safetensors (not packaged in Debian 12), beside Debian's numpy, for the
 # tests of programs that make system calls without libc.

@@ -2,7 +2,6 @@
 /* stagehand run: runs a command with the shim preloaded. */
 #include <errno.h>
 #include <getopt.h>
-#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,35 +22,6 @@ static void usage(FILE *f)
 		   "  --policy F   the policy file (default: $STAGEHAND_POLICY,\n"
 		   "               ./stagehand.conf, /etc/stagehand/policy.conf)\n"
 		   "  $STAGEHAND_LIB overrides where libstagehand.so is looked for.\n");
-}
-
-/* The shim next to this program: the build tree's preload/ or the libdir. */
-static int find_shim(char *out, size_t len)
-{
-	const char *env = getenv("STAGEHAND_LIB");
-	if (env && *env) {
-		snprintf(out, len, "%s", env);
-		return access(out, R_OK) == 0 ? 0 : -1;
-	}
-	char exe[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n > 0) {
-		exe[n] = '\0';
-		char *dir = dirname(exe);
-		const char *cands[] = {"%s/../preload/libstagehand.so", "%s/../lib/libstagehand.so",
-				       "%s/../lib/x86_64-linux-gnu/libstagehand.so"};
-		for (size_t i = 0; i < sizeof(cands) / sizeof(cands[0]); i++) {
-			char p[PATH_MAX * 2];
-			snprintf(p, sizeof(p), cands[i], dir);
-			char real[PATH_MAX];
-			if (realpath(p, real) && access(real, R_OK) == 0) {
-				snprintf(out, len, "%s", real);
-				return 0;
-			}
-		}
-	}
-	snprintf(out, len, "%s/libstagehand.so", STAGEHAND_LIBDIR);
-	return access(out, R_OK) == 0 ? 0 : -1;
 }
 
 int cmd_run(int argc, char **argv)
@@ -86,9 +56,9 @@ int cmd_run(int argc, char **argv)
 	}
 	stg_policy_free(p);
 	char shim[PATH_MAX];
-	if (find_shim(shim, sizeof(shim)) < 0) {
-		tool_error("run: cannot find libstagehand.so (looked for '%s'); set STAGEHAND_LIB",
-			   shim);
+	if (tool_find(STG_LAYOUT_SHIM, shim, sizeof(shim)) < 0) {
+		tool_error("run: cannot find libstagehand.so in the build tree or where it is "
+			   "installed; set STAGEHAND_LIB");
 		return 1;
 	}
 	const char *old = getenv("LD_PRELOAD");

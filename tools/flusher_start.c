@@ -2,7 +2,6 @@
 /* Finding and starting the node's flusher from the tools. */
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,35 +26,12 @@ bool tool_flusher_running(struct stg_cache *c, long *ret_pid)
 	return held;
 }
 
-/* $STAGEHAND_FLUSHER, beside this program, or in the build tree. */
-static int flusher_path(char *out, size_t len)
-{
-	const char *env = getenv("STAGEHAND_FLUSHER");
-	if (env && *env) {
-		snprintf(out, len, "%s", env);
-		return access(out, X_OK) == 0 ? 0 : -errno;
-	}
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n < 0)
-		return -errno;
-	self[n] = '\0';
-	const char *dir = dirname(self);
-	const char *cands[] = {"%s/stagehand-flusher", "%s/../flusher/stagehand-flusher"};
-	for (size_t i = 0; i < sizeof(cands) / sizeof(cands[0]); i++) {
-		snprintf(out, len, cands[i], dir);
-		if (access(out, X_OK) == 0)
-			return 0;
-	}
-	return -ENOENT;
-}
-
 int tool_start_flusher(const struct stg_policy *p, struct stg_cache *c)
 {
 	if (tool_flusher_running(c, NULL))
 		return 0;
 	char exe[PATH_MAX + 64];
-	int r = flusher_path(exe, sizeof(exe));
+	int r = tool_find(STG_LAYOUT_FLUSHER, exe, sizeof(exe));
 	if (r < 0) {
 		tool_error("cannot find stagehand-flusher (set STAGEHAND_FLUSHER)");
 		return r;

@@ -77,6 +77,16 @@ void tool_bad_entry(const char *cmd, const char *id, int err)
 			   strerror(-err));
 }
 
+int tool_find(enum stg_layout_file what, char *out, size_t len)
+{
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n < 0)
+		return -errno;
+	self[n] = '\0';
+	return stg_layout_find(what, STG_LAYOUT_TOOL, self, out, len);
+}
+
 bool tool_owned(const char *cmd, int dirfd, const char *dir, const char *option)
 {
 	struct stat st;

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "cache.h"
+#include "layout.h"
 #include "policy.h"
 
 /* Loads the policy (--policy F or the usual places) and opens its cache.
@@ -33,6 +34,10 @@ void tool_bad_entry(const char *cmd, const char *id, int err);
 /* Whether dir (a descriptor of it) belongs to the user running the tool or
  * to root; else says so, naming it, and how to use it anyway: option. */
 bool tool_owned(const char *cmd, int dirfd, const char *dir, const char *option);
+
+/* One of stagehand's files, found from this program (stg_layout_find).
+ * Returns 0 or -errno. */
+int tool_find(enum stg_layout_file what, char *out, size_t len);
 
 void tool_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -439,3 +439,29 @@ ship_file() {
 restore_to() {
 	"$STAGEHAND" restore --policy "$1" --version "$2" --to "$3" "$4"
 }
+
+# listen_notify ADDRESS: a service manager's end of the notify protocol at
+# ADDRESS (a path, or @name for an abstract socket), in the background,
+# appending each datagram to $T/notify, then a line "--".
+listen_notify() {
+	rm -f "$T/notify"
+	"$PYTHON" - "$1" "$T/notify" "$WAIT" <<'EOP' &
+import socket, sys
+addr, out, wait = sys.argv[1], sys.argv[2], float(sys.argv[3])
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind("\0" + addr[1:] if addr.startswith("@") else addr)
+open(out + ".bound", "w").close()
+s.settimeout(wait)
+try:
+    while True:
+        msg = s.recv(4096).decode()
+        with open(out, "a") as f:
+            f.write(msg + "\n--\n")
+        if "STOPPING=1" in msg:
+            break
+except socket.timeout:
+    pass
+EOP
+	track $!
+	wait_for "$WAIT" test -e "$T/notify.bound"
+}

@@ -1,0 +1,158 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# The installed layout: `meson install` into a DESTDIR puts the programs, the
+# shim and the flusher where the FHS and Debian expect them, and there they
+# find one another as in the build tree, with no variable saying where. The
+# server's systemd unit, its user and its directories check out, and the
+# server runs as the unit runs it.
+
+bats_require_minimum_version 1.5.0
+load lib/common
+load lib/cluster
+
+# installed PATH: the one file of the installed tree whose path ends in PATH.
+installed() {
+	local found
+	found=$(find "$ROOT" -path "*/$1" \( -type f -o -type l \))
+	[ -n "$found" ] && [ "$(wc -l <<<"$found")" -eq 1 ] || fail "installed $1: '$found'"
+	echo "$found"
+}
+
+# one_version: $CKPT/f has its version (the background commit is done).
+one_version() {
+	[ "$(version_count "$CKPT/f")" -eq 1 ]
+}
+
+setup() {
+	cluster_setup
+	# Outside $T, whose parents only root may enter: the unit's user reads
+	# the installed tree. Removed (and its processes killed) by teardown.
+	USERDIR=$(mktemp -d "${TMPDIR:-/tmp}/stagehand-install.XXXXXX")
+	chmod 755 "$USERDIR"
+	ROOT="$USERDIR"
+	meson install -C "$STAGEHAND_BUILD" --no-rebuild --destdir "$ROOT" >"$T/install.log" 2>&1 ||
+		fail "meson install: $(cat "$T/install.log")"
+	BIN=$(dirname "$(installed bin/stagehand)")
+	PREFIX=${BIN%/bin}
+	# nothing of ours may be named by the environment
+	unset STAGEHAND_TOOL STAGEHAND_FLUSHER STAGEHAND_LIB STAGEHAND_SERVER
+}
+
+teardown() {
+	cluster_teardown
+}
+
+@test "installed: FHS places, and the tool, the shim and the flusher find one another there" {
+	# where Debian wants them: a daemon in sbin, the flusher (which people
+	# do not run) in libexec, the shim (preloaded, never linked) in a
+	# directory of its own under the multiarch libdir
+	[ -x "$PREFIX/sbin/stagehand-server" ]
+	[ -x "$PREFIX/libexec/stagehand/stagehand-flusher" ]
+	[ -f "$(installed "lib/$(gcc -print-multiarch)/stagehand/libstagehand.so")" ]
+	[ -f "$PREFIX/share/doc/stagehand/examples/policy.conf" ]
+	[ ! -e "$BIN/stagehand-flusher" ] && [ ! -e "$BIN/stagehand-server" ]
+	# the example policy is one the tool takes (once its cache is a real
+	# directory)
+	sed "s|^dir = .*|dir = $T/example-cache|" "$PREFIX/share/doc/stagehand/examples/policy.conf" \
+		>"$T/example.conf"
+	run "$BIN/stagehand" ls --policy "$T/example.conf"
+	[ "$status" -eq 0 ] || fail "the example policy: $output"
+
+	SERVER="$PREFIX/sbin/stagehand-server" start_servers 1
+	# async: the shim hands the commit to the tool it finds; [cluster]:
+	# the flusher it finds ships it
+	cluster_default_policy durability=async cluster.replicas=1
+	random_file "$REF/f" 1000000
+	STAGEHAND_LOG=debug STAGEHAND_LOG_FILE="$T/shim.log" \
+		"$BIN/stagehand" run --policy "$POLICY" cp "$REF/f" "$CKPT/f"
+	grep -q "committing '$CKPT/f' in the background" "$T/shim.log" ||
+		fail "no background commit: $(cat "$T/shim.log")"
+	wait_for "$WAIT" one_version
+	run "$BIN/stagehand" flush --policy "$POLICY" --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	grep -q "'$CKPT/f' version 1 replicated on" "$CACHE/flusher.log" ||
+		fail "flusher log: $(cat "$CACHE/flusher.log")"
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	run "$BIN/stagehand" restore --policy "$POLICY" --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore: $output"
+	cmp "$REF/f" "$BACK$CKPT/f"
+}
+
+@test "installed: the server's unit, user and directories check out, and the server runs as the unit says" {
+	local unit sysusers tmpfiles
+	unit=$(installed "systemd/system/stagehand-server@.service")
+	sysusers=$(installed "sysusers.d/stagehand.conf")
+	tmpfiles=$(installed "tmpfiles.d/stagehand.conf")
+	grep -qx "ExecStart=${PREFIX#"$ROOT"}/sbin/stagehand-server .*" "$unit" ||
+		fail "the unit runs another program: $(grep ExecStart "$unit")"
+	# the instance "a", configured as the example says
+	mkdir -p "$ROOT/etc/stagehand"
+	sed -e 's/^LISTEN=.*/LISTEN=127.0.0.1:0/' \
+		-e 's|^OPTIONS=.*|OPTIONS=--port-file /var/lib/stagehand/a/port --log-level info|' \
+		"$PREFIX/share/doc/stagehand/examples/server-example.env" >"$ROOT/etc/stagehand/server-a.env"
+	cp "$SECRET" "$ROOT/etc/stagehand/secret"
+
+	# systemd's own checker, offline, on the instance (the targets it
+	# names come from this machine)
+	mkdir -p "$ROOT/usr/lib/systemd/system"
+	cp /lib/systemd/system/*.target "$ROOT/usr/lib/systemd/system/"
+	run systemd-analyze verify --man=no --root="$ROOT" "$(dirname "$unit")/stagehand-server@a.service"
+	[ "$status" -eq 0 ] && [ -z "$output" ] || fail "systemd-analyze verify: $output"
+
+	# the user, the directories and the secret's mode, made as at boot
+	touch "$ROOT/etc/passwd" "$ROOT/etc/group"
+	systemd-sysusers --root="$ROOT" "$sysusers" 2>"$T/sysusers.log" || fail "$(cat "$T/sysusers.log")"
+	local uid gid
+	uid=$(awk -F: '$1 == "stagehand" { print $3 }' "$ROOT/etc/passwd")
+	gid=$(awk -F: '$1 == "stagehand" { print $4 }' "$ROOT/etc/passwd")
+	[ -n "$uid" ] && [ "$uid" -gt 0 ] || fail "no stagehand user: $(cat "$ROOT/etc/passwd")"
+	systemd-tmpfiles --root="$ROOT" --create "$tmpfiles" 2>"$T/tmpfiles.log" ||
+		fail "$(cat "$T/tmpfiles.log")"
+	[ "$(stat -c '%u:%g %a' "$ROOT/var/lib/stagehand")" = "$uid:$gid 750" ]
+	[ "$(stat -c '%u:%g %a' "$ROOT/etc/stagehand/secret")" = "0:$gid 640" ]
+	# StateDirectory=stagehand/%i, as systemd makes it
+	install -d -o "$uid" -g "$gid" -m 750 "$ROOT/var/lib/stagehand/a"
+
+	# ExecStart for instance a with the environment file's values, every
+	# absolute path inside $ROOT, as User= and Group= say
+	local listen options cmd w
+	# (as systemd reads it: a value is the rest of its line, spaces too)
+	listen=$(sed -n 's/^LISTEN=//p' "$ROOT/etc/stagehand/server-a.env")
+	options=$(sed -n 's/^OPTIONS=//p' "$ROOT/etc/stagehand/server-a.env")
+	cmd=$(sed -n 's/^ExecStart=//p' "$unit")
+	cmd=${cmd//%i/a}
+	cmd=${cmd//'${LISTEN}'/$listen}
+	cmd=${cmd//'$OPTIONS'/$options}
+	local -a argv=()
+	for w in $cmd; do
+		[[ "$w" == /* ]] && w="$ROOT$w"
+		argv+=("$w")
+	done
+	# (an abstract socket: the unit's user may not enter $T)
+	listen_notify "@stagehand-install-$$-$BATS_TEST_NUMBER"
+	NOTIFY_SOCKET="@stagehand-install-$$-$BATS_TEST_NUMBER" setpriv --reuid="$uid" --regid="$gid" --clear-groups \
+		"${argv[@]}" 2>"$T/unit.log" </dev/null >/dev/null 3>&- &
+	local pid=$!
+	track $pid
+	wait_for "$WAIT" grep -q '^READY=1$' "$T/notify" || fail "not ready: $(cat "$T/unit.log")"
+
+	# it serves: a node ships a version to it, an empty node restores it
+	SRV_HOST[0]=127.0.0.1 SRV_PORT[0]=$(cat "$ROOT/var/lib/stagehand/a/port") NSERVERS=1
+	cluster_default_policy cluster.replicas=1
+	random_file "$REF/f" 300000
+	"$BIN/stagehand" run --policy "$POLICY" cp "$REF/f" "$CKPT/f"
+	run "$BIN/stagehand" flush --policy "$POLICY" --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output $(cat "$T/unit.log")"
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	run "$BIN/stagehand" restore --policy "$POLICY" --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore: $output"
+	cmp "$REF/f" "$BACK$CKPT/f"
+	# its store is the unit's user's
+	[ -z "$(find "$ROOT/var/lib/stagehand/a" ! -uid "$uid")" ] ||
+		fail "not the unit's user's: $(find "$ROOT/var/lib/stagehand/a" ! -uid "$uid" -ls)"
+	kill -TERM "$pid"
+	wait_for "$WAIT" grep -q '^STOPPING=1$' "$T/notify"
+	wait_for "$WAIT" pid_gone "$pid"
+}
