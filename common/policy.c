@@ -229,7 +229,19 @@ static int handle_cache(struct parse_state *st, const char *name, const char *va
 		}
 		return 1;
 	}
-	fail(st, "unknown key '%s' in [cache] (known: dir, capacity)", name);
+	if (strcmp(name, "metrics_file") == 0) {
+		char norm[PATH_MAX];
+		if (value[0] != '/' || stg_path_normalize(value, norm, sizeof(norm)) < 0 ||
+		    strcmp(norm, "/") == 0) {
+			fail(st, "[cache] metrics_file must be an absolute path to a file, not '%s'",
+			     value);
+			return 0;
+		}
+		free(p->metrics_file);
+		p->metrics_file = xstrdup_or_fail(st, norm);
+		return 1;
+	}
+	fail(st, "unknown key '%s' in [cache] (known: dir, capacity, metrics_file)", name);
 	return 0;
 }
 
@@ -657,6 +669,7 @@ void stg_policy_free(struct stg_policy *p)
 	stg_cluster_free(p->server_list, p->nservers);
 	free(p->file);
 	free(p->cache_dir);
+	free(p->metrics_file);
 	free(p->servers);
 	free(p->secret_file);
 	free(p);

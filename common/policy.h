@@ -40,6 +40,8 @@ struct stg_policy {
 	char *file;      /* the file it was read from */
 	char *cache_dir; /* absolute */
 	uint64_t capacity; /* bytes; 0 = no limit but the file system's */
+	char *metrics_file; /* NULL, or absolute: where the flusher writes its
+			     * Prometheus metrics (docs/METRICS.md) */
 	bool has_cluster;
 	char *servers;       /* as written */
 	char **server_list;  /* parsed: "host:port" each */

@@ -55,6 +55,9 @@ struct server {
 	int result;
 	bool local_failure; /* the job failed on the cache's side, not the server's */
 	struct job_stats stats;
+	/* Since start, for the metrics: failures, jobs done and their time. */
+	uint64_t errors, ships;
+	int64_t ship_ns;
 };
 
 struct flusher {
@@ -75,6 +78,9 @@ struct flusher {
 	/* Totals since start, for the state file. */
 	uint64_t versions_shipped, chunks_sent, chunks_present, bytes_sent;
 	uint64_t versions_failed;
+	int64_t metrics_ns;  /* when the metrics were last written */
+	uint64_t metrics_shipped; /* versions_shipped then */
+	bool metrics_failed; /* and whether that failed (said once) */
 };
 
 /* Starts a worker thread per server. Returns 0 or -errno. */
@@ -110,5 +116,9 @@ int drain_version(struct flusher *fl, const char *path, const struct stg_path_ru
  * (never the newest of a file, never one not replicated) down to 60%. */
 void evict_if_needed(struct flusher *fl);
 
-/* Rewrites flusher.state in the cache (what `stagehand status` shows). */
+/* Rewrites flusher.state in the cache (what `stagehand status` shows), and
+ * the metrics when the policy asks for them. */
 void state_write(struct flusher *fl, size_t queued, const char *activity);
+
+/* At exit: the metrics say the flusher is gone. */
+void state_leave(struct flusher *fl);

@@ -27,6 +27,7 @@ void server_failed(struct server *s, int r, const char *what)
 	if (backoff > BACKOFF_MAX_NS)
 		backoff = BACKOFF_MAX_NS;
 	s->failures++;
+	s->errors++;
 	s->down_until_ns = stg_now_ns() + backoff;
 	snprintf(s->last_error, sizeof(s->last_error), "%s: %s%s%s", what, strerror(-r),
 		 s->conn.error[0] ? ": " : "", s->conn.error);
@@ -241,7 +242,12 @@ static void *worker(void *arg)
 			break;
 		struct job *job = s->job;
 		pthread_mutex_unlock(&fl->lock);
+		int64_t start = stg_now_ns();
 		int r = run_job(s, job);
+		if (r == 0) {
+			s->ships++;
+			s->ship_ns += stg_now_ns() - start;
+		}
 		if (r < 0 && s->connected) {
 			/* After a failure mid-exchange the stream's state is unknown. */
 			stg_conn_close(&s->conn);

@@ -127,8 +127,10 @@ static int ship_pass(struct flusher *fl, struct pass *ps)
 		}
 		else if (r == -EAGAIN)
 			ps->blocked++;
-		else
+		else {
 			ps->failed++;
+			fl->versions_failed++;
+		}
 	}
 	free(items);
 	/* Even with nothing shipped (servers away), older replicated versions
@@ -314,6 +316,7 @@ int main(int argc, char **argv)
 	stg_log(STG_LOG_INFO, "shipping '%s' to %zu servers, %u replicas", fl.cache->dir,
 		fl.nservers, fl.policy->replicas);
 	int status = servers_start(&fl) < 0 ? 1 : run(&fl, lockfd, once, idle_exit_s);
+	state_leave(&fl); /* (it reads the servers' counts) */
 	servers_stop(&fl);
 	stg_log(STG_LOG_INFO, "exiting: %llu versions shipped",
 		(unsigned long long)fl.versions_shipped);

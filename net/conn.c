@@ -382,6 +382,7 @@ int stg_conn_send_error(struct stg_conn *c, uint32_t tag, int negerr, const char
 	for (int i = 0; i < n; i++)
 		if ((unsigned char)text[i] < 0x20 || (unsigned char)text[i] > 0x7e)
 			text[i] = '?';
+	c->errors_sent++;
 	struct stg_msg m = {.type = STG_MSG_ERROR, .tag = tag};
 	m.error.code = stg_wire_error_from_errno(negerr);
 	m.error.text = text;

@@ -102,6 +102,7 @@ struct stg_conn {
 
 	uint64_t bytes_sent, bytes_received; /* through the stream */
 	uint64_t frames_sent, frames_received;
+	uint64_t errors_sent; /* ERROR replies (stg_conn_send_error) */
 	/* The text of the last ERROR received, or what was wrong with what
 	 * the peer sent: why the last call failed. */
 	char error[STG_WIRE_MAX_ERROR_TEXT + 1];

@@ -13,6 +13,7 @@ packages=(
 	mpich libmpich-dev libhdf5-mpich-dev
 	cargo golang-go
 	restic # bench/reduction.sh compares stored bytes and speed with it
+	python3-prometheus-client # metrics.bats parses the metrics with Prometheus' own parser
 	systemd # install.bats checks the server's unit, user and directories offline
 )
 # safetensors (not packaged in Debian 12), beside Debian's numpy, for the

@@ -72,6 +72,15 @@ void admit_refused(const char *what);
 /* Connections held. */
 unsigned admit_connections(struct admit *a);
 
+/* Since start, for the metrics (server/metrics.c): the sessions count. */
+struct server_counters {
+	atomic_uint_fast64_t requests, request_errors, request_ns;
+	atomic_uint_fast64_t chunks_in, chunk_bytes_in; /* received */
+	atomic_uint_fast64_t chunks_held;               /* asked for, held already */
+	atomic_uint_fast64_t manifests_in;
+	atomic_uint_fast64_t chunks_out, chunk_bytes_out; /* served */
+};
+
 struct server {
 	struct stg_store *store;
 	struct stg_files *files;
@@ -95,6 +104,13 @@ struct server {
 	pthread_cond_t gc_cond;
 	bool gc_wanted, stopping;
 	unsigned gc_interval_s;
+
+	/* The metrics, written by their own thread (under gc_mutex). */
+	struct server_counters counters;
+	uint64_t capacity; /* of the store, 0: the disk's */
+	const char *metrics_file;
+	unsigned metrics_interval_s;
+	pthread_cond_t metrics_cond;
 };
 
 struct session_arg {
@@ -109,6 +125,10 @@ void *server_session(void *arg);
 
 /* The collector thread. */
 void *server_collector(void *arg);
+
+/* The metrics thread: writes metrics_file every metrics_interval_s, and
+ * once more when the server stops. */
+void *server_metrics(void *arg);
 
 /* Asks the collector to run soon. */
 void server_collector_wake(struct server *srv);

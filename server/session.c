@@ -41,8 +41,10 @@ static int on_have(struct session *s, const struct stg_msg *req)
 		/* Marking first keeps a chunk we say we hold from being collected
 		 * before the manifest that needs it arrives. */
 		stg_store_mark(s->srv->store, &h);
-		if (stg_store_has(s->srv->store, &h))
+		if (stg_store_has(s->srv->store, &h)) {
 			bitmap[i / 8] |= (uint8_t)(1u << (i % 8));
+			s->srv->counters.chunks_held++;
+		}
 	}
 	struct stg_msg m = {.type = STG_MSG_HAVE_REPLY};
 	m.have_reply.count = n;
@@ -74,6 +76,8 @@ static int on_put_chunk(struct session *s, const struct stg_msg *req)
 		return stg_conn_send_error(&s->conn, req->tag, r, "cannot store the chunk: %s",
 					   strerror(-r));
 	}
+	s->srv->counters.chunks_in++;
+	s->srv->counters.chunk_bytes_in += req->put_chunk.len;
 	struct stg_msg m = {.type = STG_MSG_OK};
 	return reply(s, &m, req->tag);
 }
@@ -173,6 +177,7 @@ static int on_put_manifest(struct session *s, const struct stg_msg *req)
 			removed > 0 ? ", older versions retired" : "");
 		if (removed > 0)
 			server_collector_wake(s->srv);
+		s->srv->counters.manifests_in++;
 		struct stg_msg m = {.type = STG_MSG_OK};
 		r = reply(s, &m, req->tag);
 	}
@@ -285,6 +290,10 @@ static int on_get_chunk(struct session *s, const struct stg_msg *req)
 	/* The object goes as it is, without a copy into a frame buffer. */
 	r = stg_conn_send_bulk(&s->conn, STG_MSG_CHUNK, req->tag, obj, (uint32_t)len);
 	free(obj);
+	if (r == 0) {
+		s->srv->counters.chunks_out++;
+		s->srv->counters.chunk_bytes_out += len;
+	}
 	return r;
 }
 
@@ -303,7 +312,7 @@ static int on_stat(struct session *s, const struct stg_msg *req)
 	return reply(s, &m, req->tag);
 }
 
-static int dispatch(struct session *s, const struct stg_msg *m)
+static int handle(struct session *s, const struct stg_msg *m)
 {
 	switch (m->type) {
 	case STG_MSG_HAVE: return on_have(s, m);
@@ -320,6 +329,20 @@ static int dispatch(struct session *s, const struct stg_msg *m)
 				    stg_msg_type_name(m->type));
 		return -EPROTO;
 	}
+}
+
+/* Serves one request, counted for the metrics. */
+static int dispatch(struct session *s, const struct stg_msg *m)
+{
+	int64_t start = stg_now_ns();
+	uint64_t errors = s->conn.errors_sent;
+	int r = handle(s, m);
+	struct server_counters *k = &s->srv->counters;
+	k->requests++;
+	k->request_ns += (uint64_t)(stg_now_ns() - start);
+	if (r < 0 || s->conn.errors_sent != errors)
+		k->request_errors++;
+	return r;
 }
 
 static int admit_uid(struct stg_conn *c, uint32_t uid, char *why, size_t whylen)

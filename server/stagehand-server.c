@@ -61,6 +61,10 @@ static void usage(FILE *f)
 		"                        has the address; rdma: or refuse to start)\n"
 		"  --accept-v1           also serve clients of protocol version 1, whose\n"
 		"                        requests carry no MAC (default: refuse them)\n"
+		"  --metrics-file F      write Prometheus metrics into F (for node_exporter's\n"
+		"                        textfile collector: F ends in .prom), replaced\n"
+		"                        atomically (docs/METRICS.md)\n"
+		"  --metrics-interval SECS  how often (default 15)\n"
 		"  --log-level L         error, warn, info (default) or debug\n"
 		"  --user-key UID        print the key file of user UID (derived from the\n"
 		"                        secret) and exit: give it to that user as their\n"
@@ -353,6 +357,8 @@ int main(int argc, char **argv)
 		{"transport", required_argument, NULL, 'T'},
 		{"allow-foreign-store", no_argument, NULL, 'O'},
 		{"accept-v1", no_argument, NULL, '1'},
+		{"metrics-file", required_argument, NULL, 'M'},
+		{"metrics-interval", required_argument, NULL, 'i'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{0},
@@ -360,6 +366,8 @@ int main(int argc, char **argv)
 	const char *listen_addr = NULL, *store_dir = NULL, *secret_file = NULL, *port_file = NULL;
 	struct stg_store_options so = {0};
 	unsigned gc_interval = 60, timeout_s = 30, handshake_s = 5, idle_s = 60;
+	unsigned metrics_interval = 15;
+	const char *metrics_file = NULL;
 	struct admit_limits limits = {.max_connections = 1024, .max_handshakes = 256};
 	uint64_t frame_memory = 256ull << 20;
 	long user_key = -1;
@@ -390,14 +398,17 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'M': metrics_file = optarg; break;
 		case 'g':
+		case 'i':
 		case 't':
 		case 'm':
 		case 'A':
 		case 'U':
 		case 'H':
 		case 'I': {
-			unsigned *dst = c == 'g' ? &gc_interval : c == 't' ? &timeout_s :
+			unsigned *dst = c == 'g' ? &gc_interval : c == 'i' ? &metrics_interval :
+					c == 't' ? &timeout_s :
 					c == 'm' ? &limits.max_connections :
 					c == 'A' ? &limits.max_handshakes :
 					c == 'U' ? &limits.max_per_user :
@@ -529,6 +540,10 @@ int main(int argc, char **argv)
 	stg_conn_budget_init(&srv.frames, frame_memory);
 	srv.accept_v1 = accept_v1;
 	srv.gc_interval_s = gc_interval;
+	srv.capacity = so.capacity;
+	srv.metrics_file = metrics_file;
+	srv.metrics_interval_s = metrics_interval;
+	pthread_cond_init(&srv.metrics_cond, NULL);
 	srv.started_ns = stg_now_ns();
 	pthread_rwlock_init(&srv.manifest_lock, NULL);
 	pthread_mutex_init(&srv.gc_mutex, NULL);
@@ -568,9 +583,11 @@ int main(int argc, char **argv)
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
 	r = pthread_create(&collector, NULL, server_collector, &srv);
+	pthread_t metrics;
+	int mr = metrics_file ? pthread_create(&metrics, NULL, server_metrics, &srv) : 0;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (r != 0) {
-		stg_log(STG_LOG_ERROR, "cannot start the collector thread");
+	if (r != 0 || mr != 0) {
+		stg_log(STG_LOG_ERROR, "cannot start the %s thread", r ? "collector" : "metrics");
 		return 1;
 	}
 	/* Listening, the store open, the port written: ready. */
@@ -592,8 +609,11 @@ int main(int argc, char **argv)
 	pthread_mutex_lock(&srv.gc_mutex);
 	srv.stopping = true;
 	pthread_cond_signal(&srv.gc_cond);
+	pthread_cond_signal(&srv.metrics_cond);
 	pthread_mutex_unlock(&srv.gc_mutex);
 	pthread_join(collector, NULL);
 	stg_store_sync(srv.store);
+	if (metrics_file)
+		pthread_join(metrics, NULL); /* its last write says the server is down */
 	return 0;
 }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "catalog.h"
+#include "nodestats.h"
 #include "queue.h"
 #include "tool.h"
 #include "util.h"
@@ -59,16 +60,13 @@ static void report_left(struct stg_cache *c)
 		fprintf(stderr, "  %s version %" PRIu64 "\n", path, stg_version_seq(items[i].version));
 	}
 	free(items);
-	uint8_t *state;
-	size_t len;
-	if (stg_read_file(c->dirfd, "flusher.state", 65536, &state, &len) == 0) {
-		char *text = strndup((char *)state, len);
-		free(state);
-		for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n"))
-			if (strncmp(line, "server ", 7) == 0)
-				fprintf(stderr, "  %s\n", line);
-		free(text);
-	}
+	struct stg_node_stats *st = calloc(1, sizeof(*st));
+	if (st && stg_node_stats_read_state(c, st) == 0)
+		for (size_t i = 0; i < st->nservers; i++)
+			fprintf(stderr, "  server %s %s %s %s\n", st->servers[i].name,
+				st->servers[i].state, st->servers[i].transport,
+				st->servers[i].last_error[0] ? st->servers[i].last_error : "-");
+	free(st);
 }
 
 int cmd_flush(int argc, char **argv)

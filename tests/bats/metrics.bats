@@ -1,0 +1,135 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# Metrics: the flusher (metrics_file in [cache]) and the server
+# (--metrics-file) write Prometheus' text format for node_exporter's textfile
+# collector; Prometheus' own parser reads them, and they move as versions are
+# shipped and restored. `stagehand status --json` tells the same facts.
+
+bats_require_minimum_version 1.5.0
+load lib/common
+load lib/cluster
+
+setup() {
+	cluster_setup
+}
+
+teardown() {
+	cluster_teardown
+}
+
+# prom FILE NAME: the value of sample NAME in FILE (a family's _sum or
+# _count included), summed over its labels; fails when FILE does not parse
+# as Prometheus' text format, when a family lacks its HELP or TYPE, or when
+# there is no such sample.
+prom() {
+	"$PYTHON" - "$@" <<'EOP'
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+path, name = sys.argv[1], sys.argv[2]
+text = open(path).read()
+total, found = 0.0, False
+for fam in text_string_to_metric_families(text):
+    if not fam.documentation or fam.type == "unknown":
+        sys.exit(f"{path}: {fam.name} has no HELP or TYPE")
+    for s in fam.samples:
+        if s.name == name:
+            total += s.value
+            found = True
+if not found:
+    sys.exit(f"{path}: no sample {name}")
+print(int(total) if total == int(total) else total)
+EOP
+}
+
+# above FILE NAME N: sample NAME of FILE is above N.
+above() {
+	local v
+	v=$(prom "$1" "$2") || return 1
+	"$PYTHON" -c 'import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))' "$v" "$3"
+}
+
+@test "the flusher's and the server's metrics parse and move as a version ships and restores" {
+	start_server 0 --metrics-file "$T/server.prom" --metrics-interval 1
+	cluster_default_policy cluster.replicas=1
+	sed -i "s|^\[cache\]|[cache]\nmetrics_file = $T/node.prom|" "$POLICY"
+	wait_for "$WAIT" test -s "$T/server.prom" || fail "no server metrics: $(cat "$T/srv0.log")"
+	[ "$(prom "$T/server.prom" stagehand_server_up)" = 1 ]
+	[ "$(prom "$T/server.prom" stagehand_server_chunks_received_total)" = 0 ]
+
+	# a file of 16 chunks, twice the same bytes (deduplicated) and half of
+	# them compressible (compressed)
+	"$PYTHON" -c "
+import os, sys
+half = os.urandom(256 << 10)
+sys.stdout.buffer.write(half + bytes(256 << 10) + half + b'x' * (256 << 10))" >"$REF/f"
+	shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	# the node: what it holds, and what its flusher did
+	wait_for "$WAIT" above "$T/node.prom" stagehand_flusher_versions_shipped_total 0 ||
+		fail "$(cat "$T/node.prom")"
+	[ "$(prom "$T/node.prom" stagehand_cache_versions)" = 1 ]
+	[ "$(prom "$T/node.prom" stagehand_cache_logical_bytes)" = $((1 << 20)) ]
+	above "$T/node.prom" stagehand_cache_dedup_ratio 2 || fail "$(cat "$T/node.prom")"
+	above "$T/node.prom" stagehand_cache_compression_ratio 1.1 || fail "$(cat "$T/node.prom")"
+	above "$T/node.prom" stagehand_flusher_bytes_sent_total 0
+	above "$T/node.prom" stagehand_flusher_server_ship_seconds_count 0
+	[ "$(prom "$T/node.prom" stagehand_queue_versions)" = 0 ]
+	[ "$(prom "$T/node.prom" stagehand_flusher_server_errors_total)" = 0 ]
+	grep -q "^stagehand_cache_files{cache=\"$CACHE\"} 1\$" "$T/node.prom" ||
+		fail "not labelled with its cache: $(cat "$T/node.prom")"
+	# the server: what it received
+	wait_for "$WAIT" above "$T/server.prom" stagehand_server_manifests_stored_total 0 ||
+		fail "$(cat "$T/server.prom")"
+	above "$T/server.prom" stagehand_server_chunks_received_total 0
+	above "$T/server.prom" stagehand_server_store_chunks 0
+	above "$T/server.prom" stagehand_server_requests_total 0
+
+	# status --json: the same facts, as JSON
+	run "$STAGEHAND" status --json
+	[ "$status" -eq 0 ] || fail "status --json: $output"
+	"$PYTHON" - "$output" "$CACHE" <<'EOP' || fail "status --json: $output"
+import json, sys
+s = json.loads(sys.argv[1])
+c = s["cache"]
+assert c["dir"] == sys.argv[2] and c["versions"] == 1 and c["logical_bytes"] == 1 << 20, c
+assert c["chunk_raw_bytes"] < c["logical_bytes"] and c["chunk_stored_bytes"] < c["chunk_raw_bytes"], c
+assert s["queue"]["versions"] == 0, s["queue"]
+assert len(s["servers"]) == 1 and s["servers"][0]["up"] and s["servers"][0]["chunks"] > 0, s["servers"]
+EOP
+
+	# a restore from the server alone: it serves chunks
+	# the flusher stopped (as when it leaves idle): its metrics say so
+	kill -TERM "$(tr -dc 0-9 <"$CACHE/flusher.lock")"
+	wait_for "$WAIT" flusher_lock_free "$CACHE"
+	[ "$(prom "$T/node.prom" stagehand_flusher_up)" = 0 ] ||
+		fail "the flusher left, its metrics say otherwise: $(cat "$T/node.prom")"
+	rm -rf "$CACHE"
+	run "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore: $output"
+	cmp "$REF/f" "$BACK$CKPT/f"
+	wait_for "$WAIT" above "$T/server.prom" stagehand_server_chunks_served_total 0 ||
+		fail "$(cat "$T/server.prom")"
+
+	# stopped, the server says it is down
+	stop_server 0
+	[ "$(prom "$T/server.prom" stagehand_server_up)" = 0 ]
+}
+
+@test "a server that cannot write its metrics says so once and serves on" {
+	start_server 0 --metrics-file "$T/missing/server.prom" --metrics-interval 1
+	cluster_default_policy cluster.replicas=1
+	wait_for "$WAIT" grep -q "cannot write the metrics to '$T/missing/server.prom'" "$T/srv0.log"
+	random_file "$REF/f" 100000
+	shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	[ "$(grep -c "cannot write the metrics" "$T/srv0.log")" -eq 1 ] || fail "$(cat "$T/srv0.log")"
+}
+
+@test "metrics_file must be an absolute path" {
+	printf '[cache]\ndir = %s\nmetrics_file = node.prom\n' "$CACHE" >"$T/bad.conf"
+	run "$STAGEHAND" status --policy "$T/bad.conf"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"metrics_file must be an absolute path"* ]] || fail "$output"
+}
