@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "policy.h"
 #include "util.h"
 
 /* libcrypto's HMAC, fetched once: the lookup walks its providers. */
@@ -195,6 +196,22 @@ out_wipe:
 out_close:
 	close(fd);
 	return r;
+}
+
+int stg_secret_from_policy(const struct stg_policy *p, struct stg_secret *ret, char *err,
+			   size_t errlen)
+{
+	if (!p->munge)
+		return stg_secret_load(p->secret_file, ret, err, errlen);
+	memset(ret, 0, sizeof(*ret));
+	ret->munge = true;
+	if (p->munge_socket &&
+	    (size_t)snprintf(ret->munge_socket, sizeof(ret->munge_socket), "%s", p->munge_socket) >=
+		    sizeof(ret->munge_socket)) {
+		set_err(err, errlen, "munge_socket '%s' is too long", p->munge_socket);
+		return -ENAMETOOLONG;
+	}
+	return 0;
 }
 
 static const char uid_key_label[] = "stagehand uid key";

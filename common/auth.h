@@ -23,9 +23,13 @@ int stg_hmac_sha256(const void *key, size_t keylen, const void *const *pieces,
  * a file "stagehand-user-key <uid> <64 hex digits>"). */
 struct stg_secret {
 	uint8_t key[STG_SECRET_MAX];
-	size_t len;
+	size_t len;        /* 0: no secret (a server or client of MUNGE only) */
 	bool user_key;     /* key holds the uid key of uid */
 	uint32_t uid;
+	/* MUNGE credentials: what a client presents (instead of the key), or a
+	 * server takes (besides a key when len). */
+	bool munge;
+	char munge_socket[256]; /* "": libmunge's default */
 };
 
 #define STG_USER_KEY_MAGIC "stagehand-user-key"
@@ -39,6 +43,12 @@ int stg_user_key_format(const struct stg_secret *cluster, uint32_t uid, char *ou
  * or too long, -EPERM when other users may read or write it, or its group
  * write it) and writes a message naming the file and its mode into err. */
 int stg_secret_load(const char *path, struct stg_secret *ret, char *err, size_t errlen);
+
+/* A client's credentials as its policy says: its secret file, or with auth =
+ * munge, MUNGE (through munge_socket). As stg_secret_load. */
+struct stg_policy;
+int stg_secret_from_policy(const struct stg_policy *p, struct stg_secret *ret, char *err,
+			   size_t errlen);
 
 /* The key of uid: HMAC(secret, "stagehand uid key" || uid as 4 bytes LE), or
  * a user key's own key. Returns 0, -EACCES when s is another uid's key, or

@@ -278,6 +278,23 @@ static int handle_cluster(struct parse_state *st, const char *name, const char *
 		p->secret_file = xstrdup_or_fail(st, value);
 		return 1;
 	}
+	if (strcmp(name, "auth") == 0) {
+		if (strcmp(value, "secret") != 0 && strcmp(value, "munge") != 0) {
+			fail(st, "[cluster] auth '%s' must be secret or munge", value);
+			return 0;
+		}
+		p->munge = strcmp(value, "munge") == 0;
+		return 1;
+	}
+	if (strcmp(name, "munge_socket") == 0) {
+		if (value[0] != '/') {
+			fail(st, "[cluster] munge_socket must be an absolute path, not '%s'", value);
+			return 0;
+		}
+		free(p->munge_socket);
+		p->munge_socket = xstrdup_or_fail(st, value);
+		return 1;
+	}
 	if (strcmp(name, "timeout") == 0) {
 		if (parse_uint(value, 1, 3600, &p->timeout_s) < 0) {
 			fail(st, "[cluster] timeout '%s' must be a number of seconds from 1 to 3600",
@@ -287,8 +304,8 @@ static int handle_cluster(struct parse_state *st, const char *name, const char *
 		return 1;
 	}
 	fail(st,
-	     "unknown key '%s' in [cluster] (known: servers, replicas, transport, secret_file, "
-	     "timeout)",
+	     "unknown key '%s' in [cluster] (known: servers, replicas, transport, auth, "
+	     "secret_file, munge_socket, timeout)",
 	     name);
 	return 0;
 }
@@ -630,11 +647,12 @@ static int check_cluster(struct stg_policy *p, const char *path, char *err, size
 					 path, p->replicas, p->nservers, p->nservers == 1 ? " is" : "s are");
 			return 1;
 		}
-		if (!p->secret_file) {
+		if (!p->secret_file && !p->munge) {
 			if (err)
 				snprintf(err, errlen,
 					 "%s: [cluster] secret_file is required (the servers only "
-					 "talk to clients that know the cluster's secret)",
+					 "talk to clients that know the cluster's secret), unless "
+					 "auth = munge",
 					 path);
 			return 1;
 		}
@@ -672,6 +690,7 @@ void stg_policy_free(struct stg_policy *p)
 	free(p->metrics_file);
 	free(p->servers);
 	free(p->secret_file);
+	free(p->munge_socket);
 	free(p);
 }
 

@@ -49,6 +49,8 @@ struct stg_policy {
 	uint32_t replicas;
 	enum stg_transport_kind transport;
 	char *secret_file;
+	bool munge;          /* auth = munge: MUNGE credentials instead of secret_file */
+	char *munge_socket;  /* NULL: libmunge's default */
 	uint32_t timeout_s;  /* a server that does not answer within this is down */
 	struct stg_path_rule *rules;
 	size_t nrules;

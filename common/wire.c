@@ -20,6 +20,7 @@ static const char *const type_names[] = {
 	[STG_MSG_PUT_MANIFEST] = "PUT_MANIFEST", [STG_MSG_MISSING] = "MISSING",
 	[STG_MSG_LIST] = "LIST",                 [STG_MSG_LIST_REPLY] = "LIST_REPLY",
 	[STG_MSG_LIST_REPLY_FLAGS] = "LIST_REPLY_FLAGS",
+	[STG_MSG_AUTH_MUNGE] = "AUTH_MUNGE",
 	[STG_MSG_GET_MANIFEST] = "GET_MANIFEST", [STG_MSG_MANIFEST] = "MANIFEST",
 	[STG_MSG_GET_CHUNK] = "GET_CHUNK",       [STG_MSG_CHUNK] = "CHUNK",
 	[STG_MSG_STAT] = "STAT",                 [STG_MSG_STAT_REPLY] = "STAT_REPLY",
@@ -187,6 +188,18 @@ int stg_wire_decode(const struct stg_wire_header *h, const uint8_t *b, struct st
 		memcpy(m.auth.nonce, b + 4, STG_AUTH_NONCE_LEN);
 		memcpy(m.auth.mac, b + 4 + STG_AUTH_NONCE_LEN, STG_AUTH_MAC_LEN);
 		break;
+	case STG_MSG_AUTH_MUNGE:
+		if (len <= STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN ||
+		    len > STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN + STG_WIRE_MAX_MUNGE_CRED)
+			return -EBADMSG;
+		memcpy(m.auth_munge.nonce, b, STG_AUTH_NONCE_LEN);
+		memcpy(m.auth_munge.mac, b + STG_AUTH_NONCE_LEN, STG_AUTH_MAC_LEN);
+		m.auth_munge.cred = (const char *)b + STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN;
+		m.auth_munge.cred_len = len - STG_AUTH_NONCE_LEN - STG_AUTH_MAC_LEN;
+		for (uint32_t i = 0; i < m.auth_munge.cred_len; i++)
+			if (m.auth_munge.cred[i] < 0x21 || m.auth_munge.cred[i] > 0x7e)
+				return -EBADMSG;
+		break;
 	case STG_MSG_AUTH_OK:
 		if (len != STG_AUTH_MAC_LEN)
 			return -EBADMSG;
@@ -353,6 +366,8 @@ static size_t body_size(const struct stg_msg *m)
 	case STG_MSG_CHALLENGE: return 4 + STG_AUTH_NONCE_LEN;
 	case STG_MSG_AUTH: return 4 + STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN;
 	case STG_MSG_AUTH_OK: return STG_AUTH_MAC_LEN;
+	case STG_MSG_AUTH_MUNGE:
+		return STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN + (size_t)m->auth_munge.cred_len;
 	case STG_MSG_ERROR: return 6 + m->error.text_len;
 	case STG_MSG_HAVE: return 4 + (size_t)m->have.count * 16;
 	case STG_MSG_HAVE_REPLY: return 4 + ((size_t)m->have_reply.count + 7) / 8;
@@ -407,6 +422,14 @@ size_t stg_wire_encode(const struct stg_msg *m, uint8_t *out, size_t cap)
 		break;
 	case STG_MSG_AUTH_OK:
 		memcpy(b, m->auth_ok.mac, STG_AUTH_MAC_LEN);
+		break;
+	case STG_MSG_AUTH_MUNGE:
+		if (!m->auth_munge.cred_len || m->auth_munge.cred_len > STG_WIRE_MAX_MUNGE_CRED)
+			return 0;
+		memcpy(b, m->auth_munge.nonce, STG_AUTH_NONCE_LEN);
+		memcpy(b + STG_AUTH_NONCE_LEN, m->auth_munge.mac, STG_AUTH_MAC_LEN);
+		memcpy(b + STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN, m->auth_munge.cred,
+		       m->auth_munge.cred_len);
 		break;
 	case STG_MSG_ERROR:
 		if (m->error.text_len > STG_WIRE_MAX_ERROR_TEXT)

@@ -20,8 +20,11 @@
 #define STG_WIRE_MAC_SIZE 32
 /* A frame body holds at most one chunk object of the largest chunk size. */
 #define STG_WIRE_MAX_BODY ((64u << 20) + (1u << 20))
-/* Before authentication, nothing longer than an AUTH is accepted. */
+/* Before authentication, nothing longer than an AUTH is accepted, or with
+ * MUNGE taken, an AUTH_MUNGE. */
 #define STG_WIRE_MAX_PREAUTH 128
+#define STG_WIRE_MAX_MUNGE_CRED 960
+#define STG_WIRE_MAX_PREAUTH_MUNGE (2 * STG_AUTH_MAC_LEN + STG_WIRE_MAX_MUNGE_CRED)
 #define STG_WIRE_MAX_PATH 4095
 #define STG_WIRE_MAX_HAVE 8192
 #define STG_WIRE_MAX_ERROR_TEXT 512
@@ -52,8 +55,11 @@ enum stg_msg_type {
 	/* LIST_REPLY whose entries carry their manifest's flags: the reply to a
 	 * LIST with STG_LIST_FLAGS (added within version 1). */
 	STG_MSG_LIST_REPLY_FLAGS = 22,
+	/* AUTH with a MUNGE credential instead of a key (added within version
+	 * 2; docs/PROTOCOL.md, "MUNGE"). */
+	STG_MSG_AUTH_MUNGE = 23,
 };
-#define STG_MSG_TYPE_MAX 22
+#define STG_MSG_TYPE_MAX 23
 
 /* Error codes carried by ERROR (stable on the wire, unlike errno values). */
 enum stg_wire_error {
@@ -85,6 +91,15 @@ struct stg_msg_auth {
 	uint32_t uid;
 	uint8_t nonce[STG_AUTH_NONCE_LEN];
 	uint8_t mac[STG_AUTH_MAC_LEN];
+};
+
+/* The uid is the credential's: munge_encode of server_nonce[32] || key[32],
+ * where key stands for the uid key of AUTH (docs/PROTOCOL.md). */
+struct stg_msg_auth_munge {
+	uint8_t nonce[STG_AUTH_NONCE_LEN];
+	uint8_t mac[STG_AUTH_MAC_LEN];
+	const char *cred; /* not NUL-terminated; printable ASCII */
+	uint32_t cred_len;
 };
 
 struct stg_msg_auth_ok {
@@ -214,6 +229,7 @@ struct stg_msg {
 		struct stg_msg_challenge challenge;
 		struct stg_msg_auth auth;
 		struct stg_msg_auth_ok auth_ok;
+		struct stg_msg_auth_munge auth_munge;
 		struct stg_msg_error error;
 		struct stg_msg_have have;
 		struct stg_msg_have_reply have_reply;

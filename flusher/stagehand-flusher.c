@@ -164,7 +164,7 @@ static int load(struct flusher *fl, const char *policy_file)
 			fl->policy->file, why);
 		return -ENODEV;
 	}
-	r = stg_secret_load(fl->policy->secret_file, &fl->secret, err, sizeof(err));
+	r = stg_secret_from_policy(fl->policy, &fl->secret, err, sizeof(err));
 	if (r < 0) {
 		stg_log(STG_LOG_ERROR, "%s", err);
 		return r;

@@ -22,6 +22,7 @@
 #include "chunk.h"
 #include "conn.h"
 #include "log.h"
+#include "munge_cred.h"
 #include "transport.h"
 #include "util.h"
 
@@ -753,18 +754,42 @@ int stg_conn_auth_client(struct stg_conn *c, const struct stg_secret *s, uint32_
 					.version = STG_WIRE_VERSION};
 	memcpy(t.server_nonce, m.challenge.nonce, sizeof(t.server_nonce));
 	uint8_t key[STG_SHA256_LEN];
-	r = stg_auth_uid_key(s, uid, key);
-	if (r == -EACCES)
-		return refuse(c, -EACCES, "the secret file is the key of uid %u, not %u", s->uid, uid);
-	if (r < 0)
-		return r;
+	char cred[STG_WIRE_MAX_MUNGE_CRED + 1];
+	struct stg_msg a = {.version = STG_WIRE_VERSION, .tag = m.tag};
+	if (s->munge) {
+		/* A fresh key, which only the server's munged can read from the
+		 * credential, bound to this connection by the server's nonce. */
+		uint8_t payload[STG_AUTH_NONCE_LEN + STG_SHA256_LEN];
+		r = stg_auth_random(key, sizeof(key));
+		if (r < 0)
+			return r;
+		memcpy(payload, t.server_nonce, STG_AUTH_NONCE_LEN);
+		memcpy(payload + STG_AUTH_NONCE_LEN, key, sizeof(key));
+		r = stg_munge_encode(s->munge_socket, payload, sizeof(payload), cred, sizeof(cred),
+				     c->error, sizeof(c->error));
+		explicit_bzero(payload, sizeof(payload));
+		if (r < 0)
+			goto out;
+		a.type = STG_MSG_AUTH_MUNGE;
+		a.auth_munge.cred = cred;
+		a.auth_munge.cred_len = (uint32_t)strlen(cred);
+	} else {
+		r = stg_auth_uid_key(s, uid, key);
+		if (r == -EACCES)
+			return refuse(c, -EACCES, "the secret file is the key of uid %u, not %u",
+				      s->uid, uid);
+		if (r < 0)
+			return r;
+		a.type = STG_MSG_AUTH;
+		a.auth.uid = uid;
+	}
 	r = stg_auth_random(t.client_nonce, sizeof(t.client_nonce));
 	if (r < 0)
 		goto out;
-	struct stg_msg a = {.version = STG_WIRE_VERSION, .type = STG_MSG_AUTH, .tag = m.tag};
-	a.auth.uid = uid;
-	memcpy(a.auth.nonce, t.client_nonce, sizeof(a.auth.nonce));
-	r = stg_auth_derive(key, STG_AUTH_CLIENT_PROOF, &t, a.auth.mac);
+	uint8_t *nonce = s->munge ? a.auth_munge.nonce : a.auth.nonce;
+	uint8_t *mac = s->munge ? a.auth_munge.mac : a.auth.mac;
+	memcpy(nonce, t.client_nonce, STG_AUTH_NONCE_LEN);
+	r = stg_auth_derive(key, STG_AUTH_CLIENT_PROOF, &t, mac);
 	if (r == 0)
 		r = stg_conn_send_msg(c, &a);
 	if (r < 0)
@@ -798,14 +823,14 @@ out:
 }
 
 /* A version-1 AUTH, checked and answered as version 1 did: no frame MACs. */
-/* The client of AUTH m has proven its uid: whether the server takes it on
+/* The client has proven it is uid: whether the server takes it on
  * (c->admit_uid), else BUSY and why are sent. Returns 0 or -EBUSY. */
-static int admitted(struct stg_conn *c, const struct stg_msg *m)
+static int admitted(struct stg_conn *c, uint32_t uid, uint32_t tag)
 {
 	char why[STG_WIRE_MAX_ERROR_TEXT + 1];
-	int r = c->admit_uid ? c->admit_uid(c, m->auth.uid, why, sizeof(why)) : 0;
+	int r = c->admit_uid ? c->admit_uid(c, uid, why, sizeof(why)) : 0;
 	if (r < 0)
-		stg_conn_send_error(c, m->tag, r, "%s", why);
+		stg_conn_send_error(c, tag, r, "%s", why);
 	return r;
 }
 
@@ -818,7 +843,7 @@ static int auth_v1(struct stg_conn *c, const uint8_t key[STG_SHA256_LEN],
 		return r;
 	if (!stg_auth_mac_equal(want, m->auth.mac))
 		return -EACCES;
-	r = admitted(c, m);
+	r = admitted(c, m->auth.uid, m->tag);
 	if (r < 0)
 		return r;
 	struct stg_msg ok = {.version = 1, .type = STG_MSG_AUTH_OK, .tag = m->tag};
@@ -827,6 +852,69 @@ static int auth_v1(struct stg_conn *c, const uint8_t key[STG_SHA256_LEN],
 		r = stg_conn_send_msg(c, &ok);
 	if (r == 0)
 		r = start_session(c, 1, key, NULL, true);
+	return r;
+}
+
+/* AUTH_MUNGE m answering the challenge of t: the uid is the one the
+ * credential vouches for, the key the one it carries. */
+static int auth_munge(struct stg_conn *c, const struct stg_secret *s,
+		      struct stg_auth_transcript *t, const struct stg_msg *m, uint32_t *ret_uid)
+{
+	if (!s->munge) {
+		refuse(c, -EACCES, "a client with a MUNGE credential, and this server takes "
+		       "secrets only: start it with --auth munge, or set the client's auth = secret");
+		stg_conn_send_error(c, m->tag, -EACCES, "%s", c->error);
+		return -EACCES;
+	}
+	char cred[STG_WIRE_MAX_MUNGE_CRED + 1];
+	memcpy(cred, m->auth_munge.cred, m->auth_munge.cred_len);
+	cred[m->auth_munge.cred_len] = '\0';
+	uint8_t payload[STG_AUTH_NONCE_LEN + STG_SHA256_LEN], want[STG_AUTH_MAC_LEN];
+	uint32_t uid = 0;
+	int r = stg_munge_decode(s->munge_socket, cred, &uid, payload, sizeof(payload), c->error,
+				 sizeof(c->error));
+	if (r == -EAGAIN) {
+		/* munged is away (restarting): the client tries again. */
+		char why[sizeof(c->error)];
+		snprintf(why, sizeof(why), "%s", c->error);
+		refuse(c, r, "the server cannot check MUNGE credentials now: %s", why);
+		stg_conn_send_error(c, m->tag, -EBUSY, "%s", c->error);
+		goto out;
+	}
+	if (r < 0)
+		goto out_refused;
+	/* Made for this connection, not copied from another one. */
+	if (!stg_auth_mac_equal(payload, t->server_nonce)) { /* (32 bytes, constant time) */
+		r = refuse(c, -EACCES, "MUNGE credential refused: it was made for another "
+			   "connection");
+		goto out_refused;
+	}
+	const uint8_t *key = payload + STG_AUTH_NONCE_LEN;
+	t->uid = uid;
+	memcpy(t->client_nonce, m->auth_munge.nonce, sizeof(t->client_nonce));
+	r = stg_auth_derive(key, STG_AUTH_CLIENT_PROOF, t, want);
+	if (r < 0)
+		goto out;
+	if (!stg_auth_mac_equal(want, m->auth_munge.mac)) {
+		r = refuse(c, -EACCES, "the proof of the MUNGE credential's key is wrong");
+		goto out_refused;
+	}
+	if ((r = admitted(c, uid, m->tag)) < 0)
+		goto out;
+	struct stg_msg ok = {.version = STG_WIRE_VERSION, .type = STG_MSG_AUTH_OK, .tag = m->tag};
+	r = stg_auth_derive(key, STG_AUTH_SERVER_PROOF, t, ok.auth_ok.mac);
+	if (r == 0)
+		r = stg_conn_send_msg(c, &ok);
+	if (r == 0)
+		r = start_session(c, STG_WIRE_VERSION, key, t, true);
+	if (r == 0)
+		*ret_uid = uid;
+	goto out;
+out_refused:
+	stg_conn_send_error(c, m->tag, -EACCES, "%s", c->error);
+	r = -EACCES;
+out:
+	explicit_bzero(payload, sizeof(payload));
 	return r;
 }
 
@@ -849,17 +937,27 @@ int stg_conn_auth_server(struct stg_conn *c, const struct stg_secret *s, bool ac
 	if (r < 0)
 		return r;
 	struct stg_msg m;
-	r = stg_conn_recv(c, STG_WIRE_MAX_PREAUTH, &m);
+	/* As long as an AUTH_MUNGE, even where MUNGE is not taken: its sender
+	 * is told why not. */
+	r = stg_conn_recv(c, STG_WIRE_MAX_PREAUTH_MUNGE, &m);
 	if (r == -EPROTO || r == -EBADMSG) {
 		stg_conn_send_error(c, 0, -EPROTO, "%s before authentication", c->error);
 		return r;
 	}
 	if (r < 0)
 		return r;
+	if (m.type == STG_MSG_AUTH_MUNGE && m.version >= 2)
+		return auth_munge(c, s, &t, &m, ret_uid);
 	if (m.type != STG_MSG_AUTH) {
 		stg_conn_send_error(c, m.tag, -EPROTO, "expected AUTH, got %s",
 				    stg_msg_type_name(m.type));
 		return refuse(c, -EPROTO, "expected AUTH, got %s", stg_msg_type_name(m.type));
+	}
+	if (!s->len) {
+		refuse(c, -EACCES, "a client with a secret, and this server takes MUNGE credentials "
+		       "only: set auth = munge in the policy's [cluster]");
+		stg_conn_send_error(c, m.tag, -EACCES, "%s", c->error);
+		return -EACCES;
 	}
 	if (m.version == 1 && !accept_v1) {
 		refuse(c, -EPROTO,
@@ -886,7 +984,7 @@ int stg_conn_auth_server(struct stg_conn *c, const struct stg_secret *s, bool ac
 		r = -EACCES;
 		goto out;
 	}
-	if ((r = admitted(c, &m)) < 0)
+	if ((r = admitted(c, m.auth.uid, m.tag)) < 0)
 		goto out;
 	struct stg_msg ok = {.version = STG_WIRE_VERSION, .type = STG_MSG_AUTH_OK, .tag = m.tag};
 	r = stg_auth_derive(key, STG_AUTH_SERVER_PROOF, &t, ok.auth_ok.mac);

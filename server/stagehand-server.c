@@ -30,15 +30,21 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: stagehand-server --listen HOST:PORT --store DIR --secret-file F [options]\n"
+		"       stagehand-server --listen HOST:PORT --store DIR --auth munge [options]\n"
 		"\n"
 		"Receives staged chunks and manifests from node flushers and serves them\n"
-		"for restore. Every connection must prove it knows the shared secret.\n"
+		"for restore. Every connection must prove it knows the shared secret (or\n"
+		"its user's key derived from it), or present a MUNGE credential.\n"
 		"\n"
 		"  --listen HOST:PORT    address to listen on (port 0: any free port)\n"
 		"  --store DIR           the store directory (created when missing); it\n"
 		"                        must belong to this user or root, unless\n"
 		"  --allow-foreign-store (whoever owns it decides what is served)\n"
 		"  --secret-file F       the cluster's shared secret (at least 16 bytes)\n"
+		"  --auth LIST           what clients may log in with: secret (the default),\n"
+		"                        munge (a MUNGE credential names the uid; no secret\n"
+		"                        needed), or secret,munge\n"
+		"  --munge-socket PATH   munged's socket (default: libmunge's)\n"
 		"  --capacity SIZE       bytes of segments at most (e.g. 500G; default: disk)\n"
 		"  --segment-size SIZE   seal segments past this size (default 1G)\n"
 		"  --gc-interval SECS    collect unreferenced chunks this often (default 60)\n"
@@ -357,6 +363,8 @@ int main(int argc, char **argv)
 		{"transport", required_argument, NULL, 'T'},
 		{"allow-foreign-store", no_argument, NULL, 'O'},
 		{"accept-v1", no_argument, NULL, '1'},
+		{"auth", required_argument, NULL, 'a'},
+		{"munge-socket", required_argument, NULL, 'N'},
 		{"metrics-file", required_argument, NULL, 'M'},
 		{"metrics-interval", required_argument, NULL, 'i'},
 		{"help", no_argument, NULL, 'h'},
@@ -367,7 +375,8 @@ int main(int argc, char **argv)
 	struct stg_store_options so = {0};
 	unsigned gc_interval = 60, timeout_s = 30, handshake_s = 5, idle_s = 60;
 	unsigned metrics_interval = 15;
-	const char *metrics_file = NULL;
+	const char *metrics_file = NULL, *munge_socket = NULL;
+	bool auth_secret = true, auth_munge = false;
 	struct admit_limits limits = {.max_connections = 1024, .max_handshakes = 256};
 	uint64_t frame_memory = 256ull << 20;
 	long user_key = -1;
@@ -399,6 +408,18 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'M': metrics_file = optarg; break;
+		case 'N': munge_socket = optarg; break;
+		case 'a':
+			if (strcmp(optarg, "secret") == 0 || strcmp(optarg, "munge") == 0 ||
+			    strcmp(optarg, "secret,munge") == 0 || strcmp(optarg, "munge,secret") == 0) {
+				auth_secret = strstr(optarg, "secret") != NULL;
+				auth_munge = strstr(optarg, "munge") != NULL;
+			} else {
+				fprintf(stderr, "stagehand-server: bad --auth '%s' (secret, munge or "
+					"secret,munge)\n", optarg);
+				return 2;
+			}
+			break;
 		case 'g':
 		case 'i':
 		case 't':
@@ -489,9 +510,19 @@ int main(int argc, char **argv)
 		fputs(text, stdout);
 		return 0;
 	}
-	if (!listen_addr || !store_dir || !secret_file) {
-		fprintf(stderr, "stagehand-server: --listen, --store and --secret-file are required\n");
+	if (!listen_addr || !store_dir || (auth_secret && !secret_file)) {
+		fprintf(stderr, "stagehand-server: --listen, --store and --secret-file (unless "
+			"--auth munge) are required\n");
 		usage(stderr);
+		return 2;
+	}
+	if (secret_file && !auth_secret) {
+		fprintf(stderr, "stagehand-server: --secret-file with --auth munge: say --auth "
+			"secret,munge to take both\n");
+		return 2;
+	}
+	if (munge_socket && strlen(munge_socket) >= sizeof(((struct stg_secret *)0)->munge_socket)) {
+		fprintf(stderr, "stagehand-server: --munge-socket '%s' is too long\n", munge_socket);
 		return 2;
 	}
 	if (stg_log_open_daemon("stagehand-server") < 0) {
@@ -502,10 +533,13 @@ int main(int argc, char **argv)
 
 	static struct server srv;
 	char err[512];
-	if (stg_secret_load(secret_file, &srv.secret, err, sizeof(err)) < 0) {
+	if (auth_secret && stg_secret_load(secret_file, &srv.secret, err, sizeof(err)) < 0) {
 		stg_log(STG_LOG_ERROR, "%s", err);
 		return 1;
 	}
+	srv.secret.munge = auth_munge;
+	if (munge_socket)
+		snprintf(srv.secret.munge_socket, sizeof(srv.secret.munge_socket), "%s", munge_socket);
 	if (srv.secret.user_key) {
 		stg_log(STG_LOG_ERROR, "'%s' is a user's key: the server needs the cluster's secret",
 			secret_file);

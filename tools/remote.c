@@ -24,7 +24,7 @@ int remote_init(struct remote *rm, const struct stg_policy *p)
 	rm->uid = (uint32_t)getuid();
 	rm->timeout_ms = (int)p->timeout_s * 1000;
 	char err[512];
-	int r = stg_secret_load(p->secret_file, &rm->secret, err, sizeof(err));
+	int r = stg_secret_from_policy(p, &rm->secret, err, sizeof(err));
 	if (r < 0)
 		tool_error("%s", err);
 	return r;

@@ -192,6 +192,29 @@ static void test_long_glob(void)
 	stg_policy_free(p);
 }
 
+/* auth = munge needs no secret file; its socket and the metrics file are
+ * kept as given. */
+static void test_munge_and_metrics(void)
+{
+	struct stg_policy *p = NULL;
+	char err[1024];
+	const char *path = write_policy("munge.conf",
+		"[cache]\ndir = /c\nmetrics_file = /var/lib/node-exporter/stagehand.prom\n"
+		"[cluster]\nservers = a:1\nreplicas = 1\nauth = munge\n"
+		"munge_socket = /run/munge/munge.socket.2\n");
+	CHECK_EQ(stg_policy_load(path, &p, err, sizeof(err)), 0);
+	CHECK(p && p->munge && !p->secret_file);
+	CHECK(p && strcmp(p->munge_socket, "/run/munge/munge.socket.2") == 0);
+	CHECK(p && strcmp(p->metrics_file, "/var/lib/node-exporter/stagehand.prom") == 0);
+	stg_policy_free(p);
+	path = write_policy("secret.conf",
+		"[cache]\ndir = /c\n[cluster]\nservers = a:1\nreplicas = 1\nauth = secret\n"
+		"secret_file = /s\n");
+	CHECK_EQ(stg_policy_load(path, &p, err, sizeof(err)), 0);
+	CHECK(p && !p->munge && !p->metrics_file && strcmp(p->secret_file, "/s") == 0);
+	stg_policy_free(p);
+}
+
 static void test_errors(void)
 {
 	expect_error("[cache]\ndir = /c\nbogus = 1\n", "bad.conf:3: unknown key 'bogus' in [cache]");
@@ -241,6 +264,11 @@ static void test_errors(void)
 	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1 a:1\nsecret_file = /s\n", "listed twice");
 	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1\nreplicas = 2\nsecret_file = /s\n", "replicas = 2, but only 1 server is listed");
 	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1\nreplicas = 1\n", "secret_file is required");
+	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1\nauth = kerberos\n",
+		     "auth 'kerberos' must be secret or munge");
+	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1\nauth = munge\nmunge_socket = m.sock\n",
+		     "munge_socket must be an absolute path");
+	expect_error("[cache]\ndir = /c\nmetrics_file = m.prom\n", "metrics_file must be an absolute path");
 
 	/* Beyond inih's buffer, a line that is neither a comment nor a header
 	 * nor key = value is an error naming its line and the limit, never
@@ -296,6 +324,7 @@ int main(void)
 	test_full();
 	test_cache_excluded();
 	test_errors();
+	test_munge_and_metrics();
 	test_long_glob();
 	test_sizes();
 	return harness_done();

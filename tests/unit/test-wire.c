@@ -16,6 +16,11 @@ static uint8_t list_body[256], flagged_body[256];
 static size_t list_len, flagged_len;
 
 /* One message of every type, with fixed contents. */
+/* samples() makes one message of each type up to LIST_REPLY_FLAGS, whose
+ * frames the first golden files pin; AUTH_MUNGE, added within version 2, has
+ * a golden file of its own (test_auth_munge). */
+#define SAMPLED_TYPES 22
+
 static size_t samples(struct stg_msg *out)
 {
 	for (size_t i = 0; i < sizeof(hashes); i++)
@@ -160,7 +165,7 @@ static void test_golden_and_round_trip(void)
 {
 	struct stg_msg msgs[STG_MSG_TYPE_MAX];
 	size_t n = samples(msgs);
-	CHECK_EQ(n, STG_MSG_TYPE_MAX);
+	CHECK_EQ(n, SAMPLED_TYPES);
 	for (size_t i = 0; i < n; i++)
 		msgs[i].version = 1;
 	uint8_t all[8192];
@@ -495,6 +500,58 @@ static void test_errors(void)
 	CHECK_EQ(stg_wire_error_to_errno(99), -EPROTO);
 }
 
+/* AUTH_MUNGE: its golden frame; a credential that is empty, too long or not
+ * printable ASCII is refused; it passes the pre-authentication limit of a
+ * server that takes MUNGE only. */
+static void test_auth_munge(void)
+{
+	static const char cred[] =
+		"MUNGE:AwQFAAD1fOLr0wGiTTb1ZJvBjdlz3AMb0TzJ5f6Kk0nUbq1UxUuW2a+Z7r3CwdTHq5o=:";
+	struct stg_msg m = {.version = 2, .type = STG_MSG_AUTH_MUNGE, .tag = 0};
+	for (size_t i = 0; i < STG_AUTH_NONCE_LEN; i++) {
+		m.auth_munge.nonce[i] = (uint8_t)(0x10 + i);
+		m.auth_munge.mac[i] = (uint8_t)(0x50 + i);
+	}
+	m.auth_munge.cred = cred;
+	m.auth_munge.cred_len = (uint32_t)strlen(cred);
+	uint8_t buf[2048];
+	size_t len = stg_wire_encode(&m, buf, sizeof(buf));
+	CHECK_EQ(len, STG_WIRE_HEADER_SIZE + 2 * STG_AUTH_MAC_LEN + strlen(cred));
+	CHECK(harness_golden("wire-v2-auth-munge.bin", buf, len));
+	struct stg_wire_header h;
+	CHECK_EQ(stg_wire_header_decode(buf, STG_WIRE_MAX_PREAUTH, &h), -EPROTO);
+	CHECK_EQ(stg_wire_header_decode(buf, STG_WIRE_MAX_PREAUTH_MUNGE, &h), 0);
+	uint8_t *body = buf + STG_WIRE_HEADER_SIZE;
+	struct stg_msg d;
+	CHECK_EQ(stg_wire_decode(&h, body, &d), 0);
+	CHECK(d.type == STG_MSG_AUTH_MUNGE && d.auth_munge.cred_len == strlen(cred) &&
+	      memcmp(d.auth_munge.cred, cred, strlen(cred)) == 0 &&
+	      memcmp(d.auth_munge.nonce, m.auth_munge.nonce, STG_AUTH_NONCE_LEN) == 0 &&
+	      memcmp(d.auth_munge.mac, m.auth_munge.mac, STG_AUTH_MAC_LEN) == 0);
+	CHECK_EQ(strcmp(stg_msg_type_name(STG_MSG_AUTH_MUNGE), "AUTH_MUNGE"), 0);
+	/* Not printable: a space, a control character, a byte past ASCII. */
+	const uint8_t bad[] = {' ', '\n', 0x80, 0x7f};
+	for (size_t i = 0; i < sizeof(bad); i++) {
+		uint8_t keep = body[2 * STG_AUTH_MAC_LEN + 6];
+		body[2 * STG_AUTH_MAC_LEN + 6] = bad[i];
+		CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
+		body[2 * STG_AUTH_MAC_LEN + 6] = keep;
+	}
+	/* No credential at all. */
+	h.length = 2 * STG_AUTH_MAC_LEN;
+	CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
+	/* One too long neither encodes nor decodes. */
+	static char longer[STG_WIRE_MAX_MUNGE_CRED + 2];
+	memset(longer, 'A', sizeof(longer) - 1);
+	m.auth_munge.cred = longer;
+	m.auth_munge.cred_len = STG_WIRE_MAX_MUNGE_CRED + 1;
+	static uint8_t big[STG_WIRE_HEADER_SIZE + STG_WIRE_MAX_PREAUTH_MUNGE + 64];
+	CHECK_EQ(stg_wire_encode(&m, big, sizeof(big)), 0);
+	h.length = 2 * STG_AUTH_MAC_LEN + STG_WIRE_MAX_MUNGE_CRED + 1;
+	memset(big, 'A', sizeof(big));
+	CHECK_EQ(stg_wire_decode(&h, big, &d), -EBADMSG);
+}
+
 int main(void)
 {
 	test_golden_and_round_trip();
@@ -504,5 +561,6 @@ int main(void)
 	test_bodies();
 	test_paths();
 	test_errors();
+	test_auth_munge();
 	return harness_done();
 }

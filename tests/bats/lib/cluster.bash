@@ -122,15 +122,17 @@ start_server() {
 	host="${SRV_HOST[$i]:-${HOSTS[$((i % ${#HOSTS[@]}))]}}"
 	port="${SRV_PORT[$i]:-0}"
 	ns="${SRV_NETNS[$i]:-}"
-	local -a transport=()
+	local -a transport=() secret=(--secret-file "$SECRET")
 	[ "$TRANSPORT" = tcp ] || transport=(--transport "$TRANSPORT")
+	# a server of MUNGE credentials only holds no secret
+	[[ " $* " == *" --auth munge "* ]] && secret=()
 	rm -f "$T/srv$i.port"
 	if [ -n "$ns" ]; then
 		ip netns exec "$ns" "$SERVER" --listen "$host:$port" --store "$T/srv$i" \
-			--secret-file "$SECRET" --port-file "$T/srv$i.port" "${transport[@]}" "$@" \
+			"${secret[@]}" --port-file "$T/srv$i.port" "${transport[@]}" "$@" \
 			2>>"$T/srv$i.log" </dev/null >/dev/null 3>&- &
 	else
-		"$SERVER" --listen "$host:$port" --store "$T/srv$i" --secret-file "$SECRET" \
+		"$SERVER" --listen "$host:$port" --store "$T/srv$i" "${secret[@]}" \
 			--port-file "$T/srv$i.port" "${transport[@]}" "$@" \
 			2>>"$T/srv$i.log" </dev/null >/dev/null 3>&- &
 	fi
@@ -187,12 +189,13 @@ srv_re() {
 
 # cluster_policy FILE CACHE GLOB [KEY=VALUE...]: a policy whose [cluster] lists
 # every server started; KEY=VALUE pairs starting with "cluster." go to
-# [cluster] (replicas, timeout, secret_file), the others to the path rule.
+# [cluster] (replicas, timeout, secret_file, auth=munge: no secret_file, then
+# munge_socket), the others to the path rule.
 # The timeout, the seconds a server may take to answer before it counts as
 # down, is the suite's generous deadline (at most the 3600 the policy allows)
 # unless a test sets a shorter one: a busy server is not a dead one.
 cluster_policy() {
-	local file="$1" cache="$2" glob="$3" kv replicas=2 secret="$SECRET"
+	local file="$1" cache="$2" glob="$3" kv replicas=2 secret="$SECRET" auth=""
 	local timeout=$((WAIT < 3600 ? WAIT : 3600))
 	shift 3
 	CACHES+=("$cache")
@@ -204,6 +207,9 @@ durability = local"
 		cluster.replicas=*) replicas="${kv#*=}" ;;
 		cluster.timeout=*) timeout="${kv#*=}" ;;
 		cluster.secret_file=*) secret="${kv#*=}" ;;
+		cluster.auth=munge) auth="auth = munge" secret="" ;;
+		cluster.munge_socket=*) auth+="
+munge_socket = ${kv#*=}" ;;
 		*) rule="$(printf '%s\n' "$rule" | grep -v "^${kv%%=*} =")
 ${kv%%=*} = ${kv#*=}" ;;
 		esac
@@ -215,7 +221,8 @@ dir = $cache
 servers = $(server_list)
 transport = $TRANSPORT
 replicas = $replicas
-secret_file = $secret
+${secret:+secret_file = $secret}
+${auth}
 timeout = $timeout
 [path $glob]
 $rule
