@@ -50,6 +50,8 @@ teardown() {
 	[ -x "$PREFIX/libexec/stagehand/stagehand-flusher" ]
 	[ -f "$(installed "lib/$(gcc -print-multiarch)/stagehand/libstagehand.so")" ]
 	[ -f "$PREFIX/share/doc/stagehand/examples/policy.conf" ]
+	# Slurm's SPANK plugin, in Debian's Slurm plugin directory
+	[ -f "$(installed "lib/$(gcc -print-multiarch)/slurm-wlm/spank_stagehand.so")" ]
 	[ ! -e "$BIN/stagehand-flusher" ] && [ ! -e "$BIN/stagehand-server" ]
 	# the example policy is one the tool takes (once its cache is a real
 	# directory)

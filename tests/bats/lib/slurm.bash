@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: MIT
+# A single-node Slurm started by the test: Debian's slurmctld and slurmd
+# (run by their real names, in the foreground) on loopback, with their
+# configuration and state in $USERDIR/slurm and a munged of their own. Jobs
+# are submitted as nobody (Slurm refuses burst buffers to root), through
+# as_nobody. Needs lib/cluster (USERDIR, track, teardown).
+
+# Two free TCP ports on loopback.
+free_ports() {
+	"$PYTHON" -c '
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s:
+    x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])'
+}
+
+# slurm_node_idle: the node is up and takes jobs.
+slurm_node_idle() {
+	[ "$(sinfo -h -o %t 2>/dev/null)" = idle ]
+}
+
+# slurm_start [PLUGSTACK-LINE...]: starts it; plugstack.conf holds the lines
+# given (default: the build's SPANK plugin, preloading the build's shim).
+# Sets SL (its directory), SLURM_CONF (exported) and NOBODY_DIR (a directory
+# of nobody's, the jobs' working directory).
+slurm_start() {
+	SL="$USERDIR/slurm"
+	NOBODY_DIR="$USERDIR/nobody"
+	mkdir -p "$SL/state" "$SL/spool" "$SL/munge" "$NOBODY_DIR"
+	chmod 755 "$SL" "$SL/munge"
+	chown 65534:65534 "$NOBODY_DIR"
+	dd if=/dev/urandom of="$SL/munge/key" bs=1024 count=1 status=none
+	chmod 600 "$SL/munge/key"
+	munged --force --foreground --socket="$SL/munge/socket" --key-file="$SL/munge/key" \
+		--pid-file="$SL/munge/pid" --log-file="$SL/munge/log" --seed-file="$SL/munge/seed" \
+		</dev/null >/dev/null 2>&1 3>&- &
+	track $!
+	disown $!
+	wait_for "$WAIT" test -S "$SL/munge/socket" || fail "munged: $(cat "$SL/munge/log")"
+	local ports node
+	ports=$(free_ports)
+	node=$(hostname -s)
+	cat >"$SL/slurm.conf" <<EOC
+ClusterName=stagehandtest
+SlurmctldHost=$node(127.0.0.1)
+SlurmctldPort=${ports% *}
+SlurmdPort=${ports#* }
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$SL/munge/socket
+CredType=cred/munge
+StateSaveLocation=$SL/state
+SlurmdSpoolDir=$SL/spool
+SlurmctldPidFile=$SL/slurmctld.pid
+SlurmdPidFile=$SL/slurmd.pid
+SlurmctldLogFile=$SL/slurmctld.log
+SlurmdLogFile=$SL/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SwitchType=switch/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+PlugStackConfig=$SL/plugstack.conf
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOC
+	if [ $# -eq 0 ]; then
+		echo "required $STAGEHAND_BUILD/slurm/spank_stagehand.so shim=$SHIM" >"$SL/plugstack.conf"
+	else
+		printf '%s\n' "$@" >"$SL/plugstack.conf"
+	fi
+	export SLURM_CONF="$SL/slurm.conf"
+	/usr/sbin/slurmctld -D -f "$SLURM_CONF" </dev/null >"$SL/slurmctld.out" 2>&1 3>&- &
+	track $!
+	disown $!
+	/usr/sbin/slurmd -D -f "$SLURM_CONF" </dev/null >"$SL/slurmd.out" 2>&1 3>&- &
+	track $!
+	disown $!
+	wait_for "$WAIT" slurm_node_idle ||
+		fail "Slurm did not come up: $(tail -n 20 "$SL"/*.log "$SL"/*.out)"
+}
+
+# as_nobody CMD...: runs CMD as nobody in $NOBODY_DIR, with the Slurm
+# configuration and nothing of root's stagehand environment.
+as_nobody() {
+	(cd "$NOBODY_DIR" && setpriv --reuid=65534 --regid=65534 --clear-groups \
+		env -u STAGEHAND_POLICY HOME="$NOBODY_DIR" SLURM_CONF="$SLURM_CONF" "$@")
+}
+
+# nobody_policy FILE: a node-local policy of nobody's capturing
+# $NOBODY_DIR/ckpt/**, its cache in $NOBODY_DIR/cache.
+nobody_policy() {
+	mkdir -p "$NOBODY_DIR/ckpt" "$NOBODY_DIR/cache"
+	chown 65534:65534 "$NOBODY_DIR/ckpt" "$NOBODY_DIR/cache"
+	cat >"$1" <<EOP
+[cache]
+dir = $NOBODY_DIR/cache
+[path $NOBODY_DIR/ckpt/**]
+chunk_size = 64K
+keep = 100
+EOP
+	chmod 644 "$1"
+}
