@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
 	build-essential meson ninja-build pkg-config gcc g++ gfortran
 	libxxhash-dev liblz4-dev libzstd-dev liburing-dev libjemalloc-dev libinih-dev
-	libibverbs-dev librdmacm-dev libssl-dev libmunge-dev munge libslurm-dev slurm-wlm
+	libibverbs-dev librdmacm-dev libssl-dev libmunge-dev munge libslurm-dev slurm-wlm lua5.1
 	bats rsync tar python3 python3-numpy python3-h5py python3-venv time strace util-linux
 	iproute2 netcat-openbsd procps bindfs fuse3
 	mpich libmpich-dev libhdf5-mpich-dev

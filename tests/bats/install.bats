@@ -52,6 +52,9 @@ teardown() {
 	[ -f "$PREFIX/share/doc/stagehand/examples/policy.conf" ]
 	# Slurm's SPANK plugin, in Debian's Slurm plugin directory
 	[ -f "$(installed "lib/$(gcc -print-multiarch)/slurm-wlm/spank_stagehand.so")" ]
+	# the burst buffer script, running the installed tool
+	grep -qx "local tool = os.getenv(\"STAGEHAND_TOOL\") or \"${BIN#"$ROOT"}/stagehand\"" \
+		"$(installed share/stagehand/slurm/burst_buffer.lua)"
 	[ ! -e "$BIN/stagehand-flusher" ] && [ ! -e "$BIN/stagehand-server" ]
 	# the example policy is one the tool takes (once its cache is a real
 	# directory)

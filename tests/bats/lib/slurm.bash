@@ -20,8 +20,15 @@ slurm_node_idle() {
 	[ "$(sinfo -h -o %t 2>/dev/null)" = idle ]
 }
 
+# slurm_job_gone ID: the job left the queue (stage-out included).
+slurm_job_gone() {
+	[ -z "$(squeue -h -j "$1" 2>/dev/null)" ]
+}
+
 # slurm_start [PLUGSTACK-LINE...]: starts it; plugstack.conf holds the lines
 # given (default: the build's SPANK plugin, preloading the build's shim).
+# With SLURM_BB=1, burst buffers are the build's burst_buffer.lua, which
+# runs the build's stagehand tool.
 # Sets SL (its directory), SLURM_CONF (exported) and NOBODY_DIR (a directory
 # of nobody's, the jobs' working directory).
 slurm_start() {
@@ -67,17 +74,25 @@ SwitchType=switch/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
+# Scheduling passes every second (not every 30-60): a job whose stage-in is
+# done starts soon.
+SchedulerParameters=sched_interval=1,bf_interval=1
 PlugStackConfig=$SL/plugstack.conf
 NodeName=$node NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOC
+	if [ "${SLURM_BB:-}" = 1 ]; then
+		echo "BurstBufferType=burst_buffer/lua" >>"$SL/slurm.conf"
+		cp "$STAGEHAND_BUILD/slurm/burst_buffer.lua" "$SL/burst_buffer.lua"
+	fi
 	if [ $# -eq 0 ]; then
 		echo "required $STAGEHAND_BUILD/slurm/spank_stagehand.so shim=$SHIM" >"$SL/plugstack.conf"
 	else
 		printf '%s\n' "$@" >"$SL/plugstack.conf"
 	fi
 	export SLURM_CONF="$SL/slurm.conf"
-	/usr/sbin/slurmctld -D -f "$SLURM_CONF" </dev/null >"$SL/slurmctld.out" 2>&1 3>&- &
+	STAGEHAND_TOOL="$STAGEHAND" /usr/sbin/slurmctld -D -f "$SLURM_CONF" \
+		</dev/null >"$SL/slurmctld.out" 2>&1 3>&- &
 	track $!
 	disown $!
 	/usr/sbin/slurmd -D -f "$SLURM_CONF" </dev/null >"$SL/slurmd.out" 2>&1 3>&- &
