@@ -4,15 +4,26 @@
 # staging servers start on loopback, a sample application checkpoints 4
 # times through stagehand (replicas = 2), the node cache is then wiped as if
 # the node had died, and every version is restored from the servers and
-# checked byte for byte.
+# checked byte for byte. With --installed, stagehand's programs are the
+# installed ones (a package's), and only the sample application is built.
 set -euo pipefail
 cd "$(dirname "$0")"
-scripts/deps.sh
-scripts/build.sh
+S="build/tools/stagehand"
+SERVER="build/server/stagehand-server"
+if [ "${1:-}" = --installed ]; then
+	S=$(command -v stagehand) || { echo "demo: stagehand is not installed" >&2; exit 1; }
+	SERVER=/usr/sbin/stagehand-server
+	[ -x build/examples/sample-sim ] || { scripts/deps.sh && scripts/build.sh; }
+elif [ $# -gt 0 ]; then
+	echo "usage: demo.sh [--installed]" >&2
+	exit 2
+else
+	scripts/deps.sh
+	scripts/build.sh
+fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/stagehand-demo.XXXXXX")
 mkdir -p "$work/ckpt"
-S="build/tools/stagehand"
 steps=4
 servers=()
 # Stops what the demo started, keeping the demo's exit status (errexit is off
@@ -23,7 +34,7 @@ echo "== starting 3 staging servers on loopback"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/secret"
 chmod 600 "$work/secret"
 for i in 1 2 3; do
-	build/server/stagehand-server --listen 127.0.0.1:0 --port-file "$work/port$i" \
+	"$SERVER" --listen 127.0.0.1:0 --port-file "$work/port$i" \
 		--store "$work/server$i" --secret-file "$work/secret" 2>"$work/server$i.log" &
 	servers+=($!)
 done

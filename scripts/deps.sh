@@ -13,6 +13,7 @@ packages=(
 	mpich libmpich-dev libhdf5-mpich-dev
 	cargo golang-go
 	restic # bench/reduction.sh compares stored bytes and speed with it
+	debhelper dpkg-dev # package.bats builds the Debian packages
 	python3-prometheus-client # metrics.bats parses the metrics with Prometheus' own parser
 	systemd # install.bats checks the server's unit, user and directories offline
 )

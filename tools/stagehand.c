@@ -28,7 +28,7 @@ static void usage(FILE *f)
 		"  ls [--policy F] [PATH|PREFIX]    list the staged versions of files\n"
 		"  restore [--policy F] [--version N] [--to DIR] PATH...\n"
 		"                                   rebuild files from their staged versions\n"
-		"  status [--policy F]              show the node cache, the queue and the servers\n"
+		"  status [--policy F] [--json]     show the node cache, the queue and the servers\n"
 		"  flush [--policy F] [--wait] [--timeout SECS]\n"
 		"                                   ship what is staged; with --wait, until done\n"
 		"\n"

@@ -53,6 +53,18 @@ stop_munged() {
 	wait_for "$WAIT" pid_gone "$pid"
 }
 
+# munge_ship_one NAME: one server taking MUNGE credentials, the default
+# policy with auth = munge, and $CKPT/NAME (a copy of $REF/NAME, 100000
+# random bytes) shipped to it.
+munge_ship_one() {
+	start_servers 1 --auth munge --munge-socket "$SERVER_SOCK"
+	cluster_default_policy cluster.auth=munge cluster.munge_socket="$NODE_SOCK" cluster.replicas=1
+	random_file "$REF/$1" 100000
+	shim cp "$REF/$1" "$CKPT/$1"
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+}
+
 @test "auth = munge: no secret on the node; the server takes the uid from the credential; ls and restore from the servers" {
 	start_servers 2 --auth munge --munge-socket "$SERVER_SOCK"
 	cluster_default_policy cluster.auth=munge cluster.munge_socket="$NODE_SOCK"
@@ -73,12 +85,7 @@ stop_munged() {
 }
 
 @test "auth = munge: one user can neither list nor restore another's files" {
-	start_servers 1 --auth munge --munge-socket "$SERVER_SOCK"
-	cluster_default_policy cluster.auth=munge cluster.munge_socket="$NODE_SOCK" cluster.replicas=1
-	random_file "$REF/f" 100000
-	shim cp "$REF/f" "$CKPT/f"
-	run "$STAGEHAND" flush --wait --timeout "$WAIT"
-	[ "$status" -eq 0 ] || fail "flush: $output"
+	munge_ship_one f
 	# nobody: the same kind of policy, its own cache, no secret at all
 	cluster_policy "$USERDIR/policy.conf" "$USERDIR/cache" "$USERDIR/ckpt/**" \
 		cluster.auth=munge cluster.munge_socket="$NODE_SOCK" cluster.replicas=1
@@ -153,12 +160,7 @@ stop_munged() {
 }
 
 @test "auth = munge: the server's munged restarts while a node ships; the flush completes" {
-	start_servers 1 --auth munge --munge-socket "$SERVER_SOCK"
-	cluster_default_policy cluster.auth=munge cluster.munge_socket="$NODE_SOCK" cluster.replicas=1
-	random_file "$REF/f1" 100000
-	shim cp "$REF/f1" "$CKPT/f1"
-	run "$STAGEHAND" flush --wait --timeout "$WAIT"
-	[ "$status" -eq 0 ] || fail "flush: $output"
+	munge_ship_one f1
 	stop_flusher "$CACHE"
 	# munged gone: a login is told to try again, and tries
 	stop_munged server

@@ -65,7 +65,7 @@ EOS
 }
 
 @test "--stagehand with a relative policy, or a shim that is not there: the job fails, saying why" {
-	slurm_start "required $STAGEHAND_BUILD/slurm/spank_stagehand.so shim=$USERDIR/nobody/missing.so"
+	slurm_start "required $SPANK_PLUGIN shim=$USERDIR/nobody/missing.so"
 	run as_nobody srun -n 1 --stagehand=job.conf true
 	[ "$status" -ne 0 ] && [[ "$output" == *"the policy must be an absolute path"* ]] ||
 		fail "relative: $output"
@@ -159,7 +159,7 @@ EOS
 #BB_LUA stagehand policy=$NOBODY_DIR/job.conf stage_in=$NOBODY_DIR/ckpt/state
 EOS
 	# Slurm's side stands in as its Lua API: return codes and logging.
-	STAGEHAND_TOOL="$STAGEHAND" run lua5.1 - "$STAGEHAND_BUILD/slurm/burst_buffer.lua" \
+	STAGEHAND_TOOL="$STAGEHAND" run lua5.1 - "$BB_LUA" \
 		"$NOBODY_DIR/job.sh" "$T/paths" <<'EOL'
 slurm = {SUCCESS = 0, ERROR = -1}
 function slurm.log_info(...) print(string.format(...)) end

@@ -23,6 +23,7 @@
 # (tests/rdma/guest.sh).
 
 SERVER="$STAGEHAND_BUILD/server/stagehand-server"
+[ "${STAGEHAND_INSTALLED:-}" = 1 ] && SERVER=/usr/sbin/stagehand-server
 FLUSHER="$STAGEHAND_BUILD/flusher/stagehand-flusher"
 WRITER="$PROGS/writer"
 TRANSPORT="${STAGEHAND_TEST_TRANSPORT:-tcp}"

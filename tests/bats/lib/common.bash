@@ -6,6 +6,13 @@
 SHIM="$STAGEHAND_BUILD/preload/libstagehand.so"
 STAGEHAND="$STAGEHAND_BUILD/tools/stagehand"
 PROGS="$STAGEHAND_BUILD/tests/progs"
+# With STAGEHAND_INSTALLED=1, stagehand's own files are the installed ones
+# (the packages': tests/bats/package.bats); the test programs stay the
+# build's.
+if [ "${STAGEHAND_INSTALLED:-}" = 1 ]; then
+	SHIM="/usr/lib/$(gcc -print-multiarch)/stagehand/libstagehand.so"
+	STAGEHAND=/usr/bin/stagehand
+fi
 # Debian's interpreter, where python3-numpy and python3-h5py live.
 PYTHON=/usr/bin/python3
 # The deadline, in seconds, of every wait for something that only needs time

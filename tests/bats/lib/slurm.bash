@@ -5,14 +5,38 @@
 # are submitted as nobody (Slurm refuses burst buffers to root), through
 # as_nobody. Needs lib/cluster (USERDIR, track, teardown).
 
-# Two free TCP ports on loopback.
+# The SPANK plugin and the burst buffer script: the build's, or with
+# STAGEHAND_INSTALLED=1 the installed ones, which find the installed shim
+# and tool by themselves.
+SPANK_PLUGIN="$STAGEHAND_BUILD/slurm/spank_stagehand.so"
+BB_LUA="$STAGEHAND_BUILD/slurm/burst_buffer.lua"
+SPANK_ARGS="shim=$SHIM"
+if [ "${STAGEHAND_INSTALLED:-}" = 1 ]; then
+	SPANK_PLUGIN="/usr/lib/$(gcc -print-multiarch)/slurm-wlm/spank_stagehand.so"
+	BB_LUA=/usr/share/stagehand/slurm/burst_buffer.lua
+	SPANK_ARGS=""
+fi
+
+# Two free TCP ports on loopback, below the kernel's range of ephemeral
+# ports: no outgoing connection takes one before the daemon binds it.
 free_ports() {
-	"$PYTHON" -c '
-import socket
-s = [socket.socket() for _ in range(2)]
-for x in s:
-    x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])'
+	"$PYTHON" - <<'EOP'
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+ports = []
+while len(ports) < 2:
+    p = random.randrange(10000, low)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    if p not in ports:
+        ports.append(p)
+print(*ports)
+EOP
 }
 
 # slurm_node_idle: the node is up and takes jobs.
@@ -26,9 +50,8 @@ slurm_job_gone() {
 }
 
 # slurm_start [PLUGSTACK-LINE...]: starts it; plugstack.conf holds the lines
-# given (default: the build's SPANK plugin, preloading the build's shim).
-# With SLURM_BB=1, burst buffers are the build's burst_buffer.lua, which
-# runs the build's stagehand tool.
+# given (default: the SPANK plugin, preloading $SHIM). With SLURM_BB=1,
+# burst buffers are $BB_LUA's, which runs $STAGEHAND.
 # Sets SL (its directory), SLURM_CONF (exported) and NOBODY_DIR (a directory
 # of nobody's, the jobs' working directory).
 slurm_start() {
@@ -83,23 +106,32 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOC
 	if [ "${SLURM_BB:-}" = 1 ]; then
 		echo "BurstBufferType=burst_buffer/lua" >>"$SL/slurm.conf"
-		cp "$STAGEHAND_BUILD/slurm/burst_buffer.lua" "$SL/burst_buffer.lua"
+		cp "$BB_LUA" "$SL/burst_buffer.lua"
 	fi
 	if [ $# -eq 0 ]; then
-		echo "required $STAGEHAND_BUILD/slurm/spank_stagehand.so shim=$SHIM" >"$SL/plugstack.conf"
+		echo "required $SPANK_PLUGIN $SPANK_ARGS" >"$SL/plugstack.conf"
 	else
 		printf '%s\n' "$@" >"$SL/plugstack.conf"
 	fi
 	export SLURM_CONF="$SL/slurm.conf"
-	STAGEHAND_TOOL="$STAGEHAND" /usr/sbin/slurmctld -D -f "$SLURM_CONF" \
+	local -a tool=(env STAGEHAND_TOOL="$STAGEHAND")
+	[ "${STAGEHAND_INSTALLED:-}" = 1 ] && tool=()
+	"${tool[@]}" /usr/sbin/slurmctld -D -f "$SLURM_CONF" \
 		</dev/null >"$SL/slurmctld.out" 2>&1 3>&- &
+	SLURMCTLD_PID=$!
 	track $!
 	disown $!
 	/usr/sbin/slurmd -D -f "$SLURM_CONF" </dev/null >"$SL/slurmd.out" 2>&1 3>&- &
+	SLURMD_PID=$!
 	track $!
 	disown $!
-	wait_for "$WAIT" slurm_node_idle ||
+	wait_for "$WAIT" slurm_up && kill -0 "$SLURMCTLD_PID" "$SLURMD_PID" 2>/dev/null ||
 		fail "Slurm did not come up: $(tail -n 20 "$SL"/*.log "$SL"/*.out)"
+}
+
+# slurm_up: the node takes jobs, or a daemon died (no use waiting).
+slurm_up() {
+	slurm_node_idle || ! kill -0 "$SLURMCTLD_PID" "$SLURMD_PID" 2>/dev/null
 }
 
 # as_nobody CMD...: runs CMD as nobody in $NOBODY_DIR, with the Slurm
