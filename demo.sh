@@ -30,6 +30,7 @@ servers=()
 # here: a server or flusher already gone is no failure).
 trap 'rc=$?; set +e; kill "${servers[@]}" 2>/dev/null; pkill -f "stagehand-flusher --policy $work/" 2>/dev/null; exit $rc' EXIT
 
+echo "== stagehand: $S, $SERVER"
 echo "== starting 3 staging servers on loopback"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/secret"
 chmod 600 "$work/secret"

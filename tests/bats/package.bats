@@ -61,7 +61,8 @@ setup() {
 	run "$BATS_TEST_DIRNAME/../../demo.sh" --installed
 	[ "$status" -eq 0 ] || fail "demo: $output"
 	[[ "$output" == *"demo OK: 4 versions staged"* ]] || fail "demo: $output"
-	[[ "$output" == *"cache+2 servers"* || "$output" == *" 2 servers"* ]] || fail "demo: $output"
+	[[ "$output" == *"== stagehand: /usr/bin/stagehand, /usr/sbin/stagehand-server"* ]] ||
+		fail "demo: $output"
 }
 
 @test "the Slurm tests run against the installed plugin, burst_buffer.lua, shim and tool" {
