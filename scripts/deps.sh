@@ -14,6 +14,7 @@ packages=(
 	cargo golang-go
 	restic # bench/reduction.sh compares stored bytes and speed with it
 	debhelper dpkg-dev # package.bats builds the Debian packages
+	help2man # the man pages, from --help
 	python3-prometheus-client # metrics.bats parses the metrics with Prometheus' own parser
 	systemd # install.bats checks the server's unit, user and directories offline
 )

@@ -50,6 +50,9 @@ teardown() {
 	[ -x "$PREFIX/libexec/stagehand/stagehand-flusher" ]
 	[ -f "$(installed "lib/$(gcc -print-multiarch)/stagehand/libstagehand.so")" ]
 	[ -f "$PREFIX/share/doc/stagehand/examples/policy.conf" ]
+	# man pages, made from --help, a section per command of the tool
+	grep -q '^\.SS stagehand restore$' "$PREFIX/share/man/man1/stagehand.1"
+	[ -f "$PREFIX/share/man/man8/stagehand-server.8" ] && [ -f "$PREFIX/share/man/man8/stagehand-flusher.8" ]
 	# Slurm's SPANK plugin, in Debian's Slurm plugin directory
 	[ -f "$(installed "lib/$(gcc -print-multiarch)/slurm-wlm/spank_stagehand.so")" ]
 	# the burst buffer script, running the installed tool

@@ -42,12 +42,14 @@ setup() {
 	run dpkg -L stagehand
 	for f in /usr/bin/stagehand /usr/libexec/stagehand/stagehand-flusher \
 		"/usr/lib/$arch/stagehand/libstagehand.so" "/usr/lib/$arch/slurm-wlm/spank_stagehand.so" \
-		/usr/share/stagehand/slurm/burst_buffer.lua /usr/share/doc/stagehand/examples/policy.conf; do
+		/usr/share/stagehand/slurm/burst_buffer.lua /usr/share/doc/stagehand/examples/policy.conf \
+		/usr/share/man/man1/stagehand.1.gz; do
 		grep -qx "$f" <<<"$output" || fail "stagehand lacks $f: $output"
 	done
 	run dpkg -L stagehand-server
 	for f in /usr/sbin/stagehand-server /lib/systemd/system/stagehand-server@.service \
-		/usr/lib/sysusers.d/stagehand.conf /usr/lib/tmpfiles.d/stagehand.conf; do
+		/usr/lib/sysusers.d/stagehand.conf /usr/lib/tmpfiles.d/stagehand.conf \
+		/usr/share/man/man8/stagehand-server.8.gz; do
 		grep -qx "$f" <<<"$output" || fail "stagehand-server lacks $f: $output"
 	done
 	# its postinst made the server's user and directory
