@@ -164,3 +164,19 @@ teardown() {
 	wait_for "$WAIT" grep -q '^STOPPING=1$' "$T/notify"
 	wait_for "$WAIT" pid_gone "$pid"
 }
+
+@test "the Spack recipe parses, and passes only options meson.build defines" {
+	local recipe="$BATS_TEST_DIRNAME/../../contrib/spack/packages/stagehand/package.py"
+	run "$PYTHON" - "$recipe" "$BATS_TEST_DIRNAME/../../meson_options.txt" <<'EOP'
+import ast, re, sys
+recipe, options = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+ast.parse(recipe)
+defined = set(re.findall(r"option\('([\w-]+)'", options))
+passed = set(re.findall(r'"-D([\w-]+)[="]', recipe)) | set(re.findall(r'feature\("(\w+)"\)', recipe))
+missing = passed - defined
+if missing or not passed:
+    sys.exit("not options of meson.build: %s" % sorted(missing))
+print(sorted(passed))
+EOP
+	[ "$status" -eq 0 ] || fail "$output"
+}
