@@ -822,7 +822,6 @@ out:
 	return r;
 }
 
-/* A version-1 AUTH, checked and answered as version 1 did: no frame MACs. */
 /* The client has proven it is uid: whether the server takes it on
  * (c->admit_uid), else BUSY and why are sent. Returns 0 or -EBUSY. */
 static int admitted(struct stg_conn *c, uint32_t uid, uint32_t tag)
@@ -834,6 +833,7 @@ static int admitted(struct stg_conn *c, uint32_t uid, uint32_t tag)
 	return r;
 }
 
+/* A version-1 AUTH, checked and answered as version 1 did: no frame MACs. */
 static int auth_v1(struct stg_conn *c, const uint8_t key[STG_SHA256_LEN],
 		   const uint8_t *server_nonce, const struct stg_msg *m)
 {
