@@ -34,6 +34,7 @@ static int on_have(struct session *s, const struct stg_msg *req)
 {
 	uint32_t n = req->have.count;
 	uint8_t bitmap[(STG_WIRE_MAX_HAVE + 7) / 8];
+	uint64_t held = 0;
 	memset(bitmap, 0, (n + 7) / 8);
 	for (uint32_t i = 0; i < n; i++) {
 		struct stg_hash h;
@@ -43,9 +44,10 @@ static int on_have(struct session *s, const struct stg_msg *req)
 		stg_store_mark(s->srv->store, &h);
 		if (stg_store_has(s->srv->store, &h)) {
 			bitmap[i / 8] |= (uint8_t)(1u << (i % 8));
-			s->srv->counters.chunks_held++;
+			held++;
 		}
 	}
+	s->srv->counters.chunks_held += held; /* one atomic add per request */
 	struct stg_msg m = {.type = STG_MSG_HAVE_REPLY};
 	m.have_reply.count = n;
 	m.have_reply.bitmap = bitmap;

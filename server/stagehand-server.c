@@ -4,6 +4,7 @@
  * store and manifests per user, retires old versions and collects garbage in
  * the background. */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <netdb.h>
@@ -519,6 +520,10 @@ int main(int argc, char **argv)
 	if (secret_file && !auth_secret) {
 		fprintf(stderr, "stagehand-server: --secret-file with --auth munge: say --auth "
 			"secret,munge to take both\n");
+		return 2;
+	}
+	if (metrics_file && strlen(metrics_file) >= PATH_MAX) {
+		fprintf(stderr, "stagehand-server: --metrics-file is too long\n");
 		return 2;
 	}
 	if (munge_socket && strlen(munge_socket) >= sizeof(((struct stg_secret *)0)->munge_socket)) {

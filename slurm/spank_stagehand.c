@@ -100,8 +100,14 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 		return -1;
 	}
 	char cur[8192] = "";
-	if (spank_getenv(sp, "LD_PRELOAD", cur, sizeof(cur)) != ESPANK_SUCCESS)
+	spank_err_t e = spank_getenv(sp, "LD_PRELOAD", cur, sizeof(cur));
+	if (e == ESPANK_ENV_NOEXIST) {
 		cur[0] = '\0';
+	} else if (e != ESPANK_SUCCESS) {
+		/* (too long to read whole: rewriting it would drop the rest) */
+		slurm_error("stagehand: cannot read the task's LD_PRELOAD: %s", spank_strerror(e));
+		return -1;
+	}
 	if (!preloaded(cur)) {
 		char next[8192 + PATH_MAX + 2];
 		snprintf(next, sizeof(next), "%s%s%s", shim, cur[0] ? " " : "", cur);

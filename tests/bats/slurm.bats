@@ -64,7 +64,7 @@ EOS
 	[ "$(grep -c "^$NOBODY_DIR/ckpt/rank[01] " <<<"$output")" -eq 2 ] || fail "ls: $output"
 }
 
-@test "--stagehand with a relative policy, or a shim that is not there: the job fails, saying why" {
+@test "--stagehand with a relative policy, a shim that is not there, or an LD_PRELOAD too long to read whole: the job fails, saying why" {
 	slurm_start "required $SPANK_PLUGIN shim=$USERDIR/nobody/missing.so"
 	run as_nobody srun -n 1 --stagehand=job.conf true
 	[ "$status" -ne 0 ] && [[ "$output" == *"the policy must be an absolute path"* ]] ||
@@ -72,6 +72,12 @@ EOS
 	run as_nobody srun -n 1 --stagehand true
 	[ "$status" -ne 0 ] && [[ "$output" == *"cannot read the shim '$NOBODY_DIR/missing.so'"* ]] ||
 		fail "missing shim: $output $(tail "$SL/slurmd.log")"
+	# an LD_PRELOAD too long to read whole is never rewritten without its tail
+	echo "required $SPANK_PLUGIN $SPANK_ARGS" >"$SL/plugstack.conf"
+	run as_nobody env LD_PRELOAD="$(printf ' /nonexistent/lib%04d.so' $(seq 600))" \
+		srun -n 1 --stagehand true
+	[ "$status" -ne 0 ] && [[ "$output" == *"cannot read the task's LD_PRELOAD"* ]] ||
+		fail "long LD_PRELOAD: $output"
 	run as_nobody srun --help
 	[[ "$output" == *"--stagehand=[POLICY]"* ]] || fail "srun --help: $output"
 	run as_nobody sbatch --help
