@@ -20,8 +20,11 @@
 /* zstd's default level: bench/codecs measures the levels (README, "Codecs"). */
 #define ZSTD_LEVEL 1
 
-/* Format 1 knows raw and lz4; format 2 adds codecs and filters. */
-enum { FORMAT_V1 = 1, FORMAT_V2 = 2 };
+/* Format 1 knows raw and lz4; format 2 adds codecs and filters; format 3 is
+ * format 2 encoding the XOR of the chunk with a base chunk, whose hash starts
+ * the payload (a delta object). */
+enum { FORMAT_V1 = 1, FORMAT_V2 = 2, FORMAT_V3 = 3 };
+#define BASE_BYTES 16
 
 /* Codec ids, as stored in the header: never renumber. */
 enum { CODEC_RAW = 0, CODEC_LZ4 = 1, CODEC_ZSTD = 2, NCODECS, COMPRESS_AUTO = 255 };
@@ -348,9 +351,10 @@ static unsigned format_of(unsigned codec, unsigned filter)
 }
 
 static void header_encode(uint8_t *out, unsigned codec, unsigned filter, unsigned es,
-			  uint32_t raw_len, uint32_t stored_len, const struct stg_hash *hash)
+			  uint32_t raw_len, uint32_t stored_len, const struct stg_hash *hash,
+			  bool delta)
 {
-	unsigned format = format_of(codec, filter);
+	unsigned format = delta ? FORMAT_V3 : format_of(codec, filter);
 	memcpy(out, STG_CHUNK_MAGIC, 4);
 	stg_put_le16(out + 4, (uint16_t)format);
 	out[6] = (uint8_t)codec;
@@ -364,7 +368,7 @@ static void header_encode(uint8_t *out, unsigned codec, unsigned filter, unsigne
 
 void stg_chunk_header_encode_raw(uint8_t *out, uint32_t raw_len, const struct stg_hash *hash)
 {
-	header_encode(out, CODEC_RAW, FILTER_NONE, 0, raw_len, raw_len, hash);
+	header_encode(out, CODEC_RAW, FILTER_NONE, 0, raw_len, raw_len, hash, false);
 }
 
 /* A codec and filter to try. */
@@ -374,9 +378,11 @@ struct choice {
 };
 
 /* Encodes n bytes of data with one codec and filter into out (header +
- * payload). Returns the object's length, 0 when it does not pay. */
+ * payload). base: NULL, or the hash of the chunk data is the XOR of this
+ * chunk with (a delta object). Returns the object's length, 0 when it does
+ * not pay. */
 static size_t encode_with(const uint8_t *data, size_t n, const struct stg_hash *hash,
-			  const struct choice *ch, uint8_t *out)
+			  const struct choice *ch, const struct stg_hash *base, uint8_t *out)
 {
 	const uint8_t *in = data;
 	uint8_t *filtered = NULL;
@@ -388,11 +394,17 @@ static size_t encode_with(const uint8_t *data, size_t n, const struct stg_hash *
 		in = filtered;
 	}
 	const struct codec *co = &codecs[ch->codec];
-	size_t len = co->compress(in, n, out + STG_CHUNK_HEADER_SIZE, co->bound(n), ch->level);
+	size_t at = STG_CHUNK_HEADER_SIZE + (base ? BASE_BYTES : 0);
+	size_t len = co->compress(in, n, out + at, co->bound(n), ch->level);
 	free(filtered);
 	if (!worth_it(n, len))
 		return 0;
-	header_encode(out, ch->codec, ch->filter, ch->es, (uint32_t)n, (uint32_t)len, hash);
+	if (base) {
+		memcpy(out + STG_CHUNK_HEADER_SIZE, base->b, BASE_BYTES);
+		len += BASE_BYTES;
+	}
+	header_encode(out, ch->codec, ch->filter, ch->es, (uint32_t)n, (uint32_t)len, hash,
+		      base != NULL);
 	return STG_CHUNK_HEADER_SIZE + len;
 }
 
@@ -412,7 +424,7 @@ static bool choose_auto(const uint8_t *data, size_t probe, const struct stg_hash
 			cand[ncand++] = (struct choice){CODEC_LZ4, FILTER_SHUFFLE, es, 0};
 	size_t best = 0;
 	for (unsigned i = 0; i < ncand; i++) {
-		size_t n = encode_with(data, probe, hash, &cand[i], out);
+		size_t n = encode_with(data, probe, hash, &cand[i], NULL, out);
 		if (n && (!best || n < best)) {
 			best = n;
 			*ret = cand[i];
@@ -431,10 +443,10 @@ size_t stg_chunk_try_compress(const void *data, size_t len, const struct stg_has
 	if (c->compress == COMPRESS_AUTO) {
 		if (!choose_auto(data, probe, hash, c, out, &ch))
 			return 0;
-	} else if (probe != len && !encode_with(data, probe, hash, &ch, out)) {
+	} else if (probe != len && !encode_with(data, probe, hash, &ch, NULL, out)) {
 		return 0;
 	}
-	return encode_with(data, len, hash, &ch, out);
+	return encode_with(data, len, hash, &ch, NULL, out);
 }
 
 size_t stg_chunk_encode(const void *data, size_t len, const struct stg_hash *hash,
@@ -455,10 +467,18 @@ static bool encoding_ok(const struct stg_chunk_header *h, uint32_t word36)
 		return false;
 	if (h->format == FORMAT_V1)
 		return h->codec <= CODEC_LZ4 && h->filter == FILTER_NONE && word36 == 0;
-	/* Format 2 holds only what format 1 cannot: a filter needs a codec. */
-	if (format_of(h->codec, h->filter) != FORMAT_V2 || h->codec == CODEC_RAW)
+	/* Format 2 holds only what format 1 cannot: a filter needs a codec. A
+	 * delta (format 3) is always encoded by a codec. */
+	if (h->codec == CODEC_RAW ||
+	    (h->format == FORMAT_V2 && format_of(h->codec, h->filter) != FORMAT_V2))
 		return false;
 	return h->filter == FILTER_NONE ? word36 == 0 : element_ok(word36);
+}
+
+/* The codec's bytes of a payload: after the base hash in a delta. */
+static size_t codec_offset(const struct stg_chunk_header *h)
+{
+	return h->format == FORMAT_V3 ? BASE_BYTES : 0;
 }
 
 int stg_chunk_header_decode(const uint8_t *buf, size_t len, const struct stg_hash *want,
@@ -467,7 +487,7 @@ int stg_chunk_header_decode(const uint8_t *buf, size_t len, const struct stg_has
 	if (len < STG_CHUNK_HEADER_SIZE || memcmp(buf, STG_CHUNK_MAGIC, 4) != 0)
 		return -EBADMSG;
 	uint16_t format = stg_get_le16(buf + 4);
-	if (format != FORMAT_V1 && format != FORMAT_V2)
+	if (format != FORMAT_V1 && format != FORMAT_V2 && format != FORMAT_V3)
 		return -EBADMSG;
 	if (stg_get_le32(buf + 32) != header_sum(buf, format))
 		return -EBADMSG;
@@ -488,11 +508,29 @@ int stg_chunk_header_decode(const uint8_t *buf, size_t len, const struct stg_has
 		return -EBADMSG;
 	if (want && !stg_hash_eq(&h.hash, want))
 		return -EBADMSG;
+	size_t skip = codec_offset(&h);
 	if (h.codec == CODEC_RAW ? h.stored_len != h.raw_len
-				 : h.stored_len == 0 || h.stored_len > codecs[h.codec].bound(h.raw_len))
+				 : h.stored_len <= skip ||
+					   h.stored_len - skip > codecs[h.codec].bound(h.raw_len))
 		return -EBADMSG;
 	*ret = h;
 	return 0;
+}
+
+bool stg_chunk_header_is_delta(const struct stg_chunk_header *h)
+{
+	return h->format == FORMAT_V3;
+}
+
+bool stg_chunk_base(const uint8_t *obj, size_t len, struct stg_hash *ret_base)
+{
+	struct stg_chunk_header h;
+	if (len < STG_CHUNK_HEADER_SIZE + BASE_BYTES ||
+	    stg_chunk_header_decode(obj, len, NULL, stg_get_le32(obj + 8), &h) < 0 ||
+	    h.format != FORMAT_V3)
+		return false;
+	memcpy(ret_base->b, obj + STG_CHUNK_HEADER_SIZE, BASE_BYTES);
+	return true;
 }
 
 bool stg_chunk_header_is_raw(const struct stg_chunk_header *h)
@@ -514,8 +552,10 @@ size_t stg_chunk_decode_memory(const uint8_t *obj, size_t len)
 	    stg_chunk_header_decode(obj, len, NULL, stg_get_le32(obj + 8), &h) < 0 ||
 	    h.codec == CODEC_RAW)
 		return 0;
-	/* A filtered payload is decoded aside, then unfiltered into place. */
-	return h.filter == FILTER_NONE ? h.raw_len : 2 * (size_t)h.raw_len;
+	/* A filtered payload is decoded aside, then unfiltered into place; a
+	 * delta's base is decoded too. */
+	return (h.filter == FILTER_NONE ? 1 : 2) * (size_t)h.raw_len +
+	       (h.format == FORMAT_V3 ? 2 * (size_t)h.raw_len : 0);
 }
 
 int stg_chunk_verify_raw(const struct stg_chunk_header *h, const uint8_t *data)
@@ -527,22 +567,40 @@ int stg_chunk_verify_raw(const struct stg_chunk_header *h, const uint8_t *data)
 	return stg_hash_eq(&got, &h->hash) ? 0 : -EBADMSG;
 }
 
-/* Decodes an encoded payload into out (h->raw_len bytes) and verifies it. */
-static int decode_payload(const struct stg_chunk_header *h, const uint8_t *payload, uint8_t *out)
+/* Decodes an encoded payload into out (h->raw_len bytes), unverified: a
+ * delta's is the XOR with its base. */
+static int unpack_payload(const struct stg_chunk_header *h, const uint8_t *payload, uint8_t *out)
 {
 	uint8_t *filtered = NULL;
 	if (h->filter != FILTER_NONE && !(filtered = malloc(h->raw_len)))
 		return -ENOMEM;
-	int r = codecs[h->codec].decompress(payload, h->stored_len, filtered ? filtered : out,
-					    h->raw_len);
+	size_t skip = codec_offset(h);
+	int r = codecs[h->codec].decompress(payload + skip, h->stored_len - skip,
+					    filtered ? filtered : out, h->raw_len);
 	if (r == 0 && filtered)
 		filters[h->filter].decode(filtered, h->raw_len, h->element, out);
 	free(filtered);
-	if (r < 0)
-		return r;
+	return r;
+}
+
+static int verify(const struct stg_chunk_header *h, const uint8_t *data)
+{
 	struct stg_hash got;
-	stg_hash_compute(out, h->raw_len, &got);
+	stg_hash_compute(data, h->raw_len, &got);
 	return stg_hash_eq(&got, &h->hash) ? 0 : -EBADMSG;
+}
+
+/* Decodes an encoded payload into out (h->raw_len bytes) and verifies it. */
+static int decode_payload(const struct stg_chunk_header *h, const uint8_t *payload, uint8_t *out)
+{
+	int r = unpack_payload(h, payload, out);
+	return r < 0 ? r : verify(h, out);
+}
+
+static void xor_into(uint8_t *out, const uint8_t *base, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		out[i] ^= base[i];
 }
 
 int stg_chunk_decode(const uint8_t *buf, size_t len, const struct stg_hash *want,
@@ -565,6 +623,8 @@ int stg_chunk_decode_view(const uint8_t *buf, size_t len, const struct stg_hash 
 	if (len != STG_CHUNK_HEADER_SIZE + (size_t)h.stored_len)
 		return -EBADMSG;
 	const uint8_t *payload = buf + STG_CHUNK_HEADER_SIZE;
+	if (h.format == FORMAT_V3)
+		return -ENOLINK;
 	if (h.codec != CODEC_RAW) {
 		r = decode_payload(&h, payload, out);
 		if (r == 0)
@@ -578,6 +638,41 @@ int stg_chunk_decode_view(const uint8_t *buf, size_t len, const struct stg_hash 
 	return r;
 }
 
+int stg_chunk_decode_delta(const uint8_t *buf, size_t len, const struct stg_hash *want,
+			   uint32_t want_raw_len, const uint8_t *base, uint8_t *out)
+{
+	struct stg_chunk_header h;
+	int r = stg_chunk_header_decode(buf, len, want, want_raw_len, &h);
+	if (r < 0)
+		return r;
+	if (h.format != FORMAT_V3 || len != STG_CHUNK_HEADER_SIZE + (size_t)h.stored_len)
+		return -EBADMSG;
+	r = unpack_payload(&h, buf + STG_CHUNK_HEADER_SIZE, out);
+	if (r < 0)
+		return r;
+	xor_into(out, base, h.raw_len);
+	return verify(&h, out);
+}
+
+size_t stg_chunk_encode_delta(const void *data, size_t len, const struct stg_hash *hash,
+			      const void *base, const struct stg_hash *base_hash,
+			      const struct stg_chunk_codec *c, uint8_t *out)
+{
+	if (len < 64)
+		return 0;
+	uint8_t *x = malloc(len);
+	if (!x)
+		return 0;
+	memcpy(x, data, len);
+	xor_into(x, base, len);
+	/* A delta is always compressed: lz4 where the policy says off or auto. */
+	unsigned codec = c->compress < NCODECS && c->compress != CODEC_RAW ? c->compress : CODEC_LZ4;
+	struct choice ch = {codec, c->filter, c->element, c->level};
+	size_t n = encode_with(x, len, hash, &ch, base_hash, out);
+	free(x);
+	return n;
+}
+
 ssize_t stg_chunk_recode(const uint8_t *obj, size_t len, uint32_t raw_len,
 			 const struct stg_chunk_codec *c, uint8_t *raw, uint8_t *out)
 {
@@ -585,8 +680,8 @@ ssize_t stg_chunk_recode(const uint8_t *obj, size_t len, uint32_t raw_len,
 	int r = stg_chunk_header_decode(obj, len, NULL, raw_len, &h);
 	if (r < 0)
 		return r;
-	if (h.codec == c->compress && h.filter == c->filter)
-		return 0; /* as asked already */
+	if ((h.codec == c->compress && h.filter == c->filter) || h.format == FORMAT_V3)
+		return 0; /* as asked already, or a delta (no base here) */
 	const uint8_t *data = raw;
 	r = stg_chunk_decode_view(obj, len, &h.hash, raw_len, raw, &data);
 	if (r < 0)
@@ -606,13 +701,15 @@ int stg_chunk_check(const uint8_t *obj, size_t len, bool full, struct stg_hash *
 		if (stg_chunk_verify_raw(&h, obj + STG_CHUNK_HEADER_SIZE) < 0)
 			return -EBADMSG;
 	} else if (full) {
+		/* A delta's content needs its base: only its encoding is checked. */
 		uint8_t *out = malloc(h.raw_len);
 		if (!out)
 			return -ENOMEM;
-		int r = decode_payload(&h, obj + STG_CHUNK_HEADER_SIZE, out);
+		int r = h.format == FORMAT_V3 ? unpack_payload(&h, obj + STG_CHUNK_HEADER_SIZE, out)
+					      : decode_payload(&h, obj + STG_CHUNK_HEADER_SIZE, out);
 		free(out);
 		if (r < 0)
-			return r;
+			return r == -ENOMEM ? r : -EBADMSG;
 	}
 	*ret_hash = h.hash;
 	return 0;

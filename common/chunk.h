@@ -12,6 +12,13 @@
 
 #define STG_CHUNK_MAGIC "SHCK"
 #define STG_CHUNK_HEADER_SIZE 40
+/* A delta object's payload starts with its base's hash. */
+#define STG_CHUNK_BASE_SIZE 16
+/* A delta's base may be a delta, this many deep at most (the servers keep
+ * it so): decoding a chunk reads at most this many more objects. Deeper
+ * saves a little space and slows restores from the servers (docs/STORE.md,
+ * "Delta objects"). */
+#define STG_CHUNK_DELTA_DEPTH 2
 
 /* How a path's chunks are encoded: the policy keys compress and filter. Its
  * values are chunk.c's: set them with stg_chunk_codec_parse. */
@@ -49,7 +56,8 @@ struct stg_chunk_header {
 	struct stg_hash hash;
 };
 
-/* Bytes an encoded chunk of raw_len bytes may need at most. */
+/* Bytes an encoded chunk of raw_len bytes may need at most (a delta object
+ * STG_CHUNK_BASE_SIZE more). */
 size_t stg_chunk_bound(size_t raw_len);
 
 /* Encodes header + payload into out (stg_chunk_bound(len) bytes). The hash must
@@ -65,6 +73,25 @@ size_t stg_chunk_encode(const void *data, size_t len, const struct stg_hash *has
 size_t stg_chunk_try_compress(const void *data, size_t len, const struct stg_hash *hash,
 			      const struct stg_chunk_codec *c, uint8_t *out);
 
+/* Encodes a delta object of data against base, a chunk of the same length
+ * whose hash is base_hash: their XOR, filtered and compressed as c says
+ * (lz4 when c compresses with nothing), into out (stg_chunk_bound(len) +
+ * STG_CHUNK_BASE_SIZE bytes). Returns its length, or 0 when it does not
+ * save 3% of len (the caller then compares it with the plain object). */
+size_t stg_chunk_encode_delta(const void *data, size_t len, const struct stg_hash *hash,
+			      const void *base, const struct stg_hash *base_hash,
+			      const struct stg_chunk_codec *c, uint8_t *out);
+
+/* Whether obj is a delta object with a valid header; its base's hash goes
+ * to *ret_base. */
+bool stg_chunk_base(const uint8_t *obj, size_t len, struct stg_hash *ret_base);
+
+/* Decodes a delta object into out (want_raw_len bytes) given its base's
+ * bytes (as long), and verifies the content hash. Returns 0, -EBADMSG or
+ * -ENOMEM. */
+int stg_chunk_decode_delta(const uint8_t *buf, size_t len, const struct stg_hash *want,
+			   uint32_t want_raw_len, const uint8_t *base, uint8_t *out);
+
 /* Writes the header of a raw chunk (STG_CHUNK_HEADER_SIZE bytes). */
 void stg_chunk_header_encode_raw(uint8_t *out, uint32_t raw_len, const struct stg_hash *hash);
 
@@ -72,6 +99,9 @@ void stg_chunk_header_encode_raw(uint8_t *out, uint32_t raw_len, const struct st
  * expected hash (NULL: any) and raw length. Returns 0 or -EBADMSG. */
 int stg_chunk_header_decode(const uint8_t *buf, size_t len, const struct stg_hash *want,
 			    uint32_t want_raw_len, struct stg_chunk_header *ret);
+
+/* Whether the object is a delta (its payload starts with its base's hash). */
+bool stg_chunk_header_is_delta(const struct stg_chunk_header *h);
 
 /* Whether the payload is the raw bytes themselves. */
 bool stg_chunk_header_is_raw(const struct stg_chunk_header *h);
@@ -93,13 +123,14 @@ ssize_t stg_chunk_recode(const uint8_t *obj, size_t len, uint32_t raw_len,
 size_t stg_chunk_decode_memory(const uint8_t *obj, size_t len);
 
 /* Decodes a whole encoded chunk into out (want_raw_len bytes) and verifies the
- * content hash. Returns 0, -EBADMSG or -ENOMEM. */
+ * content hash. Returns 0, -EBADMSG, -ENOMEM, or -ENOLINK for a delta object
+ * (stg_chunk_decode_delta decodes it given its base). */
 int stg_chunk_decode(const uint8_t *buf, size_t len, const struct stg_hash *want,
 		     uint32_t want_raw_len, uint8_t *out);
 
 /* Like stg_chunk_decode, but a raw chunk is verified where it lies in buf and
  * *ret_data points at it; an encoded one is decoded into out (*ret_data =
- * out). Returns 0, -EBADMSG or -ENOMEM. */
+ * out). Returns as stg_chunk_decode. */
 int stg_chunk_decode_view(const uint8_t *buf, size_t len, const struct stg_hash *want,
 			  uint32_t want_raw_len, uint8_t *out, const uint8_t **ret_data);
 
@@ -108,6 +139,8 @@ int stg_chunk_decode_view(const uint8_t *buf, size_t len, const struct stg_hash 
 int stg_chunk_verify_raw(const struct stg_chunk_header *h, const uint8_t *data);
 
 /* Checks an object on its own, its hash and length taken from its header:
- * the header and the length, and with full, the decoded content's hash.
+ * the header and the length, and with full, the decoded content's hash (a
+ * delta's payload is decoded, its content cannot be checked without its
+ * base).
  * Returns 0 (filling *ret_hash), -EBADMSG or -ENOMEM. */
 int stg_chunk_check(const uint8_t *obj, size_t len, bool full, struct stg_hash *ret_hash);

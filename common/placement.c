@@ -9,6 +9,8 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "util.h"
+
 static int valid_server(const char *s)
 {
 	const char *colon = strrchr(s, ':');
@@ -100,4 +102,11 @@ void stg_placement_rank(char *const *servers, size_t n, const void *key, size_t 
 		}
 		order[j] = x;
 	}
+}
+
+void stg_placement_slot_key(const char *path, uint64_t index,
+			    uint8_t key[STG_PLACEMENT_SLOT_KEY_LEN])
+{
+	stg_put_le64(key, XXH3_64bits(path, strlen(path)));
+	stg_put_le64(key + 8, index);
 }

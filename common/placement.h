@@ -22,3 +22,11 @@ void stg_cluster_free(char **servers, size_t n);
 /* Orders the n servers for key, best first, into order[n] (indexes). */
 void stg_placement_rank(char *const *servers, size_t n, const void *key, size_t keylen,
 			uint32_t *order);
+
+/* The key that places chunk index of a path whose rule has delta = xor: its
+ * place in the path rather than its content, so that the chunk at one offset
+ * of every version lands on the servers holding its base (the chunk there in
+ * the version before). */
+#define STG_PLACEMENT_SLOT_KEY_LEN 16
+void stg_placement_slot_key(const char *path, uint64_t index,
+			    uint8_t key[STG_PLACEMENT_SLOT_KEY_LEN]);

@@ -410,6 +410,8 @@ static int handle_path(struct parse_state *st, const char *name, const char *val
 		}
 	} else if (strcmp(name, "dedup") == 0) {
 		return parse_either(st, name, value, "previous", "off", &r->dedup);
+	} else if (strcmp(name, "delta") == 0) {
+		return parse_either(st, name, value, "xor", "off", &r->delta);
 	} else if (strcmp(name, "compress") == 0 || strcmp(name, "filter") == 0) {
 		char err[256];
 		if (stg_chunk_codec_parse(&r->codec, name, value, err, sizeof(err)) < 0) {
@@ -446,7 +448,7 @@ static int handle_path(struct parse_state *st, const char *name, const char *val
 	} else {
 		fail(st,
 		     "unknown key '%s' in [path %s] (known: chunk_size, chunking, dedup, "
-		     "compress, filter, durability, keep, shared, drain)",
+		     "delta, compress, filter, durability, keep, shared, drain)",
 		     name, r->glob);
 		return 0;
 	}
@@ -613,6 +615,17 @@ static int check_cluster(struct stg_policy *p, const char *path, char *err, size
 					 "and a writer holds a few of the largest in memory)",
 					 path, p->rules[i].line, p->rules[i].chunk_size >> 20,
 					 STG_CDC_AVERAGE_MAX >> 20);
+			return 1;
+		}
+	for (size_t i = 0; i < p->nrules; i++)
+		if (p->rules[i].delta && p->rules[i].chunking == STG_CHUNKING_CDC) {
+			/* A delta pairs the chunk at one offset of two versions:
+			 * content-defined cuts seldom fall at the same offsets. */
+			if (err)
+				snprintf(err, errlen,
+					 "%s:%d: delta = xor needs chunking = fixed (it pairs the "
+					 "chunks at the same offset of successive versions)",
+					 path, p->rules[i].line);
 			return 1;
 		}
 	for (size_t i = 0; i < p->nrules; i++)

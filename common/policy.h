@@ -26,6 +26,9 @@ struct stg_path_rule {
 	uint32_t chunk_size; /* power of two, STG_CHUNK_MIN..STG_CHUNK_MAX; cdc: the average */
 	enum stg_chunking chunking; /* chunking = fixed | cdc */
 	bool dedup;          /* dedup = previous */
+	bool delta;          /* delta = xor: the flusher ships each chunk as its XOR
+			      * with the previous version's at its offset, where
+			      * that is smaller (docs/STORE.md, "Delta objects") */
 	struct stg_chunk_codec codec; /* compress = and filter = */
 	enum stg_durability durability;
 	uint32_t keep; /* versions kept per file, >= 1 */

@@ -23,6 +23,11 @@ struct job {
 	/* The path's codec when it runs in the background (zstd): each chunk
 	 * is recoded with it on its way out. NULL: shipped as the cache has it. */
 	const struct stg_chunk_codec *recode;
+	/* delta = xor: the version before (NULL: none in the cache), whose
+	 * chunk at the same offset a chunk may go as a delta against, and the
+	 * codec deltas are encoded with. */
+	const struct stg_manifest *base;
+	const struct stg_chunk_codec *delta;
 	uint8_t *held;          /* bitmap: the entries this server holds */
 	uint32_t nheld;
 };
@@ -99,8 +104,11 @@ void server_succeeded(struct server *s);
 size_t servers_run(struct flusher *fl, struct job **jobs);
 
 /* Sends the chunk records of entries (indexes into job->manifest) to the
- * server through its ring, several in flight. Returns 0 or -errno. */
-int sender_put(struct server *s, const struct job *job, const uint32_t *entries, size_t n);
+ * server through its ring, several in flight. delta_ok (NULL: none): a
+ * bitmap by entry of those whose base the server holds, sent as deltas
+ * when that is smaller. Returns 0 or -errno. */
+int sender_put(struct server *s, const struct job *job, const uint32_t *entries, size_t n,
+	       const uint8_t *delta_ok);
 
 /* Ships one queued version to its replicas; one whose id a server holds
  * for another node is re-minted (stg_catalog_remint) and shipped under its

@@ -71,9 +71,14 @@ static int ensure_connected(struct server *s)
 	return 0;
 }
 
+static bool bit(const uint8_t *map, size_t i)
+{
+	return map[i / 8] & (1u << (i % 8));
+}
+
 static bool is_held(const struct job *job, uint32_t i)
 {
-	return job->held[i / 8] & (1u << (i % 8));
+	return bit(job->held, i);
 }
 
 static int compare_by_hash(const void *a, const void *b, void *arg)
@@ -103,19 +108,20 @@ static uint32_t *distinct_held(const struct job *job, size_t *ret_n)
 	return idx;
 }
 
-/* Asks which of the entries the server lacks; compacts them into absent. */
-static int ask_have(struct server *s, const struct job *job, const uint32_t *idx, size_t n,
-		    uint32_t *absent, size_t *ret_nabsent)
+/* Asks the server which of the chunks of entries idx[0..n) of m it holds
+ * (HAVE, which also keeps them from being collected meanwhile); sets bit i
+ * of held (zeroed) for each one it holds. */
+static int ask_held(struct server *s, const struct stg_manifest *m, const uint32_t *idx, size_t n,
+		    uint8_t *held)
 {
 	uint8_t *hashes = malloc((size_t)STG_WIRE_MAX_HAVE * 16);
 	if (!hashes)
 		return -ENOMEM;
-	size_t nabsent = 0;
 	int r = 0;
 	for (size_t at = 0; at < n && r == 0; at += STG_WIRE_MAX_HAVE) {
 		size_t batch = n - at < STG_WIRE_MAX_HAVE ? n - at : STG_WIRE_MAX_HAVE;
 		for (size_t i = 0; i < batch; i++)
-			memcpy(hashes + i * 16, job->manifest->entries[idx[at + i]].hash.b, 16);
+			memcpy(hashes + i * 16, m->entries[idx[at + i]].hash.b, 16);
 		struct stg_msg req = {.type = STG_MSG_HAVE}, rep;
 		req.have.count = (uint32_t)batch;
 		req.have.hashes = hashes;
@@ -123,11 +129,68 @@ static int ask_have(struct server *s, const struct job *job, const uint32_t *idx
 		if (r == 0 && rep.have_reply.count != batch)
 			r = -EPROTO;
 		for (size_t i = 0; r == 0 && i < batch; i++)
-			if (!(rep.have_reply.bitmap[i / 8] & (1u << (i % 8))))
-				absent[nabsent++] = idx[at + i];
+			if (rep.have_reply.bitmap[i / 8] & (1u << (i % 8)))
+				held[(at + i) / 8] |= (uint8_t)(1u << ((at + i) % 8));
 	}
 	free(hashes);
+	return r;
+}
+
+/* Asks which of the entries the server lacks; compacts them into absent. */
+static int ask_have(struct server *s, const struct job *job, const uint32_t *idx, size_t n,
+		    uint32_t *absent, size_t *ret_nabsent)
+{
+	uint8_t *held = calloc(1, n / 8 + 1);
+	if (!held)
+		return -ENOMEM;
+	int r = ask_held(s, job->manifest, idx, n, held);
+	size_t nabsent = 0;
+	for (size_t i = 0; r == 0 && i < n; i++)
+		if (!bit(held, i))
+			absent[nabsent++] = idx[i];
+	free(held);
 	*ret_nabsent = nabsent;
+	return r;
+}
+
+/* Whether entry i can go as a delta against the base version's entry at
+ * its offset: both hold data of one length, and differ. */
+static bool delta_candidate(const struct job *job, uint32_t i)
+{
+	if (!job->base || i >= job->base->nchunks)
+		return false;
+	const struct stg_manifest_entry *e = &job->manifest->entries[i], *b = &job->base->entries[i];
+	return !(b->flags & STG_ENTRY_ZERO) && b->raw_len == e->raw_len &&
+	       !stg_hash_eq(&b->hash, &e->hash);
+}
+
+/* The entries of absent whose base the server holds, as a bitmap by entry
+ * (NULL when none can go as a delta): only those are sent as deltas. */
+static int ask_bases(struct server *s, const struct job *job, const uint32_t *absent,
+		     size_t nabsent, uint8_t **ret_ok)
+{
+	*ret_ok = NULL;
+	if (!job->base)
+		return 0;
+	uint32_t *cand = malloc(sizeof(*cand) * (nabsent + 1));
+	uint8_t *held = calloc(1, nabsent / 8 + 1);
+	uint8_t *ok = calloc(1, job->manifest->nchunks / 8 + 1);
+	int r = cand && held && ok ? 0 : -ENOMEM;
+	size_t n = 0;
+	for (size_t i = 0; r == 0 && i < nabsent; i++)
+		if (delta_candidate(job, absent[i]))
+			cand[n++] = absent[i];
+	if (r == 0 && n > 0)
+		r = ask_held(s, job->base, cand, n, held);
+	for (size_t i = 0; r == 0 && i < n; i++)
+		if (bit(held, i))
+			ok[cand[i] / 8] |= (uint8_t)(1u << (cand[i] % 8));
+	free(cand);
+	free(held);
+	if (r == 0 && n > 0)
+		*ret_ok = ok;
+	else
+		free(ok);
 	return r;
 }
 
@@ -187,6 +250,7 @@ static int run_job(struct server *s, const struct job *job)
 	uint64_t sent_before = s->conn.bytes_sent;
 	uint64_t fout_before = s->conn.frames_sent, fin_before = s->conn.frames_received;
 	size_t n = 0, nabsent = 0;
+	uint8_t *delta_ok = NULL; /* which absent entries go as deltas */
 	uint32_t *idx = distinct_held(job, &n);
 	uint32_t *absent = malloc(sizeof(*absent) * (job->nheld + 1));
 	if (!idx || !absent) {
@@ -207,9 +271,11 @@ static int run_job(struct server *s, const struct job *job)
 		if (r == 0)
 			r = ask_have(s, job, idx, n, absent, &nabsent);
 	}
+	if (r == 0)
+		r = ask_bases(s, job, absent, nabsent, &delta_ok);
 	if (r == 0) {
 		s->stats.chunks_present += n - nabsent;
-		r = sender_put(s, job, absent, nabsent);
+		r = sender_put(s, job, absent, nabsent, delta_ok);
 	}
 	for (int tries = 0; r == 0; tries++) {
 		r = put_manifest(s, job, absent, &nabsent);
@@ -219,9 +285,10 @@ static int run_job(struct server *s, const struct job *job)
 			r = -EIO;
 			break;
 		}
-		r = sender_put(s, job, absent, nabsent);
+		r = sender_put(s, job, absent, nabsent, NULL);
 	}
 out:
+	free(delta_ok);
 	free(idx);
 	free(absent);
 	s->stats.bytes_sent += s->conn.bytes_sent - sent_before;

@@ -51,9 +51,11 @@ static size_t rank_available(struct flusher *fl, const void *key, size_t keylen,
 	return k;
 }
 
-/* Builds the jobs; -EAGAIN when fewer than `replicas` servers are available. */
+/* Builds the jobs; -EAGAIN when fewer than `replicas` servers are available.
+ * by_slot: chunks are placed by their place in the path, not their content
+ * (delta = xor: a delta goes where its base is). */
 static int place(struct flusher *fl, const char *path, const struct stg_manifest *m,
-		 struct placement *pl)
+		 bool by_slot, struct placement *pl)
 {
 	uint32_t replicas = fl->policy->replicas;
 	int64_t now = stg_now_ns();
@@ -73,7 +75,11 @@ static int place(struct flusher *fl, const char *path, const struct stg_manifest
 		const struct stg_manifest_entry *e = &m->entries[c];
 		if (e->flags & STG_ENTRY_ZERO)
 			continue;
-		rank_available(fl, e->hash.b, sizeof(e->hash.b), now, order);
+		uint8_t slot[STG_PLACEMENT_SLOT_KEY_LEN];
+		if (by_slot)
+			stg_placement_slot_key(path, c, slot);
+		rank_available(fl, by_slot ? slot : e->hash.b,
+			       by_slot ? sizeof(slot) : sizeof(e->hash.b), now, order);
 		for (uint32_t r = 0; r < replicas; r++) {
 			struct job *j = &pl->jobs[order[r]];
 			j->held[c / 8] |= (uint8_t)(1u << (c % 8));
@@ -99,6 +105,23 @@ static int read_version(struct flusher *fl, const char *id, uint64_t version, in
 	}
 	*ret_dirfd = dirfd;
 	return 0;
+}
+
+/* The version of the path before version (its deltas' base): 0, or -ENOENT
+ * when the cache holds none. */
+static int read_base(int dirfd, uint64_t version, struct stg_manifest *ret)
+{
+	uint64_t *v;
+	size_t n;
+	int r = stg_catalog_versions(dirfd, &v, &n);
+	if (r < 0)
+		return r;
+	uint64_t prev = 0;
+	for (size_t i = 0; i < n; i++)
+		if (v[i] < version)
+			prev = v[i];
+	free(v);
+	return prev ? stg_catalog_read(dirfd, prev, ret) : -ENOENT;
 }
 
 /* "a:1,b:2": where the version is, for `stagehand ls`. */
@@ -184,6 +207,9 @@ static int ship_once(struct flusher *fl, const char *id, uint64_t version, char 
 		return r;
 	}
 	const struct stg_path_rule *rule = stg_policy_match(fl->policy, path);
+	bool by_slot = rule && rule->delta && m.chunking == STG_CHUNKING_FIXED;
+	struct stg_manifest base;
+	bool have_base = by_slot && read_base(dirfd, version, &base) == 0;
 	char where[1024];
 	if (stg_queue_read_mark(dirfd, version, where, sizeof(where)) == 0) {
 		/* Replicated before; only its drain failed or was cut short. */
@@ -206,7 +232,7 @@ static int ship_once(struct flusher *fl, const char *id, uint64_t version, char 
 		goto out_enc;
 	}
 	for (;;) {
-		r = place(fl, path, &m, pl);
+		r = place(fl, path, &m, by_slot, pl);
 		if (r < 0) {
 			placement_done(pl, fl->nservers);
 			break;
@@ -220,6 +246,8 @@ static int ship_once(struct flusher *fl, const char *id, uint64_t version, char 
 			pl->jobs[i].recode = rule && stg_chunk_codec_background(&rule->codec)
 						     ? &rule->codec
 						     : NULL;
+			pl->jobs[i].base = have_base ? &base : NULL;
+			pl->jobs[i].delta = have_base ? &rule->codec : NULL;
 		}
 		size_t failed = servers_run(fl, pl->active);
 		bool local = false;
@@ -278,6 +306,8 @@ static int ship_once(struct flusher *fl, const char *id, uint64_t version, char 
 out_enc:
 	free(enc);
 out_unpin:
+	if (have_base)
+		stg_manifest_done(&base);
 	stg_gc_unpin(pin);
 out_manifest:
 	stg_manifest_done(&m);

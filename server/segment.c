@@ -160,7 +160,7 @@ static int window(struct reader *rd, uint64_t off, size_t n, const uint8_t **ret
 /* Checks the record at off. Returns 0 (filling hash and len), -EBADMSG or
  * -ENODATA (not a valid record there), or -errno. */
 static int read_record(struct reader *rd, uint64_t off, bool full, struct stg_hash *ret_hash,
-		       uint32_t *ret_len)
+		       uint32_t *ret_len, struct stg_hash *ret_base, bool *ret_delta)
 {
 	const uint8_t *p;
 	int r = window(rd, off, STG_RECORD_HEADER_SIZE, &p);
@@ -178,6 +178,7 @@ static int read_record(struct reader *rd, uint64_t off, bool full, struct stg_ha
 	if (r < 0)
 		return r;
 	*ret_len = rec.len;
+	*ret_delta = stg_chunk_base(p + STG_RECORD_HEADER_SIZE, rec.len, ret_base);
 	return 0;
 }
 
@@ -194,9 +195,10 @@ int stg_segment_scan(int fd, stg_segment_scan_fn fn, void *arg,
 	bool lost = false; /* off was reached by probing, not by a record's length */
 	int r = 0;
 	while (off < rd.size && rd.size - off >= STG_RECORD_HEADER_SIZE) {
-		struct stg_hash h;
+		struct stg_hash h, base;
 		uint32_t len;
-		r = read_record(&rd, off, lost, &h, &len);
+		bool delta;
+		r = read_record(&rd, off, lost, &h, &len, &base, &delta);
 		if (r == -EBADMSG || r == -ENODATA) {
 			lost = true;
 			off += STG_SEGMENT_ALIGN;
@@ -205,7 +207,7 @@ int stg_segment_scan(int fd, stg_segment_scan_fn fn, void *arg,
 		}
 		if (r < 0)
 			break;
-		r = fn(arg, &h, off, len);
+		r = fn(arg, &h, off, len, delta ? &base : NULL);
 		if (r)
 			break;
 		if (lost)

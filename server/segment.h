@@ -73,10 +73,11 @@ int stg_segment_record_header_decode(const uint8_t buf[STG_RECORD_HEADER_SIZE],
 int stg_segment_record_check(const uint8_t hdr[STG_RECORD_HEADER_SIZE], const uint8_t *body,
 			     size_t len);
 
-/* Called for each valid record: its chunk's hash, offset, body length. A
- * non-zero return stops the scan and is returned. */
+/* Called for each valid record: its chunk's hash, offset, body length, and
+ * for a delta object its base's hash (else NULL). A non-zero return stops
+ * the scan and is returned. */
 typedef int (*stg_segment_scan_fn)(void *arg, const struct stg_hash *h, uint64_t offset,
-				   uint32_t len);
+				   uint32_t len, const struct stg_hash *base);
 
 struct stg_segment_scan_result {
 	uint64_t records;  /* valid records seen */

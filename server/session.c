@@ -56,7 +56,7 @@ static int on_have(struct session *s, const struct stg_msg *req)
 
 static int on_put_chunk(struct session *s, const struct stg_msg *req)
 {
-	struct stg_hash h;
+	struct stg_hash h, base;
 	/* Decompressing takes memory of the frame budget too: a small frame
 	 * may expand to 64 MiB. */
 	size_t dm = stg_chunk_decode_memory(req->put_chunk.obj, req->put_chunk.len);
@@ -72,7 +72,29 @@ static int on_put_chunk(struct session *s, const struct stg_msg *req)
 		return stg_conn_send_error(&s->conn, req->tag, -EBADMSG,
 					   "chunk object fails verification");
 	}
+	/* A delta object is decoded with its base to be checked: memory again. */
+	if (dm && stg_chunk_base(req->put_chunk.obj, req->put_chunk.len, &base) &&
+	    stg_conn_budget_take(&s->srv->frames, dm, s->srv->timeout_ms) < 0)
+		return stg_conn_send_error(&s->conn, req->tag, -EBUSY, "the server's frame memory "
+					   "is in use: try again later");
 	r = stg_store_put(s->srv->store, req->put_chunk.obj, req->put_chunk.len, &h);
+	if (dm && stg_chunk_base(req->put_chunk.obj, req->put_chunk.len, &base))
+		stg_conn_budget_give(&s->srv->frames, dm);
+	if (r == -ENOLINK) {
+		char hex[STG_HASH_HEX_LEN + 1];
+		stg_hash_hex(&base, hex);
+		return stg_conn_send_error(&s->conn, req->tag, -ENOENT, "the delta's base chunk "
+					   "%s is not stored here", hex);
+	}
+	if (r == -EBADMSG) {
+		stg_log(STG_LOG_WARN, "%s: rejected a delta object that does not decode with "
+			"its base", s->conn.peer);
+		return stg_conn_send_error(&s->conn, req->tag, -EBADMSG,
+					   "chunk object fails verification");
+	}
+	if (r == -ESTALE)
+		return stg_conn_send_error(&s->conn, req->tag, -EBUSY, "the delta's base changed "
+					   "while it was read: try again");
 	if (r < 0) {
 		stg_log_errno(STG_LOG_ERROR, r, "storing a chunk from %s", s->conn.peer);
 		return stg_conn_send_error(&s->conn, req->tag, r, "cannot store the chunk: %s",

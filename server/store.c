@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bases.h"
 #include "chunk.h"
 #include "chunkindex.h"
 #include "log.h"
@@ -57,6 +58,7 @@ struct stg_store {
 
 	pthread_mutex_t lock; /* everything below; never held across I/O */
 	struct stg_chunkindex *index;
+	struct stg_bases *bases; /* of the delta objects the index holds */
 	struct seg **segs; /* by id, ascending */
 	size_t nsegs, capsegs;
 	struct seg *active;
@@ -280,6 +282,23 @@ static void append_done(struct seg *g, bool ok)
 		g->dirty = true;
 }
 
+/* Marks h and, for a delta object, the chain of bases it decodes with: a
+ * base lives as long as a delta needs it. Called with the lock held.
+ * Returns whether h is stored. */
+static bool mark_locked(struct stg_store *s, const struct stg_hash *h)
+{
+	bool found = false;
+	for (unsigned i = 0; h && i <= STG_CHUNK_DELTA_DEPTH; i++) {
+		struct stg_chunkindex_entry *e = stg_chunkindex_find(s->index, h);
+		if (!e)
+			break;
+		found |= i == 0;
+		e->epoch = s->epoch;
+		h = stg_bases_find(s->bases, h);
+	}
+	return found;
+}
+
 bool stg_store_has(struct stg_store *s, const struct stg_hash *h)
 {
 	pthread_mutex_lock(&s->lock);
@@ -293,11 +312,9 @@ bool stg_store_has(struct stg_store *s, const struct stg_hash *h)
 static bool mark_if_present(struct stg_store *s, const struct stg_hash *h)
 {
 	pthread_mutex_lock(&s->lock);
-	struct stg_chunkindex_entry *e = stg_chunkindex_find(s->index, h);
-	if (e)
-		e->epoch = s->epoch;
+	bool found = mark_locked(s, h);
 	pthread_mutex_unlock(&s->lock);
-	return e != NULL;
+	return found;
 }
 
 int stg_store_validate(const uint8_t *obj, size_t len, struct stg_hash *ret_hash)
@@ -308,12 +325,44 @@ int stg_store_validate(const uint8_t *obj, size_t len, struct stg_hash *ret_hash
 	return r == -ENOMEM ? r : r < 0 ? -EBADMSG : 0;
 }
 
+static int check_delta(struct stg_store *s, const uint8_t *obj, size_t len,
+		       const struct stg_hash *h, const struct stg_hash *base, uint8_t **ret_plain,
+		       size_t *ret_plain_len);
+static int put_record(struct stg_store *s, const uint8_t *obj, size_t len, const struct stg_hash *h,
+		      const struct stg_hash *base);
+
 int stg_store_put(struct stg_store *s, const uint8_t *obj, size_t len, const struct stg_hash *h)
 {
 	if (len <= STG_CHUNK_HEADER_SIZE || len > stg_segment_body_max())
 		return -EINVAL;
 	if (mark_if_present(s, h))
 		return 0;
+	struct stg_hash base;
+	bool delta = stg_chunk_base(obj, len, &base);
+	uint8_t *plain = NULL;
+	if (delta) {
+		size_t plain_len;
+		int r = check_delta(s, obj, len, h, &base, &plain, &plain_len);
+		if (r < 0)
+			return r;
+		if (plain) {
+			obj = plain;
+			len = plain_len;
+			delta = false;
+		} else if ((r = stg_store_require_format(s, 3)) < 0) {
+			return r;
+		}
+	}
+	int r = put_record(s, obj, len, h, delta ? &base : NULL);
+	free(plain);
+	return r;
+}
+
+/* Appends obj, a chunk object of h (a delta against base, or base NULL),
+ * and indexes it. */
+static int put_record(struct stg_store *s, const uint8_t *obj, size_t len, const struct stg_hash *h,
+		      const struct stg_hash *base)
+{
 	uint8_t hdr[STG_RECORD_HEADER_SIZE];
 	stg_segment_record_header_encode(hdr, STG_RECORD_CHUNK, obj, (uint32_t)len);
 	struct seg *g;
@@ -336,10 +385,17 @@ int stg_store_put(struct stg_store *s, const uint8_t *obj, size_t len, const str
 		/* A concurrent put of the same chunk may have won: its entry
 		 * stays and this record is garbage for compaction. */
 		r = stg_chunkindex_insert(s->index, &ent, &e);
-		if (r == 1)
+		if (r == 1) {
 			g->live += stg_segment_record_size((uint32_t)len);
-		else if (r == 0)
+			if (base && stg_bases_set(s->bases, h, base) < 0) {
+				/* Unindexed, the record is garbage: put again. */
+				stg_chunkindex_remove(s->index, h);
+				g->live -= stg_segment_record_size((uint32_t)len);
+				r = -ENOMEM;
+			}
+		} else if (r == 0) {
 			e->epoch = s->epoch;
+		}
 		r = r < 0 ? r : 0;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -415,6 +471,91 @@ int stg_store_get(struct stg_store *s, const struct stg_hash *h, uint8_t **ret_o
 	*ret_obj = body;
 	*ret_len = len;
 	return 0;
+}
+
+/* Decodes stored chunk h into out (raw_len bytes) through its chain of
+ * bases, root first; *ret_depth: the deltas in the chain. Returns 0,
+ * -ENOENT (h or a base is not stored), -EBADMSG, -ESTALE (the chain changed
+ * while it was read) or -errno. */
+static int decode_stored(struct stg_store *s, const struct stg_hash *h, uint32_t raw_len,
+			 uint8_t *out, unsigned *ret_depth)
+{
+	struct stg_hash chain[STG_CHUNK_DELTA_DEPTH + 1];
+	unsigned n = 0;
+	chain[0] = *h;
+	pthread_mutex_lock(&s->lock);
+	const struct stg_hash *b;
+	while ((b = stg_bases_find(s->bases, &chain[n])) && n < STG_CHUNK_DELTA_DEPTH)
+		chain[++n] = *b;
+	pthread_mutex_unlock(&s->lock);
+	if (b)
+		return -EBADMSG; /* deeper than the store keeps them */
+	uint8_t *base = n ? malloc(raw_len) : NULL;
+	if (n && !base)
+		return -ENOMEM;
+	int r = 0;
+	for (unsigned i = n + 1; i-- > 0 && r == 0;) {
+		uint8_t *obj;
+		size_t len;
+		r = stg_store_get(s, &chain[i], &obj, &len);
+		if (r < 0)
+			break;
+		struct stg_hash named;
+		bool delta = stg_chunk_base(obj, len, &named);
+		if (delta != (i < n) || (delta && !stg_hash_eq(&named, &chain[i + 1]))) {
+			r = -ESTALE;
+		} else if (!delta) {
+			r = stg_chunk_decode(obj, len, &chain[i], raw_len, out);
+		} else {
+			memcpy(base, out, raw_len);
+			r = stg_chunk_decode_delta(obj, len, &chain[i], raw_len, base, out);
+		}
+		free(obj);
+	}
+	free(base);
+	*ret_depth = n;
+	return r;
+}
+
+/* A delta object to store: its base is stored (-ENOLINK if not) and it
+ * decodes to h. When its chain would get deeper than
+ * STG_CHUNK_DELTA_DEPTH, *ret_plain receives the chunk encoded on its own
+ * (the codec and filter the delta used), to store instead. */
+static int check_delta(struct stg_store *s, const uint8_t *obj, size_t len,
+		       const struct stg_hash *h, const struct stg_hash *base, uint8_t **ret_plain,
+		       size_t *ret_plain_len)
+{
+	struct stg_chunk_header hd;
+	int r = stg_chunk_header_decode(obj, len, h, stg_get_le32(obj + 8), &hd);
+	if (r < 0)
+		return r;
+	uint8_t *braw = malloc(hd.raw_len), *raw = malloc(hd.raw_len);
+	unsigned depth = 0;
+	r = braw && raw ? 0 : -ENOMEM;
+	if (r == 0) {
+		/* Marked first, so that a collection running now keeps it. */
+		r = mark_if_present(s, base) ? decode_stored(s, base, hd.raw_len, braw, &depth)
+					     : -ENOLINK;
+		/* A base gone or corrupt here: the client sends the chunk whole. */
+		if (r == -ENOENT || r == -EBADMSG)
+			r = -ENOLINK;
+	}
+	if (r == 0)
+		r = stg_chunk_decode_delta(obj, len, h, hd.raw_len, braw, raw);
+	*ret_plain = NULL;
+	if (r == 0 && depth + 1 > STG_CHUNK_DELTA_DEPTH) {
+		struct stg_chunk_codec c = {.compress = hd.codec, .filter = hd.filter,
+					    .element = hd.element};
+		uint8_t *p = malloc(stg_chunk_bound(hd.raw_len));
+		if (!p)
+			r = -ENOMEM;
+		else
+			*ret_plain_len = stg_chunk_encode(raw, hd.raw_len, h, &c, p);
+		*ret_plain = p;
+	}
+	free(braw);
+	free(raw);
+	return r;
 }
 
 /* One sync round: fdatasync of every segment appended to since the last
@@ -507,9 +648,7 @@ void stg_store_gc_begin(struct stg_store *s)
 void stg_store_mark(struct stg_store *s, const struct stg_hash *h)
 {
 	pthread_mutex_lock(&s->lock);
-	struct stg_chunkindex_entry *e = stg_chunkindex_find(s->index, h);
-	if (e)
-		e->epoch = s->epoch;
+	mark_locked(s, h);
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -584,6 +723,7 @@ static uint64_t drop_if_at(struct stg_store *s, const struct move *m)
 	uint64_t size = stg_segment_record_size(e->len);
 	m->from->live -= size;
 	stg_chunkindex_remove(s->index, &m->hash);
+	stg_bases_remove(s->bases, &m->hash);
 	return size;
 }
 
@@ -879,7 +1019,8 @@ struct recovery {
 
 /* Later copies win: the content is the same, and the newest copy is the one
  * compaction made before removing the older segment. */
-static int recover_record(void *arg, const struct stg_hash *h, uint64_t offset, uint32_t len)
+static int recover_record(void *arg, const struct stg_hash *h, uint64_t offset, uint32_t len,
+			  const struct stg_hash *base)
 {
 	struct recovery *rc = arg;
 	struct stg_store *s = rc->s;
@@ -900,6 +1041,9 @@ static int recover_record(void *arg, const struct stg_hash *h, uint64_t offset, 
 		*e = ent;
 	}
 	rc->g->live += size;
+	if (base)
+		return stg_bases_set(s->bases, h, base);
+	stg_bases_remove(s->bases, h);
 	return 0;
 }
 
@@ -974,6 +1118,56 @@ static int trim_active(struct stg_store *s, struct seg *g, const struct stg_segm
 	return 0;
 }
 
+struct orphans {
+	struct stg_store *s;
+	struct stg_hash *v;
+	size_t n, cap;
+};
+
+static int find_orphan(void *arg, const struct stg_hash *h, const struct stg_hash *base)
+{
+	struct orphans *o = arg;
+	if (stg_chunkindex_find(o->s->index, base))
+		return 0;
+	if (o->n == o->cap) {
+		size_t cap = o->cap ? o->cap * 2 : 16;
+		struct stg_hash *v = realloc(o->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		o->v = v;
+		o->cap = cap;
+	}
+	o->v[o->n++] = *h;
+	return 0;
+}
+
+/* A delta whose base was lost (a corrupt record) cannot be decoded: it is
+ * forgotten, so that HAVE says it is absent and clients send it again. So
+ * are the deltas built on it, in turn. */
+static int drop_orphans(struct stg_store *s)
+{
+	struct orphans o = {.s = s};
+	int r;
+	do {
+		o.n = 0;
+		r = stg_bases_foreach(s->bases, find_orphan, &o);
+		for (size_t i = 0; r == 0 && i < o.n; i++) {
+			struct stg_chunkindex_entry *e = stg_chunkindex_find(s->index, &o.v[i]);
+			struct seg *g = e ? seg_find(s, e->segment) : NULL;
+			if (g)
+				g->live -= stg_segment_record_size(e->len);
+			stg_chunkindex_remove(s->index, &o.v[i]);
+			stg_bases_remove(s->bases, &o.v[i]);
+			char hex[STG_HASH_HEX_LEN + 1];
+			stg_hash_hex(&o.v[i], hex);
+			stg_log(STG_LOG_WARN, "store: chunk %s is a delta whose base is lost; "
+				"dropped", hex);
+		}
+	} while (r == 0 && o.n > 0);
+	free(o.v);
+	return r;
+}
+
 static int recover(struct stg_store *s)
 {
 	uint64_t *ids = NULL;
@@ -998,6 +1192,9 @@ static int recover(struct stg_store *s)
 		last = g;
 		last_scan = sc;
 	}
+	r = drop_orphans(s);
+	if (r < 0)
+		goto out_free;
 	s->next_id = n ? ids[n - 1] + 1 : 1;
 	if (last) {
 		r = trim_active(s, last, &last_scan);
@@ -1020,6 +1217,7 @@ void stg_store_free(struct stg_store *s)
 		seg_close(s->segs[i]);
 	free(s->segs);
 	stg_chunkindex_free(s->index);
+	stg_bases_free(s->bases);
 	if (s->segdirfd >= 0)
 		close(s->segdirfd);
 	if (s->lockfd >= 0)
@@ -1081,6 +1279,8 @@ int stg_store_open(const char *dir, const struct stg_store_options *o, struct st
 		goto out_free;
 	}
 	r = stg_chunkindex_new(0, &s->index);
+	if (r == 0)
+		r = stg_bases_new(&s->bases);
 	if (r < 0)
 		goto out_free;
 	/* No other thread can see s yet: recovery needs no lock. */

@@ -26,8 +26,10 @@ int stg_store_open(const char *dir, const struct stg_store_options *o, struct st
 /* The newest store format this server reads and writes. Format 2 is format
  * 1 that may hold manifests of format 4 (content-defined chunks), which an
  * older server would take for corrupt and collect the chunks of: a store is
- * made format 2 before its first one is filed (docs/STORE.md). */
-#define STG_STORE_FORMAT 2
+ * made format 2 before its first one is filed (docs/STORE.md). Format 3 may
+ * hold delta objects (chunk format 3), which older servers would take for
+ * corrupt: a store is made format 3 before its first one is stored. */
+#define STG_STORE_FORMAT 3
 
 /* Makes the store at least format (FORMAT rewritten durably) before it holds
  * what only that format allows. Returns 0 or -errno. */
@@ -46,12 +48,16 @@ bool stg_store_has(struct stg_store *s, const struct stg_hash *h);
 int stg_store_validate(const uint8_t *obj, size_t len, struct stg_hash *ret_hash);
 
 /* Stores a chunk object already validated with stg_store_validate (h is its
- * hash). Storing a chunk already present is a no-op. Durable only after
- * stg_store_sync. Returns 0, -ENOSPC or -errno. */
+ * hash). Storing a chunk already present is a no-op. A delta object is
+ * decoded with its stored base and verified first (-ENOLINK: the base is not
+ * stored; -EBADMSG: it does not decode to h); one that would make a chain
+ * deeper than STG_CHUNK_DELTA_DEPTH is stored encoded on its own instead.
+ * Durable only after stg_store_sync. Returns 0, -ENOSPC or -errno. */
 int stg_store_put(struct stg_store *s, const uint8_t *obj, size_t len, const struct stg_hash *h);
 
 /* Reads the chunk object of h into a malloc'ed buffer, checking the record's
- * checksum. Returns 0, -ENOENT, -EBADMSG (the stored copy is corrupt) or -errno. */
+ * checksum: a delta object as it is (its reader fetches its base). Returns
+ * 0, -ENOENT, -EBADMSG (the stored copy is corrupt) or -errno. */
 int stg_store_get(struct stg_store *s, const struct stg_hash *h, uint8_t **ret_obj,
 		  size_t *ret_len);
 

@@ -346,6 +346,59 @@ struct fetch {
 	void *arg;
 };
 
+/* Decodes obj, a delta object of entry e that server srv sent, into out:
+ * its chain of bases is fetched from the same server (the flusher places a
+ * delta with its base), then decoded root first. */
+static int decode_delta(struct remote_session *s, size_t srv, const uint8_t *obj, size_t len,
+			const struct stg_manifest_entry *e, uint8_t *out)
+{
+	uint8_t *objs[STG_CHUNK_DELTA_DEPTH + 1];
+	size_t lens[STG_CHUNK_DELTA_DEPTH + 1];
+	struct stg_hash hashes[STG_CHUNK_DELTA_DEPTH + 1], base;
+	unsigned n = 0;
+	int r = 0;
+	const uint8_t *next = obj;
+	size_t next_len = len;
+	hashes[0] = e->hash;
+	for (;;) {
+		/* The connection's buffer is reused by the next call: a copy. */
+		if (!(objs[n] = malloc(next_len))) {
+			r = -ENOMEM;
+			break;
+		}
+		memcpy(objs[n], next, next_len);
+		lens[n++] = next_len;
+		if (!stg_chunk_base(objs[n - 1], lens[n - 1], &base))
+			break;
+		if (n == STG_CHUNK_DELTA_DEPTH + 1) {
+			r = -EBADMSG; /* deeper than servers keep them */
+			break;
+		}
+		struct stg_msg req = {.type = STG_MSG_GET_CHUNK}, rep;
+		req.get_chunk.hash = base;
+		r = remote_call(s, srv, &req, STG_MSG_CHUNK,
+				stg_chunk_bound(e->raw_len) + STG_CHUNK_BASE_SIZE, &rep);
+		if (r < 0)
+			break;
+		hashes[n] = base;
+		next = rep.chunk.obj;
+		next_len = rep.chunk.len;
+	}
+	uint8_t *tmp = r == 0 ? malloc(e->raw_len) : NULL;
+	if (r == 0 && !tmp)
+		r = -ENOMEM;
+	if (r == 0)
+		r = stg_chunk_decode(objs[n - 1], lens[n - 1], &hashes[n - 1], e->raw_len, out);
+	for (unsigned i = n - 1; i-- > 0 && r == 0;) {
+		memcpy(tmp, out, e->raw_len);
+		r = stg_chunk_decode_delta(objs[i], lens[i], &hashes[i], e->raw_len, tmp, out);
+	}
+	free(tmp);
+	for (unsigned i = 0; i < n; i++)
+		free(objs[i]);
+	return r;
+}
+
 /* Fetches chunk i from the first replica with a good copy; *ret_data points
  * at its bytes (in buf, or in the connection's buffer until its next use). */
 static int fetch_chunk(struct fetch *f, struct remote_session *s, uint64_t i, uint8_t *buf,
@@ -354,7 +407,14 @@ static int fetch_chunk(struct fetch *f, struct remote_session *s, uint64_t i, ui
 	const struct stg_manifest_entry *e = &f->m->entries[i];
 	size_t n = f->rm->policy->nservers;
 	uint32_t order[STG_CLUSTER_MAX_SERVERS];
-	stg_placement_rank(f->rm->policy->server_list, n, e->hash.b, sizeof(e->hash.b), order);
+	/* Where the flusher put it first (every server is asked in the end). */
+	const struct stg_path_rule *rule = stg_policy_match(f->rm->policy, f->path);
+	uint8_t slot[STG_PLACEMENT_SLOT_KEY_LEN];
+	bool by_slot = rule && rule->delta && f->m->chunking == STG_CHUNKING_FIXED;
+	if (by_slot)
+		stg_placement_slot_key(f->path, i, slot);
+	stg_placement_rank(f->rm->policy->server_list, n, by_slot ? slot : e->hash.b,
+			   by_slot ? sizeof(slot) : sizeof(e->hash.b), order);
 	int r = -ENOENT;
 	for (size_t k = 0; k < n; k++) {
 		size_t srv = order[k];
@@ -362,11 +422,18 @@ static int fetch_chunk(struct fetch *f, struct remote_session *s, uint64_t i, ui
 			continue;
 		struct stg_msg req = {.type = STG_MSG_GET_CHUNK}, rep;
 		req.get_chunk.hash = e->hash;
+		/* A server may hold it encoded otherwise than the cache did
+		 * (zstd, a delta): any size an object of it can have. */
 		int cr = remote_call(s, srv, &req, STG_MSG_CHUNK,
-				     STG_CHUNK_HEADER_SIZE + (size_t)e->stored_len, &rep);
+				     stg_chunk_bound(e->raw_len) + STG_CHUNK_BASE_SIZE, &rep);
 		if (cr == 0)
 			cr = stg_chunk_decode_view(rep.chunk.obj, rep.chunk.len, &e->hash, e->raw_len,
 						   buf, ret_data);
+		if (cr == -ENOLINK) {
+			cr = decode_delta(s, srv, rep.chunk.obj, rep.chunk.len, e, buf);
+			if (cr == 0)
+				*ret_data = buf;
+		}
 		if (cr == 0)
 			return 0;
 		if (cr == -EBADMSG) {

@@ -14,6 +14,7 @@
 #                   <repo>/build)
 #   --filter REGEX  only the tests whose name matches (bats --filter)
 #   BATS_FILE       default tests/bats/cluster.bats tests/bats/transport.bats
+#                   tests/bats/delta.bats
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -47,7 +48,8 @@ while [ $# -gt 0 ]; do
 	esac
 done
 files=("$@")
-[ ${#files[@]} -gt 0 ] || files=("$repo/tests/bats/cluster.bats" "$repo/tests/bats/transport.bats")
+[ ${#files[@]} -gt 0 ] ||
+	files=("$repo/tests/bats/cluster.bats" "$repo/tests/bats/transport.bats" "$repo/tests/bats/delta.bats")
 
 case "$transport" in rdma | tcp | auto) ;; *) die "--transport must be rdma, tcp or auto" ;; esac
 [ "${RDMA_VM_GUEST:-}" = 1 ] && [ -n "${RXE_IP0:-}" ] && [ -n "${RXE_IP1:-}" ] &&

@@ -164,7 +164,7 @@ static void header_fields(void)
 	uint32_t n = sizeof(data);
 	expect_refused(obj, len, 0, 1, 'X', n);	      /* magic */
 	expect_refused(obj, len, 4, 2, 0, n);	      /* format */
-	expect_refused(obj, len, 4, 2, 3, n);
+	expect_refused(obj, len, 4, 2, 4, n);
 	expect_refused(obj, len, 6, 1, 3, n);	      /* unknown codec */
 	expect_refused(obj, len, 6, 1, 255, n);
 	expect_refused(obj, len, 6, 1, 0, n);	      /* a filter on raw bytes */
@@ -207,6 +207,117 @@ static void header_fields(void)
 	free(two);
 	free(out);
 	free(obj);
+}
+
+/* next: base with the low bytes of every float64 changed, as values that
+ * moved a little between two checkpoints. */
+static void moved(const uint8_t *base, uint8_t *next, size_t n)
+{
+	memcpy(next, base, n);
+	for (size_t i = 0; i + 8 <= n; i += 8) {
+		next[i] ^= (uint8_t)(i * 7 + 1);
+		next[i + 1] ^= (uint8_t)(i >> 3);
+	}
+}
+
+/* Delta objects (format 3): the XOR with a base of the same length, encoded
+ * as the codec says; decoded only with that base, and verified. */
+static void deltas(void)
+{
+	size_t n = (1u << 20) + 5;
+	uint8_t *base = malloc(n), *next = malloc(n), *out = malloc(n);
+	fill_field(base, n, 11);
+	moved(base, next, n);
+	struct stg_hash hb, hn, named;
+	stg_hash_compute(base, n, &hb);
+	stg_hash_compute(next, n, &hn);
+	uint8_t *obj = malloc(stg_chunk_bound(n) + STG_CHUNK_BASE_SIZE + 1);
+	uint8_t *plain = malloc(stg_chunk_bound(n));
+	for (size_t ci = 0; ci < sizeof(compressions) / sizeof(*compressions); ci++)
+		for (size_t fi = 0; fi < 4; fi++) {
+			struct stg_chunk_codec c = codec(compressions[ci], filters[fi]);
+			size_t len = stg_chunk_encode_delta(next, n, &hn, base, &hb, &c, obj);
+			CHECK(len > 0);
+			struct stg_chunk_header h;
+			CHECK_EQ(stg_chunk_header_decode(obj, len, &hn, (uint32_t)n, &h), 0);
+			CHECK_EQ(h.format, 3);
+			CHECK(stg_chunk_header_is_delta(&h));
+			CHECK(!stg_chunk_header_is_raw(&h)); /* off and auto: lz4 */
+			CHECK(stg_chunk_base(obj, len, &named));
+			CHECK(stg_hash_eq(&named, &hb));
+			CHECK_EQ(stg_chunk_decode(obj, len, &hn, (uint32_t)n, out), -ENOLINK);
+			CHECK_EQ(stg_chunk_decode_delta(obj, len, &hn, (uint32_t)n, base, out), 0);
+			CHECK(memcmp(out, next, n) == 0);
+			CHECK_EQ(stg_chunk_check(obj, len, true, &named), 0);
+			CHECK(stg_hash_eq(&named, &hn));
+			/* Smaller than the chunk encoded on its own. */
+			size_t plen = stg_chunk_encode(next, n, &hn, &c, plain);
+			CHECK(len < plen);
+			CHECK(!stg_chunk_base(plain, plen, &named));
+			CHECK(stg_chunk_decode_delta(plain, plen, &hn, (uint32_t)n, base, out) < 0);
+			/* Another base: refused by the content hash. */
+			CHECK_EQ(stg_chunk_decode_delta(obj, len, &hn, (uint32_t)n, next, out), -EBADMSG);
+		}
+
+	/* No flipped byte yields other bytes; a short or long object, the
+	 * wrong hash or length are refused. */
+	struct stg_chunk_codec c = codec("zstd", "shuffle8");
+	size_t len = stg_chunk_encode_delta(next, n, &hn, base, &hb, &c, obj);
+	int accepted = 0;
+	for (size_t i = 0; i < len; i += i < STG_CHUNK_HEADER_SIZE + STG_CHUNK_BASE_SIZE ? 1 : len / 7) {
+		obj[i] ^= 0x10;
+		int r = stg_chunk_decode_delta(obj, len, &hn, (uint32_t)n, base, out);
+		if (r == 0 && (memcmp(out, next, n) != 0 || i < STG_CHUNK_HEADER_SIZE))
+			accepted++;
+		/* A flipped base hash names another base: decoding with this
+		 * one's bytes must then fail. */
+		obj[i] ^= 0x10;
+	}
+	CHECK_EQ(accepted, 0);
+	CHECK(stg_chunk_decode_delta(obj, len - 1, &hn, (uint32_t)n, base, out) < 0);
+	obj[len] = 0;
+	CHECK(stg_chunk_decode_delta(obj, len + 1, &hn, (uint32_t)n, base, out) < 0);
+	CHECK(stg_chunk_decode_delta(obj, len, &hb, (uint32_t)n, base, out) == -EBADMSG);
+	CHECK(stg_chunk_decode_delta(obj, len, &hn, (uint32_t)n + 1, base, out) == -EBADMSG);
+	/* A delta whose stored length leaves no room for its base's hash. */
+	uint8_t *bad = malloc(len);
+	memcpy(bad, obj, len);
+	stg_put_le32(bad + 12, STG_CHUNK_BASE_SIZE);
+	resum(bad);
+	struct stg_chunk_header h;
+	CHECK_EQ(stg_chunk_header_decode(bad, STG_CHUNK_HEADER_SIZE + STG_CHUNK_BASE_SIZE, &hn,
+					 (uint32_t)n, &h), -EBADMSG);
+	/* A delta is always encoded: raw is refused in format 3. */
+	memcpy(bad, obj, len);
+	bad[6] = 0;
+	bad[7] = 0;
+	stg_put_le32(bad + 36, 0);
+	resum(bad);
+	CHECK_EQ(stg_chunk_header_decode(bad, len, &hn, (uint32_t)n, &h), -EBADMSG);
+	free(bad);
+	/* Chunks under 64 bytes are never worth a delta. */
+	CHECK_EQ(stg_chunk_encode_delta(next, 63, &hn, base, &hb, &c, obj), 0);
+	free(obj);
+	free(plain);
+
+	/* The golden delta (lz4, stable) decodes with its base. */
+	uint8_t gbase[4096], gnext[4096], gout[4096];
+	fill_field(gbase, sizeof(gbase), 1);
+	moved(gbase, gnext, sizeof(gnext));
+	stg_hash_compute(gbase, sizeof(gbase), &hb);
+	stg_hash_compute(gnext, sizeof(gnext), &hn);
+	uint8_t gobj[8192];
+	struct stg_chunk_codec l = codec("lz4", "shuffle8");
+	len = stg_chunk_encode_delta(gnext, sizeof(gnext), &hn, gbase, &hb, &l, gobj);
+	CHECK(len > 0 && harness_golden("chunk-delta-shuffle8-lz4-v3.bin", gobj, len));
+	size_t flen;
+	uint8_t *fix = harness_fixture("chunk-delta-shuffle8-lz4-v3.bin", &flen);
+	CHECK_EQ(stg_chunk_decode_delta(fix, flen, &hn, sizeof(gnext), gbase, gout), 0);
+	CHECK(memcmp(gout, gnext, sizeof(gnext)) == 0);
+	free(fix);
+	free(base);
+	free(next);
+	free(out);
 }
 
 int main(void)
@@ -266,6 +377,7 @@ int main(void)
 	free(buf);
 
 	header_fields();
+	deltas();
 
 	/* Policy values: the old lz4 and off keep working. */
 	struct stg_chunk_codec c = codec("lz4", "none");

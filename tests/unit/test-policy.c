@@ -58,6 +58,7 @@ static void test_full(void)
 		"[path /scratch/other/**]\n"
 		"compress = zstd\n"
 		"filter = bitshuffle8\n"
+		"delta = xor\n"
 		"[path /scratch/safe/*]\n"
 		"durability = replicated\n"
 		"drain = /pfs/out\n");
@@ -88,6 +89,8 @@ static void test_full(void)
 	CHECK_EQ(p->rules[0].chunk_size, 4u << 20);
 	CHECK_EQ(p->rules[0].chunking, STG_CHUNKING_CDC);
 	CHECK(!p->rules[0].dedup);
+	CHECK(!p->rules[0].delta);
+	CHECK(p->rules[1].delta);
 	struct stg_chunk_codec want = stg_chunk_codec_default;
 	char cerr[256];
 	CHECK_EQ(stg_chunk_codec_parse(&want, "compress", "off", cerr, sizeof(cerr)), 0);
@@ -229,6 +232,10 @@ static void test_errors(void)
 		     "bad.conf:4: chunking 'rabin' must be fixed or cdc");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\nchunk_size = 8M\nchunking = cdc\n",
 		     "bad.conf:3: chunk_size 8M is too large for chunking = cdc: at most 4M");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\ndelta = yes\n",
+		     "bad.conf:4: delta 'yes' must be xor or off");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nchunking = cdc\ndelta = xor\n",
+		     "bad.conf:3: delta = xor needs chunking = fixed");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\ndurability = maybe\n",
 		     "bad.conf:4: durability 'maybe'");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\nkeep = 0\n", "bad.conf:4: keep '0'");

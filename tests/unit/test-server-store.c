@@ -528,7 +528,7 @@ static void refusals(void)
 	CHECK_EQ(stg_mkdir_p(dir, 0700), 0);
 	snprintf(path, sizeof(path), "%s/FORMAT", dir);
 	FILE *f = fopen(path, "w");
-	fputs("stagehand-store 3\n", f);
+	fputs("stagehand-store 4\n", f);
 	fclose(f);
 	s2 = NULL;
 	CHECK_EQ(stg_store_open(dir, NULL, &s2), -EPROTONOSUPPORT);
@@ -560,6 +560,159 @@ static void refusals(void)
 	CHECK_EQ(stg_store_open(dir, &o, &s2), -EINVAL);
 }
 
+/* Content of a chunk at step k of a series: a float64 field whose low
+ * bytes change from one step to the next. */
+static void series_step(uint8_t *p, size_t n, unsigned k)
+{
+	for (size_t i = 0; i + 8 <= n; i += 8) {
+		double v = 500.0 + (double)i * 1e-2;
+		memcpy(p + i, &v, 8);
+		p[i] ^= (uint8_t)(k * 31 + i);
+		p[i + 1] ^= (uint8_t)(k * 7);
+	}
+}
+
+/* Decodes stored chunk h of n bytes as a client does: its chain of bases
+ * fetched, root first. */
+static int decode_from(struct stg_store *s, const struct stg_hash *h, size_t n, uint8_t *out)
+{
+	uint8_t *obj;
+	size_t len;
+	int r = stg_store_get(s, h, &obj, &len);
+	if (r < 0)
+		return r;
+	struct stg_hash base;
+	if (!stg_chunk_base(obj, len, &base)) {
+		r = stg_chunk_decode(obj, len, h, (uint32_t)n, out);
+	} else {
+		uint8_t *b = malloc(n);
+		r = decode_from(s, &base, n, b);
+		if (r == 0)
+			r = stg_chunk_decode_delta(obj, len, h, (uint32_t)n, b, out);
+		free(b);
+	}
+	free(obj);
+	return r;
+}
+
+static bool stored_as_delta(struct stg_store *s, const struct stg_hash *h)
+{
+	uint8_t *obj;
+	size_t len;
+	struct stg_hash base;
+	if (stg_store_get(s, h, &obj, &len) < 0)
+		return false;
+	bool delta = stg_chunk_base(obj, len, &base);
+	free(obj);
+	return delta;
+}
+
+/* Delta objects: stored only against a stored base, checked against it,
+ * keeping it alive, found again after a restart, and never chained deeper
+ * than STG_CHUNK_DELTA_DEPTH. */
+static void deltas(void)
+{
+	enum { STEPS = STG_CHUNK_DELTA_DEPTH + 3, N = 64 << 10 };
+	char dir[512], path[600];
+	subdir(dir, sizeof(dir), "deltas");
+	struct stg_store *s = open_store(dir, 256 << 10, 0);
+	uint8_t *raw[STEPS], *out = malloc(N);
+	struct stg_hash h[STEPS];
+	struct obj d[STEPS]; /* d[k]: step k as a delta against step k - 1 */
+	struct stg_chunk_codec c = {.compress = 2 /* zstd */};
+	for (unsigned k = 0; k < STEPS; k++) {
+		raw[k] = malloc(N);
+		series_step(raw[k], N, k);
+		stg_hash_compute(raw[k], N, &h[k]);
+		d[k].hash = h[k];
+		d[k].data = malloc(stg_chunk_bound(N) + STG_CHUNK_BASE_SIZE);
+		d[k].len = k ? stg_chunk_encode_delta(raw[k], N, &h[k], raw[k - 1], &h[k - 1], &c,
+						      d[k].data)
+			     : stg_chunk_encode(raw[0], N, &h[0], &c, d[0].data);
+		CHECK(d[k].len > 0);
+	}
+	/* No base yet: refused, nothing stored. */
+	CHECK_EQ(stg_store_put(s, d[1].data, d[1].len, &h[1]), -ENOLINK);
+	CHECK(!stg_store_has(s, &h[1]));
+	/* A delta that does not decode to its hash with its base. */
+	CHECK_EQ(stg_store_put(s, d[0].data, d[0].len, &h[0]), 0);
+	struct obj wrong = {.data = malloc(stg_chunk_bound(N) + STG_CHUNK_BASE_SIZE)};
+	wrong.len = stg_chunk_encode_delta(raw[2], N, &h[1], raw[0], &h[0], &c, wrong.data);
+	CHECK_EQ(stg_store_put(s, wrong.data, wrong.len, &h[1]), -EBADMSG);
+	CHECK(!stg_store_has(s, &h[1]));
+	free(wrong.data);
+	/* The chain: each step against the one before. */
+	for (unsigned k = 1; k < STEPS; k++)
+		CHECK_EQ(stg_store_put(s, d[k].data, d[k].len, &h[k]), 0);
+	for (unsigned k = 0; k < STEPS; k++) {
+		CHECK_EQ(decode_from(s, &h[k], N, out), 0);
+		CHECK(memcmp(out, raw[k], N) == 0);
+		/* Deltas up to the depth; the next is stored on its own, and
+		 * starts a chain again. */
+		CHECK_EQ(stored_as_delta(s, &h[k]), k > 0 && k != STG_CHUNK_DELTA_DEPTH + 1);
+	}
+	CHECK(reads_back(s, &d[1]));
+	/* The store now says it may hold deltas. */
+	snprintf(path, sizeof(path), "%s/FORMAT", dir);
+	FILE *f = fopen(path, "r");
+	char line[64] = "";
+	CHECK(f && fgets(line, sizeof(line), f));
+	if (f)
+		fclose(f);
+	CHECK(strcmp(line, "stagehand-store 3\n") == 0);
+
+	/* Marking the newest delta keeps its whole chain. */
+	struct stg_store_gc_result res;
+	unsigned top = STG_CHUNK_DELTA_DEPTH, last = STEPS - 1;
+	struct obj keep[2] = {d[top], d[last]};
+	gc_cycle(s, keep, 2, &res);
+	gc_cycle(s, keep, 2, &res);
+	for (unsigned k = 0; k < STEPS; k++)
+		CHECK_EQ(stg_store_has(s, &h[k]), k <= top || k >= last - 1);
+	/* After a restart, the chains are known again from the segments. */
+	stg_store_free(s);
+	s = open_store(dir, 256 << 10, 0);
+	gc_cycle(s, &keep[1], 1, &res);
+	gc_cycle(s, &keep[1], 1, &res);
+	for (unsigned k = 0; k < STEPS; k++)
+		CHECK_EQ(stg_store_has(s, &h[k]), k >= last - 1);
+	CHECK_EQ(decode_from(s, &h[last], N, out), 0);
+	CHECK(memcmp(out, raw[last], N) == 0);
+	/* Unmarked, the chain goes whole. */
+	gc_cycle(s, NULL, 0, &res);
+	gc_cycle(s, NULL, 0, &res);
+	CHECK(!stg_store_has(s, &h[last]) && !stg_store_has(s, &h[last - 1]));
+	stg_store_free(s);
+
+	/* A base whose record is corrupt: at the next start, the deltas built
+	 * on it are forgotten (HAVE then asks for them again); a chain on a
+	 * sound base stays. */
+	subdir(dir, sizeof(dir), "orphans");
+	s = open_store(dir, 16 << 20, 0);
+	for (unsigned k = 0; k < STEPS; k++)
+		CHECK_EQ(stg_store_put(s, d[k].data, d[k].len, &h[k]), 0);
+	stg_store_free(s);
+	seg_path(path, sizeof(path), dir, 1);
+	int fd = open(path, O_RDWR);
+	uint8_t b;
+	off_t at = 4096 + 32 + STG_CHUNK_HEADER_SIZE + 100; /* in d[0]'s payload */
+	CHECK_EQ(stg_pread_all(fd, &b, 1, at), 0);
+	b ^= 0x01;
+	CHECK_EQ(stg_pwrite_all(fd, &b, 1, at), 0);
+	close(fd);
+	s = open_store(dir, 16 << 20, 0);
+	for (unsigned k = 0; k < STEPS; k++)
+		CHECK_EQ(stg_store_has(s, &h[k]), k > STG_CHUNK_DELTA_DEPTH);
+	CHECK_EQ(decode_from(s, &h[last], N, out), 0);
+	CHECK(memcmp(out, raw[last], N) == 0);
+	stg_store_free(s);
+	for (unsigned k = 0; k < STEPS; k++) {
+		free(raw[k]);
+		free_obj(&d[k]);
+	}
+	free(out);
+}
+
 int main(void)
 {
 	roundtrip();
@@ -571,6 +724,7 @@ int main(void)
 	concurrency();
 	capacity();
 	refusals();
+	deltas();
 	/* The segments take megabytes: kept only when something failed. */
 	if (!harness_failures && base)
 		nftw(base, remove_one, 16, FTW_DEPTH | FTW_PHYS);
