@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "policy.h"
 #include "util.h"
@@ -141,26 +144,80 @@ static const struct codec {
 
 /* Byte shuffle: byte b of every whole element together, then the tail that
  * is not a whole element as it is. Exposes float exponents to a codec. */
+#ifdef __SSE2__
+/* 16 elements at a time, in es registers: interleaving the bytes of
+ * register k with those of k + es/2, log2(es) times over, turns es planes
+ * into 16 elements; the inverse (even and odd bytes apart) turns them back.
+ * About twice the speed of the loops below (bench/codecs). */
+static inline __attribute__((always_inline)) void interleave(__m128i *v, unsigned es)
+{
+	__m128i w[8];
+	unsigned h = es / 2;
+	for (unsigned k = 0; k < h; k++) {
+		w[2 * k] = _mm_unpacklo_epi8(v[k], v[k + h]);
+		w[2 * k + 1] = _mm_unpackhi_epi8(v[k], v[k + h]);
+	}
+	memcpy(v, w, es * sizeof(*v));
+}
+
+static inline __attribute__((always_inline)) void deinterleave(__m128i *v, unsigned es)
+{
+	__m128i w[8], low = _mm_set1_epi16(0xff);
+	unsigned h = es / 2;
+	for (unsigned k = 0; k < h; k++) {
+		w[k] = _mm_packus_epi16(_mm_and_si128(v[2 * k], low),
+					_mm_and_si128(v[2 * k + 1], low));
+		w[k + h] = _mm_packus_epi16(_mm_srli_epi16(v[2 * k], 8),
+					    _mm_srli_epi16(v[2 * k + 1], 8));
+	}
+	memcpy(v, w, es * sizeof(*v));
+}
+#endif
+
 static inline __attribute__((always_inline)) void shuffle_es(const uint8_t *in, size_t m,
 							     unsigned es, uint8_t *out)
 {
+	size_t i = 0;
+#ifdef __SSE2__
+	for (; i + 16 <= m; i += 16) {
+		__m128i v[8];
+		for (unsigned k = 0; k < es; k++)
+			v[k] = _mm_loadu_si128((const __m128i *)(in + i * es + 16 * k));
+		for (unsigned l = 1; l < es; l *= 2)
+			deinterleave(v, es);
+		for (unsigned b = 0; b < es; b++)
+			_mm_storeu_si128((__m128i *)(out + b * m + i), v[b]);
+	}
+#endif
 	/* In blocks that stay in the cache, one output plane at a time. */
-	for (size_t i0 = 0; i0 < m; i0 += 1024) {
+	for (size_t i0 = i; i0 < m; i0 += 1024) {
 		size_t end = i0 + 1024 < m ? i0 + 1024 : m;
 		for (unsigned b = 0; b < es; b++)
-			for (size_t i = i0; i < end; i++)
-				out[b * m + i] = in[i * es + b];
+			for (size_t j = i0; j < end; j++)
+				out[b * m + j] = in[j * es + b];
 	}
 }
 
 static inline __attribute__((always_inline)) void unshuffle_es(const uint8_t *in, size_t m,
 							       unsigned es, uint8_t *out)
 {
-	for (size_t i0 = 0; i0 < m; i0 += 1024) {
+	size_t i = 0;
+#ifdef __SSE2__
+	for (; i + 16 <= m; i += 16) {
+		__m128i v[8];
+		for (unsigned b = 0; b < es; b++)
+			v[b] = _mm_loadu_si128((const __m128i *)(in + b * m + i));
+		for (unsigned l = 1; l < es; l *= 2)
+			interleave(v, es);
+		for (unsigned k = 0; k < es; k++)
+			_mm_storeu_si128((__m128i *)(out + i * es + 16 * k), v[k]);
+	}
+#endif
+	for (size_t i0 = i; i0 < m; i0 += 1024) {
 		size_t end = i0 + 1024 < m ? i0 + 1024 : m;
 		for (unsigned b = 0; b < es; b++)
-			for (size_t i = i0; i < end; i++)
-				out[i * es + b] = in[b * m + i];
+			for (size_t j = i0; j < end; j++)
+				out[j * es + b] = in[b * m + j];
 	}
 }
 
