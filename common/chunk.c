@@ -609,10 +609,13 @@ size_t stg_chunk_decode_memory(const uint8_t *obj, size_t len)
 	    stg_chunk_header_decode(obj, len, NULL, stg_get_le32(obj + 8), &h) < 0 ||
 	    h.codec == CODEC_RAW)
 		return 0;
-	/* A filtered payload is decoded aside, then unfiltered into place; a
-	 * delta's base is decoded too. */
-	return (h.filter == FILTER_NONE ? 1 : 2) * (size_t)h.raw_len +
-	       (h.format == FORMAT_V3 ? 2 * (size_t)h.raw_len : 0);
+	/* A filtered payload is decoded aside, then unfiltered into place. A
+	 * delta is checked against its base's chain: the base and the chunk
+	 * decoded, a copy between links, a link's object, the chunk encoded
+	 * on its own when the chain is full. */
+	if (h.format == FORMAT_V3)
+		return 6 * (size_t)h.raw_len;
+	return (h.filter == FILTER_NONE ? 1 : 2) * (size_t)h.raw_len;
 }
 
 int stg_chunk_verify_raw(const struct stg_chunk_header *h, const uint8_t *data)

@@ -35,6 +35,7 @@ struct slot {
 	uint32_t tag;
 	uint32_t ready_seq;
 	enum slot_state state;
+	bool delta; /* it went as a delta */
 };
 
 struct pipe {
@@ -51,6 +52,8 @@ struct pipe {
 	uint8_t *raw, *recoded; /* the job's recode: a chunk decoded, then encoded */
 	const uint8_t *delta_ok; /* entries that may go as deltas (NULL: none) */
 	uint8_t *base_obj, *base_raw, *delta_out; /* a delta's base, read and decoded */
+	uint32_t *whole; /* entries whose delta the server refused: sent again whole */
+	size_t nwhole;
 	uint32_t ready_counter;
 	unsigned ops; /* submitted, not yet completed */
 	bool polling, removing;
@@ -189,9 +192,11 @@ static int on_read(struct pipe *p, unsigned i, int res)
 	 * less goes if it beats the recode too. Smaller either way: it fits the
 	 * slot. */
 	size_t delta = delta_ok(p, s->entry) ? encode_delta(p, s, e) : 0;
+	s->delta = false;
 	if (delta && delta <= s->len - s->len / 8) {
 		memcpy(s->buf, p->delta_out, delta);
 		s->len = (uint32_t)delta;
+		s->delta = true;
 	} else if (p->job->recode) {
 		/* Smaller, or left as it is: it fits its slot either way. */
 		ssize_t n = stg_chunk_recode(s->buf, s->len, e->raw_len, p->job->recode, p->raw,
@@ -213,6 +218,7 @@ static int on_read(struct pipe *p, unsigned i, int res)
 	if (delta && delta < s->len) {
 		memcpy(s->buf, p->delta_out, delta);
 		s->len = (uint32_t)delta;
+		s->delta = true;
 	}
 	s->tag = p->srv->conn.next_tag++;
 	s->state = READY;
@@ -226,6 +232,21 @@ static int on_reply(struct pipe *p, const struct stg_msg *m)
 		struct slot *s = &p->slots[i];
 		if (s->state != WAITING || s->tag != m->tag)
 			continue;
+		if (m->type == STG_MSG_ERROR && s->delta) {
+			/* Its base is gone or unreadable there, or the server
+			 * takes no deltas: the chunk goes again, whole (its
+			 * delta was made from verified bytes). */
+			const struct stg_manifest_entry *e = &p->job->manifest->entries[s->entry];
+			char hex[STG_HASH_HEX_LEN + 1];
+			stg_hash_hex(&e->hash, hex);
+			stg_log(STG_LOG_INFO, "server %s refused chunk %s of '%s' as a delta (%.*s); "
+				"sending it whole", p->srv->name, hex, p->job->path,
+				(int)m->error.text_len, m->error.text);
+			p->whole[p->nwhole++] = s->entry;
+			s->state = FREE;
+			p->done++;
+			return 0;
+		}
 		if (m->type == STG_MSG_ERROR) {
 			snprintf(p->srv->conn.error, sizeof(p->srv->conn.error), "%.*s",
 				 (int)m->error.text_len, m->error.text);
@@ -393,7 +414,8 @@ int sender_put(struct server *srv, const struct job *job, const uint32_t *entrie
 		p->base_obj = malloc(stg_chunk_bound(max));
 		p->base_raw = malloc(max);
 		p->delta_out = malloc(stg_chunk_bound(max) + STG_CHUNK_BASE_SIZE);
-		r = p->base_obj && p->base_raw && p->delta_out ? 0 : -ENOMEM;
+		p->whole = malloc(sizeof(*p->whole) * n);
+		r = p->base_obj && p->base_raw && p->delta_out && p->whole ? 0 : -ENOMEM;
 	}
 	if (r == 0)
 		r = stg_conn_pool(c, (size_t)p->nslots * slot_size, STG_POOL_SEND);
@@ -459,6 +481,11 @@ int sender_put(struct server *srv, const struct job *job, const uint32_t *entrie
 	free(p->base_obj);
 	free(p->base_raw);
 	free(p->delta_out);
+	uint32_t *whole = p->whole;
+	size_t nwhole = p->nwhole;
 	free(p);
+	if (r == 0 && nwhole)
+		r = sender_put(srv, job, whole, nwhole, NULL);
+	free(whole);
 	return r;
 }

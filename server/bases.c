@@ -82,18 +82,20 @@ size_t stg_bases_count(const struct stg_bases *b)
 	return b->count;
 }
 
-struct walk {
+/* twalk passes no argument (twalk_r needs glibc 2.30): the walk's own is
+ * per thread. */
+static _Thread_local struct walk {
 	int (*fn)(void *arg, const struct stg_hash *h, const struct stg_hash *base);
 	void *arg;
 	int r;
-};
+} walk;
 
-static void visit(const void *node, VISIT which, void *closure)
+static void visit(const void *node, VISIT which, int depth)
 {
-	struct walk *w = closure;
-	if ((which == postorder || which == leaf) && w->r == 0) {
+	(void)depth;
+	if ((which == postorder || which == leaf) && walk.r == 0) {
 		const struct link *l = *(struct link *const *)node;
-		w->r = w->fn(w->arg, &l->h, &l->base);
+		walk.r = walk.fn(walk.arg, &l->h, &l->base);
 	}
 }
 
@@ -101,7 +103,7 @@ int stg_bases_foreach(const struct stg_bases *b,
 		      int (*fn)(void *arg, const struct stg_hash *h, const struct stg_hash *base),
 		      void *arg)
 {
-	struct walk w = {fn, arg, 0};
-	twalk_r(b->root, visit, &w);
-	return w.r;
+	walk = (struct walk){fn, arg, 0};
+	twalk(b->root, visit);
+	return walk.r;
 }

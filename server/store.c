@@ -382,9 +382,15 @@ static int put_record(struct stg_store *s, const uint8_t *obj, size_t len, const
 			.len = (uint32_t)len,
 			.epoch = s->epoch,
 		}, *e;
+		/* A collection may have started since check_delta marked the
+		 * base: marked again with the delta's epoch, or the delta is
+		 * refused if it went meanwhile (the record is garbage). */
+		if (base && !mark_locked(s, base))
+			r = -ENOLINK;
 		/* A concurrent put of the same chunk may have won: its entry
 		 * stays and this record is garbage for compaction. */
-		r = stg_chunkindex_insert(s->index, &ent, &e);
+		if (r == 0)
+			r = stg_chunkindex_insert(s->index, &ent, &e);
 		if (r == 1) {
 			g->live += stg_segment_record_size((uint32_t)len);
 			if (base && stg_bases_set(s->bases, h, base) < 0) {
@@ -886,10 +892,14 @@ out_free:
 	return r;
 }
 
+static int drop_orphans(struct stg_store *s);
+
 int stg_store_gc_end(struct stg_store *s, struct stg_store_gc_result *ret)
 {
 	pthread_mutex_lock(&s->gc_lock);
 	int r = collect_garbage(s, ret);
+	if (r == 0)
+		r = drop_orphans(s);
 	pthread_mutex_unlock(&s->gc_lock);
 	return r;
 }
@@ -1035,6 +1045,10 @@ static int recover_record(void *arg, const struct stg_hash *h, uint64_t offset, 
 	int r = stg_chunkindex_insert(s->index, &ent, &e);
 	if (r < 0)
 		return r;
+	/* A delta record never replaces a plain copy of the chunk (a put that
+	 * lost a race with one): the plain one needs no base. */
+	if (r == 0 && base && !stg_bases_find(s->bases, h))
+		return 0;
 	if (r == 0) {
 		struct seg *old = e->segment == rc->g->id ? rc->g : seg_find(s, e->segment);
 		old->live -= stg_segment_record_size(e->len);
@@ -1141,13 +1155,16 @@ static int find_orphan(void *arg, const struct stg_hash *h, const struct stg_has
 	return 0;
 }
 
-/* A delta whose base was lost (a corrupt record) cannot be decoded: it is
- * forgotten, so that HAVE says it is absent and clients send it again. So
- * are the deltas built on it, in turn. */
+/* A delta whose base was lost (a corrupt record, found at start or moved
+ * out by compaction) cannot be decoded: it is forgotten, so that HAVE says
+ * it is absent and clients send it again. So are the deltas built on it,
+ * in turn. Takes the lock. */
 static int drop_orphans(struct stg_store *s)
 {
 	struct orphans o = {.s = s};
+	size_t dropped = 0;
 	int r;
+	pthread_mutex_lock(&s->lock);
 	do {
 		o.n = 0;
 		r = stg_bases_foreach(s->bases, find_orphan, &o);
@@ -1158,13 +1175,14 @@ static int drop_orphans(struct stg_store *s)
 				g->live -= stg_segment_record_size(e->len);
 			stg_chunkindex_remove(s->index, &o.v[i]);
 			stg_bases_remove(s->bases, &o.v[i]);
-			char hex[STG_HASH_HEX_LEN + 1];
-			stg_hash_hex(&o.v[i], hex);
-			stg_log(STG_LOG_WARN, "store: chunk %s is a delta whose base is lost; "
-				"dropped", hex);
+			dropped++;
 		}
 	} while (r == 0 && o.n > 0);
+	pthread_mutex_unlock(&s->lock);
 	free(o.v);
+	if (dropped)
+		stg_log(STG_LOG_WARN, "store: %zu delta objects whose base is lost dropped; "
+			"clients send them again", dropped);
 	return r;
 }
 

@@ -55,16 +55,39 @@ print(n)
 PY
 }
 
-# ships STEPS: writes $REF/p.1 .. $REF/p.STEPS to $CKPT/f in turn, flushing
-# each; sets FIRST to the servers' bytes after the first.
+# ship K: writes $REF/p.K to $CKPT/f and flushes it.
+ship() {
+	shim cp "$REF/p.$1" "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush of version $1: $output"
+}
+
+# ships STEPS: ship 1 .. STEPS in turn; sets FIRST to the servers' bytes
+# after the first.
 ships() {
 	local k
 	for ((k = 1; k <= $1; k++)); do
-		shim cp "$REF/p.$k" "$CKPT/f"
-		run "$STAGEHAND" flush --wait --timeout "$WAIT"
-		[ "$status" -eq 0 ] || fail "flush of version $k: $output"
+		ship "$k"
 		[ "$k" -gt 1 ] || FIRST=$(total_segment_bytes)
 	done
+}
+
+# damage_records DIR: flips a payload byte of every chunk record in the
+# segments below DIR, so that each fails its checksum when read.
+damage_records() {
+	"$PYTHON" - "$1" <<'PY'
+import os, sys
+for top, _, files in os.walk(sys.argv[1]):
+    for name in files:
+        if not name.endswith(".seg"):
+            continue
+        path = os.path.join(top, name)
+        data = bytearray(open(path, "rb").read())
+        for at in range(4096, len(data), 4096):
+            if data[at:at + 4] == b"SHSR" and at + 200 < len(data):
+                data[at + 200] ^= 0x01
+        open(path, "wb").write(data)
+PY
 }
 
 @test "delta = xor: a particle series takes less room on the servers, and every version restores from them with a replica down" {
@@ -88,6 +111,23 @@ ships() {
 		[ "$status" -eq 0 ] || fail "restore of version $k: $output"
 		cmp "$REF/p.$k" "$BACK.$k$CKPT/f" || fail "version $k differs"
 	done
+}
+
+@test "a delta the server cannot check (its base is damaged there) goes whole, and the version restores" {
+	series "$REF/p" 2 4
+	start_servers 1
+	cluster_default_policy cluster.replicas=1 chunk_size=1M compress=zstd filter=shuffle8 delta=xor
+	ship 1
+	damage_records "$T/srv0"
+	ship 2
+	grep -q "as a delta (.*); sending it whole" "$CACHE/flusher.log" ||
+		fail "no delta was refused: $(cat "$CACHE/flusher.log")"
+	[ "$(delta_objects "$T")" -eq 0 ] || fail "a delta was stored on a damaged base"
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	run restore_to "$POLICY" 2 "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore: $output"
+	cmp "$REF/p.2" "$BACK$CKPT/f" || fail "version 2 differs"
 }
 
 @test "delta = off ships no delta" {

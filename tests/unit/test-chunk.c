@@ -266,11 +266,11 @@ static void deltas(void)
 	int accepted = 0;
 	for (size_t i = 0; i < len; i += i < STG_CHUNK_HEADER_SIZE + STG_CHUNK_BASE_SIZE ? 1 : len / 7) {
 		obj[i] ^= 0x10;
+		/* (The base's hash is not checked here: a reader fetches the
+		 * base by it, and another base's bytes fail the content hash.) */
 		int r = stg_chunk_decode_delta(obj, len, &hn, (uint32_t)n, base, out);
 		if (r == 0 && (memcmp(out, next, n) != 0 || i < STG_CHUNK_HEADER_SIZE))
 			accepted++;
-		/* A flipped base hash names another base: decoding with this
-		 * one's bytes must then fail. */
 		obj[i] ^= 0x10;
 	}
 	CHECK_EQ(accepted, 0);
@@ -287,13 +287,26 @@ static void deltas(void)
 	struct stg_chunk_header h;
 	CHECK_EQ(stg_chunk_header_decode(bad, STG_CHUNK_HEADER_SIZE + STG_CHUNK_BASE_SIZE, &hn,
 					 (uint32_t)n, &h), -EBADMSG);
-	/* A delta is always encoded: raw is refused in format 3. */
-	memcpy(bad, obj, len);
+	free(bad);
+	/* A delta is always encoded: raw is refused in format 3, even with
+	 * lengths that would fit a raw chunk. */
+	bad = malloc(STG_CHUNK_HEADER_SIZE + n);
+	memcpy(bad, obj, STG_CHUNK_HEADER_SIZE);
+	memcpy(bad + STG_CHUNK_HEADER_SIZE, next, n);
 	bad[6] = 0;
 	bad[7] = 0;
+	stg_put_le32(bad + 12, (uint32_t)n);
 	stg_put_le32(bad + 36, 0);
 	resum(bad);
-	CHECK_EQ(stg_chunk_header_decode(bad, len, &hn, (uint32_t)n, &h), -EBADMSG);
+	CHECK_EQ(stg_chunk_header_decode(bad, STG_CHUNK_HEADER_SIZE + n, &hn, (uint32_t)n, &h),
+		 -EBADMSG);
+	stg_put_le16(bad + 4, 2); /* the same as format 2 is fine */
+	resum(bad);
+	CHECK_EQ(stg_chunk_header_decode(bad, STG_CHUNK_HEADER_SIZE + n, &hn, (uint32_t)n, &h),
+		 -EBADMSG); /* (format 2 never holds raw either) */
+	stg_put_le16(bad + 4, 1);
+	resum(bad);
+	CHECK_EQ(stg_chunk_header_decode(bad, STG_CHUNK_HEADER_SIZE + n, &hn, (uint32_t)n, &h), 0);
 	free(bad);
 	/* Chunks under 64 bytes are never worth a delta. */
 	CHECK_EQ(stg_chunk_encode_delta(next, 63, &hn, base, &hb, &c, obj), 0);

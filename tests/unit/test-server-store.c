@@ -661,14 +661,15 @@ static void deltas(void)
 		fclose(f);
 	CHECK(strcmp(line, "stagehand-store 3\n") == 0);
 
-	/* Marking the newest delta keeps its whole chain. */
+	/* Marking a delta keeps its chain, and nothing after it. */
 	struct stg_store_gc_result res;
-	unsigned top = STG_CHUNK_DELTA_DEPTH, last = STEPS - 1;
-	struct obj keep[2] = {d[top], d[last]};
+	unsigned last = STEPS - 1;
+	struct obj keep[2] = {d[1], d[last]};
 	gc_cycle(s, keep, 2, &res);
 	gc_cycle(s, keep, 2, &res);
 	for (unsigned k = 0; k < STEPS; k++)
-		CHECK_EQ(stg_store_has(s, &h[k]), k <= top || k >= last - 1);
+		CHECK_EQ(stg_store_has(s, &h[k]), k <= 1 || k >= last - 1);
+	CHECK(!stg_store_has(s, &h[2]));
 	/* After a restart, the chains are known again from the segments. */
 	stg_store_free(s);
 	s = open_store(dir, 256 << 10, 0);
