@@ -1,16 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* Connection authentication: secrets, keys and MACs, with HMAC-SHA256,
- * random bytes and constant-time comparison from libcrypto. */
+ * random bytes and constant-time comparison from libcrypto (libcrypto.c
+ * loads it when first needed). */
 #include "auth.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <openssl/core_names.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/params.h>
-#include <openssl/rand.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "libcrypto.h"
 #include "policy.h"
 #include "util.h"
 
@@ -27,7 +25,8 @@ static pthread_once_t hmac_once = PTHREAD_ONCE_INIT;
 
 static void fetch_hmac(void)
 {
-	hmac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+	const struct stg_libcrypto *lc = stg_libcrypto();
+	hmac = lc ? lc->EVP_MAC_fetch(NULL, "HMAC", NULL) : NULL;
 }
 
 int stg_hmac_sha256(const void *key, size_t keylen, const void *const *pieces,
@@ -36,21 +35,22 @@ int stg_hmac_sha256(const void *key, size_t keylen, const void *const *pieces,
 	pthread_once(&hmac_once, fetch_hmac);
 	if (!hmac)
 		return -EOPNOTSUPP;
-	EVP_MAC_CTX *ctx = EVP_MAC_CTX_new(hmac);
+	const struct stg_libcrypto *lc = stg_libcrypto();
+	EVP_MAC_CTX *ctx = lc->EVP_MAC_CTX_new(hmac);
 	if (!ctx)
 		return -ENOMEM;
 	char digest[] = "SHA256";
 	OSSL_PARAM params[] = {
-		OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
-		OSSL_PARAM_construct_end(),
+		lc->OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+		lc->OSSL_PARAM_construct_end(),
 	};
 	/* (A NULL key would mean "the one set before": an empty one is "".) */
-	int ok = EVP_MAC_init(ctx, keylen ? key : (const void *)"", keylen, params);
+	int ok = lc->EVP_MAC_init(ctx, keylen ? key : (const void *)"", keylen, params);
 	for (size_t i = 0; ok && i < n; i++)
-		ok = EVP_MAC_update(ctx, pieces[i], lens[i]);
+		ok = lc->EVP_MAC_update(ctx, pieces[i], lens[i]);
 	size_t len = 0;
-	ok = ok && EVP_MAC_final(ctx, out, &len, STG_SHA256_LEN) && len == STG_SHA256_LEN;
-	EVP_MAC_CTX_free(ctx);
+	ok = ok && lc->EVP_MAC_final(ctx, out, &len, STG_SHA256_LEN) && len == STG_SHA256_LEN;
+	lc->EVP_MAC_CTX_free(ctx);
 	return ok ? 0 : -EIO;
 }
 
@@ -299,15 +299,19 @@ int stg_auth_derive(const uint8_t key[STG_SHA256_LEN], enum stg_auth_derived wha
 int stg_auth_mac_equal(const uint8_t *a, const uint8_t *b)
 {
 	/* Constant time: how long it takes says nothing of where a guess first
-	 * went wrong. */
-	return CRYPTO_memcmp(a, b, STG_AUTH_MAC_LEN) == 0;
+	 * went wrong. (Without libcrypto no MAC was made: nothing matches.) */
+	const struct stg_libcrypto *lc = stg_libcrypto();
+	return lc && lc->CRYPTO_memcmp(a, b, STG_AUTH_MAC_LEN) == 0;
 }
 
 int stg_auth_random(void *buf, size_t len)
 {
+	const struct stg_libcrypto *lc = stg_libcrypto();
+	if (!lc)
+		return -EOPNOTSUPP;
 	for (uint8_t *p = buf; len > 0;) {
 		int n = len > INT_MAX ? INT_MAX : (int)len;
-		if (RAND_bytes(p, n) != 1)
+		if (lc->RAND_bytes(p, n) != 1)
 			return -EIO;
 		p += n;
 		len -= (size_t)n;

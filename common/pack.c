@@ -405,8 +405,10 @@ static int reader_fd(struct stg_pack_reader *rd, uint64_t pack)
 	int fd = open_for_read(rd->cache, pack);
 	if (fd < 0)
 		return fd;
-	/* A restore reads a pack front to back: read ahead generously. */
-	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	/* A restore reads a pack front to back: read ahead generously, unless
+	 * the records are prefetched one by one (the pack also holds other
+	 * versions' records, which reading ahead would read for nothing). */
+	posix_fadvise(fd, 0, 0, rd->prefetched ? POSIX_FADV_RANDOM : POSIX_FADV_SEQUENTIAL);
 	unsigned i = rd->next++ % STG_PACK_READER_FDS;
 	if (rd->open[i].fd >= 0)
 		close(rd->open[i].fd);
@@ -469,6 +471,13 @@ int stg_pack_reader_read(struct stg_pack_reader *rd, const struct stg_manifest_e
 	if (r == 0)
 		r = stg_chunk_decode(scratch, len, &e->hash, e->raw_len, out);
 	return r;
+}
+
+void stg_pack_reader_prefetch(struct stg_pack_reader *rd, const struct stg_manifest_entry *e)
+{
+	int fd = reader_fd(rd, e->pack);
+	if (fd >= 0)
+		readahead(fd, (off_t)e->offset, STG_CHUNK_HEADER_SIZE + e->stored_len);
 }
 
 int stg_pack_read(struct stg_cache *c, const struct stg_manifest_entry *e, uint8_t *out,

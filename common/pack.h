@@ -79,6 +79,9 @@ struct stg_pack_reader {
 		int fd;
 	} open[STG_PACK_READER_FDS];
 	unsigned next; /* the slot taken when none is free */
+	/* Another thread prefetches the records (stg_pack_reader_prefetch):
+	 * the kernel then reads nothing beyond what is asked. */
+	bool prefetched;
 };
 
 void stg_pack_reader_init(struct stg_pack_reader *r, struct stg_cache *c);
@@ -90,6 +93,12 @@ void stg_pack_reader_done(struct stg_pack_reader *r);
  * or truncated) or -errno. */
 int stg_pack_reader_read(struct stg_pack_reader *r, const struct stg_manifest_entry *e,
 			 uint8_t *out, uint8_t *scratch);
+
+/* Asks the disk for the record e points at, exactly its bytes, ahead of its
+ * read: restore calls it from a thread of its own, with a reader of its own,
+ * so that the records of a version come in while earlier ones are decoded.
+ * Its errors are the read's to find. */
+void stg_pack_reader_prefetch(struct stg_pack_reader *r, const struct stg_manifest_entry *e);
 
 /* The same, for a single chunk. */
 int stg_pack_read(struct stg_cache *c, const struct stg_manifest_entry *e, uint8_t *out,

@@ -91,6 +91,15 @@ int stg_conn_split(const char *hostport, char *host, size_t hostlen, char *port,
 	return 0;
 }
 
+int stg_conn_resolve(const char *host, const char *port, int flags, struct addrinfo **res)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+				 .ai_flags = (flags & AI_PASSIVE) | AI_NUMERICHOST | AI_NUMERICSERV};
+	if (getaddrinfo(host, port, &hints, res) == 0)
+		return 0;
+	hints.ai_flags = flags;
+	return getaddrinfo(host, port, &hints, res);
+}
 
 const char *stg_conn_transport(const struct stg_conn *c)
 {

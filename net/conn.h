@@ -6,6 +6,7 @@
  * connection's pool, and arrive as ordinary PUT_CHUNK and CHUNK messages. */
 #pragma once
 
+#include <netdb.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -110,6 +111,12 @@ struct stg_conn {
 
 /* Splits "host:port" or "[v6addr]:port" (port 0..65535). Returns 0 or -EINVAL. */
 int stg_conn_split(const char *hostport, char *host, size_t hostlen, char *port, size_t portlen);
+
+/* getaddrinfo() for SOCK_STREAM with flags (AI_PASSIVE, AI_ADDRCONFIG), a
+ * numeric address taken as it is: without name services, whose first call
+ * on a cold node costs milliseconds (nscd's socket looked for, address
+ * families listed). Returns getaddrinfo()'s code. */
+int stg_conn_resolve(const char *host, const char *port, int flags, struct addrinfo **res);
 
 /* Connects to hostport over TCP within timeout_ms (every address it resolves
  * to, in turn). Returns 0 or -errno (-ETIMEDOUT, -ECONNREFUSED...). */

@@ -841,9 +841,8 @@ int stg_rdma_connect(const char *hostport, int connect_ms, int timeout_ms, struc
 	if (connect_ms <= 0)
 		connect_ms = timeout_ms;
 	raise_memlock();
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
 	struct addrinfo *ai;
-	if (getaddrinfo(host, port, &hints, &ai) != 0) {
+	if (stg_conn_resolve(host, port, 0, &ai) != 0) {
 		snprintf(why, whylen, "cannot resolve '%s'", host);
 		return -EHOSTUNREACH;
 	}
@@ -916,9 +915,8 @@ int stg_rdma_listen(const char *host, int port, struct stg_rdma_listener **ret, 
 	raise_memlock();
 	char ports[16];
 	snprintf(ports, sizeof(ports), "%d", port);
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
 	struct addrinfo *ai;
-	if (getaddrinfo(host, ports, &hints, &ai) != 0) {
+	if (stg_conn_resolve(host, ports, AI_PASSIVE, &ai) != 0) {
 		snprintf(why, whylen, "cannot resolve '%s'", host);
 		return -EINVAL;
 	}

@@ -150,9 +150,8 @@ int stg_conn_connect(const char *hostport, int timeout_ms, struct stg_conn *ret)
 		return -EINVAL;
 	if (timeout_ms <= 0)
 		timeout_ms = STG_CONN_TIMEOUT_MS;
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_ADDRCONFIG};
 	struct addrinfo *res;
-	int g = getaddrinfo(host, port, &hints, &res);
+	int g = stg_conn_resolve(host, port, AI_ADDRCONFIG, &res);
 	if (g != 0)
 		return g == EAI_SYSTEM ? -errno : -EHOSTUNREACH;
 	int64_t deadline = stg_monotonic_ms() + timeout_ms;

@@ -124,9 +124,8 @@ static int listen_on(const char *hostport, char *bound, size_t boundlen, int *re
 	char host[256], port[16];
 	if (stg_conn_split(hostport, host, sizeof(host), port, sizeof(port)) < 0)
 		return -EINVAL;
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
 	struct addrinfo *res;
-	int g = getaddrinfo(host, port, &hints, &res);
+	int g = stg_conn_resolve(host, port, AI_PASSIVE, &res);
 	if (g != 0) {
 		stg_log(STG_LOG_ERROR, "cannot resolve '%s': %s", host, gai_strerror(g));
 		return -EINVAL;

@@ -377,6 +377,27 @@ out_unlink:
 	return 1;
 }
 
+/* While the servers are asked which versions they hold (a round trip, and
+ * libcrypto loaded for it), the disk reads the first records of the newest
+ * version the cache holds of the first path, which is most often the one
+ * restored. */
+static void warm(struct stg_cache *cache, const char *path)
+{
+	struct stg_catalog_file f;
+	uint64_t *ids = NULL;
+	size_t n = 0;
+	if (stg_catalog_lock(cache, path, false, &f) < 0)
+		return;
+	struct stg_manifest m;
+	if (stg_catalog_versions(f.dirfd, &ids, &n) == 0 && n > 0 &&
+	    stg_catalog_read(f.dirfd, ids[n - 1], &m) == 0) {
+		tool_warm(cache, &m);
+		stg_manifest_done(&m);
+	}
+	stg_catalog_unlock(&f);
+	free(ids);
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -754,6 +775,8 @@ int cmd_restore(int argc, char **argv)
 		struct remote_version *rv = NULL;
 		size_t nrv = 0, reached = 0;
 		if (have_remote) {
+			if (cache && fd.n > 0)
+				warm(cache, fd.paths[0]);
 			r = remote_list(&rm, strcmp(abs, "/") == 0 ? NULL : abs, &rv, &nrv, &reached);
 			if (r < 0)
 				tool_error("restore: cannot list the servers: %s", strerror(-r));

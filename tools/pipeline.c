@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Restore's pipeline: the reader (this thread) fills a ring of aligned
- * buffers with verified chunks; a writer thread writes them out. */
+/* Restore's pipeline: a prefetcher asks the disk for the records ahead, the
+ * reader (this thread) fills a ring of aligned buffers with verified chunks,
+ * writer threads write them out. */
 #include "pipeline.h"
 
 #include <errno.h>
@@ -15,12 +16,15 @@
 #include "pack.h"
 #include "util.h"
 
-#define RING 16
+#define RING 128
 /* Fewer slots for larger chunks: restore's memory stays bounded (64 MiB of
  * slots, 2 slots at least). */
 #define RING_BYTES (64u << 20)
 /* The writer hands the disk up to this many chunks in one call. */
 #define BATCH 8
+/* Written through the page cache, every this many bytes are sent to the
+ * disk as they are written, not all by the final fsync. */
+#define KICK_BYTES (8u << 20)
 
 struct slot {
 	uint8_t *buf;
@@ -48,6 +52,8 @@ struct ring {
 	stg_progress_fn progress;
 	void *arg;
 	uint64_t total, written; /* written: bytes, in any order */
+	uint64_t freed_to;       /* every slot before this offset is written */
+	uint64_t kicked_to;      /* writeback started up to here */
 };
 
 /* Writes n iovecs at off in full. Returns 0 or -errno. */
@@ -119,16 +125,88 @@ static void *writer(void *p)
 		/* Slots are reused in order: free the run that is written. */
 		while (rg->slots[rg->tail].done) {
 			struct slot *s = &rg->slots[rg->tail];
+			rg->freed_to = s->off + s->len;
 			s->full = s->claimed = s->done = false;
 			rg->tail = (rg->tail + 1) % rg->n;
 		}
 		rg->written += end - off;
 		uint64_t written = rg->written;
+		/* Through the page cache, start the writeback of what is written
+		 * in order: the disk works while the rest is decoded, as it
+		 * does with O_DIRECT, and the final fsync waits for the tail. */
+		uint64_t kick = 0, kick_len = 0;
+		if (!rg->direct && rg->freed_to - rg->kicked_to >= KICK_BYTES) {
+			kick = rg->kicked_to;
+			kick_len = rg->freed_to - rg->kicked_to;
+			rg->kicked_to = rg->freed_to;
+		}
 		pthread_cond_broadcast(&rg->cond);
 		pthread_mutex_unlock(&rg->lock);
+		if (kick_len)
+			sync_file_range(rg->fd, (off_t)kick, (off_t)kick_len, SYNC_FILE_RANGE_WRITE);
 		if (rg->progress && !r)
 			rg->progress(rg->arg, written, rg->total);
 	}
+}
+
+/* The prefetcher keeps the disk this many bytes of records ahead of the
+ * reader: reads in flight, and no more read than the version holds. */
+#define AHEAD_BYTES (16u << 20)
+
+struct ahead {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct stg_cache *cache;
+	const struct stg_manifest *m;
+	uint64_t read_to;  /* the reader has read the records before this byte... */
+	uint64_t asked_to; /* ...and the disk was asked for these */
+	bool stop;
+};
+
+/* Bytes of a version's records, counted from its first. */
+static uint64_t record_bytes(const struct stg_manifest_entry *e)
+{
+	return e->flags & STG_ENTRY_ZERO ? 0 : STG_CHUNK_HEADER_SIZE + (uint64_t)e->stored_len;
+}
+
+static void *prefetcher(void *p)
+{
+	struct ahead *a = p;
+	struct stg_pack_reader rd;
+	stg_pack_reader_init(&rd, a->cache);
+	rd.prefetched = true;
+	for (uint32_t i = 0; i < a->m->nchunks; i++) {
+		const struct stg_manifest_entry *e = &a->m->entries[i];
+		uint64_t len = record_bytes(e);
+		if (!len)
+			continue;
+		pthread_mutex_lock(&a->lock);
+		while (!a->stop && a->asked_to - a->read_to >= AHEAD_BYTES)
+			pthread_cond_wait(&a->cond, &a->lock);
+		bool stop = a->stop;
+		a->asked_to += len;
+		pthread_mutex_unlock(&a->lock);
+		if (stop)
+			break;
+		stg_pack_reader_prefetch(&rd, e);
+	}
+	stg_pack_reader_done(&rd);
+	return NULL;
+}
+
+void tool_warm(struct stg_cache *c, const struct stg_manifest *m)
+{
+	struct stg_pack_reader rd;
+	stg_pack_reader_init(&rd, c);
+	rd.prefetched = true;
+	uint64_t asked = 0;
+	for (uint32_t i = 0; i < m->nchunks && asked < AHEAD_BYTES; i++) {
+		uint64_t len = record_bytes(&m->entries[i]);
+		if (len)
+			stg_pack_reader_prefetch(&rd, &m->entries[i]);
+		asked += len;
+	}
+	stg_pack_reader_done(&rd);
 }
 
 int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
@@ -160,8 +238,14 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 		started++;
 	if (r == 0 && !started)
 		r = -EAGAIN;
+	struct ahead ahead = {.cache = c, .m = m};
+	pthread_mutex_init(&ahead.lock, NULL);
+	pthread_cond_init(&ahead.cond, NULL);
+	pthread_t ahead_th;
+	bool ahead_started = r == 0 && pthread_create(&ahead_th, NULL, prefetcher, &ahead) == 0;
 	struct stg_pack_reader rd;
 	stg_pack_reader_init(&rd, c);
+	rd.prefetched = ahead_started;
 	uint64_t off = 0;
 	for (uint32_t i = 0; r == 0 && i < m->nchunks; off += m->entries[i++].raw_len) {
 		const struct stg_manifest_entry *e = &m->entries[i];
@@ -176,6 +260,12 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 			break;
 		struct slot *s = &rg.slots[rg.head];
 		r = stg_pack_reader_read(&rd, e, s->buf, scratch);
+		if (ahead_started) {
+			pthread_mutex_lock(&ahead.lock);
+			ahead.read_to += record_bytes(e);
+			pthread_cond_signal(&ahead.cond);
+			pthread_mutex_unlock(&ahead.lock);
+		}
 		if (r < 0 && err) {
 			err->chunk = i;
 			err->entry = *e;
@@ -194,6 +284,15 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 		pthread_cond_broadcast(&rg.cond);
 		pthread_mutex_unlock(&rg.lock);
 	}
+	if (ahead_started) {
+		pthread_mutex_lock(&ahead.lock);
+		ahead.stop = true;
+		pthread_cond_signal(&ahead.cond);
+		pthread_mutex_unlock(&ahead.lock);
+		pthread_join(ahead_th, NULL);
+	}
+	pthread_mutex_destroy(&ahead.lock);
+	pthread_cond_destroy(&ahead.cond);
 	if (started) {
 		pthread_mutex_lock(&rg.lock);
 		rg.done = true;

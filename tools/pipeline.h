@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Restore's pipeline: one thread reads and verifies chunks while another
- * writes the previous ones, so the disk reads and writes overlap. */
+/* Restore's pipeline: the disk is asked for the records ahead while one
+ * thread reads and verifies chunks and others write the previous ones, so
+ * the disk reads and writes overlap. */
 #pragma once
 
 #include "cache.h"
@@ -18,3 +19,7 @@ typedef int (*tool_refetch_fn)(void *arg, uint32_t i, const struct stg_materiali
 int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 		     stg_progress_fn progress, void *arg, tool_refetch_fn refetch,
 		     void *refetch_arg, struct stg_materialize_error *err);
+
+/* Asks the disk for the first records of m, as the pipeline would, without
+ * waiting: restore does while it asks the servers which version is newest. */
+void tool_warm(struct stg_cache *c, const struct stg_manifest *m);

@@ -119,6 +119,14 @@ setup() {
 	[ "$status" -ne 0 ]
 }
 
+@test "the tool loads libcrypto when it talks to a server, not at every start; it links no jemalloc" {
+	# (each is about a third of a cold start: restoring from the node's
+	# cache or listing it needs neither)
+	run sh -c "ldd '$STAGEHAND' | grep -E 'jemalloc|crypto'"
+	[ "$status" -ne 0 ] || fail "linked: $output"
+	nm -D --undefined-only "$STAGEHAND" | grep -q ' dlopen'
+}
+
 @test "README's first command, ./demo.sh, exits 0 when it worked, non-zero when it did not" {
 	local root
 	root=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)

@@ -581,6 +581,29 @@ EOP
 	[ "$(grep -c ' up ' <<<"$output")" -eq 2 ]
 }
 
+@test "libcrypto cannot be loaded: talking to a server fails saying why; restoring from the node's cache does not need it" {
+	start_servers 2
+	cluster_default_policy
+	shim cp /etc/services "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	stop_flusher "$CACHE"
+	# a libcrypto.so.3 that is no library, found first
+	mkdir "$T/lib"
+	echo "not a library" >"$T/lib/libcrypto.so.3"
+	run env LD_LIBRARY_PATH="$T/lib" "$STAGEHAND" status
+	[[ "$output" == *"cannot load libcrypto.so.3, which authentication needs: $T/lib/libcrypto.so.3"* ]] ||
+		fail "status: $output"
+	[ "$(grep -c ' down: ' <<<"$output")" -eq 2 ] || fail "status: $output"
+	# ls: no server answered
+	run env LD_LIBRARY_PATH="$T/lib" "$STAGEHAND" ls
+	[ "$status" -eq 3 ] || fail "ls: $output"
+	[[ "$output" == *"cannot load libcrypto.so.3"* ]] || fail "ls: $output"
+	run env LD_LIBRARY_PATH="$T/lib" "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore: $output"
+	cmp "$BACK$CKPT/f" /etc/services
+}
+
 @test "security: a user cannot list or restore another user's files" {
 	[ "$(id -u)" -eq 0 ] || skip "needs root to run as another user"
 	command -v setpriv >/dev/null || skip "needs setpriv"

@@ -57,6 +57,11 @@ setup() {
 	[ "$(stat -c %U /var/lib/stagehand)" = stagehand ]
 	run /usr/bin/stagehand --version
 	[ "$status" -eq 0 ] && [[ "$output" == "stagehand "* ]] || fail "$output"
+	# libcrypto, loaded when first needed, is a dependency all the same
+	for p in stagehand stagehand-server; do
+		dpkg-query -W -f '${Depends}\n' "$p" | grep -q 'libssl3' ||
+			fail "$p does not depend on libssl3: $(dpkg-query -W -f '${Depends}' "$p")"
+	done
 }
 
 @test "the demo runs against the installed programs" {
