@@ -40,6 +40,7 @@
 struct seg {
 	uint32_t id;
 	int fd;
+	int dfd;          /* the same file with O_DIRECT, for appends (or -1) */
 	uint64_t end;     /* bytes reserved: where the next record goes */
 	uint64_t live;    /* record bytes of the index entries pointing here */
 	unsigned refs;
@@ -129,6 +130,8 @@ static void seg_close(struct seg *g)
 {
 	if (g->fd >= 0)
 		close(g->fd);
+	if (g->dfd >= 0)
+		close(g->dfd);
 	free(g);
 }
 
@@ -143,13 +146,20 @@ static void seg_put(struct stg_store *s, struct seg *g)
 		seg_close(g);
 }
 
-static int seg_new(uint64_t id, int fd, struct seg **ret)
+static int seg_new(struct stg_store *s, uint64_t id, int fd, struct seg **ret)
 {
 	struct seg *g = calloc(1, sizeof(*g));
 	if (!g)
 		return -ENOMEM;
 	g->id = (uint32_t)id;
 	g->fd = fd;
+	/* Records are appended with O_DIRECT where the file system takes it:
+	 * copying them into the page cache cost the server more than
+	 * receiving and verifying them (a segment is read back only for
+	 * restores and collections). */
+	char name[STG_SEGMENT_NAME_LEN + 1];
+	stg_segment_name(id, name);
+	g->dfd = openat(s->segdirfd, name, O_WRONLY | O_DIRECT | O_CLOEXEC);
 	g->end = STG_SEGMENT_HEADER_SIZE;
 	g->refs = 1;
 	*ret = g;
@@ -180,7 +190,7 @@ static int segment_create(struct stg_store *s, uint64_t id, struct seg **ret)
 		r = -errno;
 		goto out_close; /* the name exists; recovery will find it empty */
 	}
-	r = seg_new(id, fd, ret);
+	r = seg_new(s, id, fd, ret);
 	if (r < 0)
 		goto out_close;
 	return 0;
@@ -267,7 +277,20 @@ static int write_record(struct seg *g, uint64_t off, const uint8_t *hdr, const u
 		{(void *)body, len},
 		{(void *)zeros, pad},
 	};
-	int r = stg_ringio_pwritev(g->fd, iov, 3, off);
+	int r = -EINVAL;
+	size_t rsize = STG_RECORD_HEADER_SIZE + len + pad;
+	uint8_t *direct = NULL;
+	if (g->dfd >= 0 && posix_memalign((void **)&direct, STG_SEGMENT_ALIGN, rsize) == 0) {
+		/* One aligned copy, as O_DIRECT wants it. */
+		memcpy(direct, hdr, STG_RECORD_HEADER_SIZE);
+		memcpy(direct + STG_RECORD_HEADER_SIZE, body, len);
+		memset(direct + STG_RECORD_HEADER_SIZE + len, 0, pad);
+		struct iovec one = {direct, rsize};
+		r = stg_ringio_pwritev(g->dfd, &one, 1, off);
+		free(direct);
+	}
+	if (r == -EINVAL) /* no O_DIRECT here after all (or no memory for it) */
+		r = stg_ringio_pwritev(g->fd, iov, 3, off);
 	if (r < 0)
 		stg_log_errno(STG_LOG_ERROR, r, "store: segment %016" PRIx32 " offset %" PRIu64
 			      ": write failed", g->id, off);
@@ -1089,7 +1112,7 @@ static int recover_segment(struct stg_store *s, uint64_t id, struct seg **ret,
 	if (r < 0)
 		goto out_close;
 	struct seg *g;
-	r = seg_new(id, fd, &g);
+	r = seg_new(s, id, fd, &g);
 	if (r < 0)
 		goto out_close;
 	r = table_reserve(s);
