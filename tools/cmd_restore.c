@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,12 +174,13 @@ static int refetch_chunk(void *arg, uint32_t i, const struct stg_materialize_err
 	return 0;
 }
 
-/* Rebuilds m's content into fd from src. 0, or 1 after saying why. */
+/* Rebuilds m's content into fd from src. 0, or 1 after saying why (unless
+ * quiet, which shows no progress either). */
 static int fill(const struct source *src, const char *path, uint64_t version,
-		const struct stg_manifest *m, int fd, const char *dest)
+		const struct stg_manifest *m, int fd, const char *dest, bool quiet)
 {
 	struct progress pr = {.path = path, .last = -1,
-			      .on = isatty(STDERR_FILENO) && m->size >= PROGRESS_MIN_BYTES};
+			      .on = !quiet && isatty(STDERR_FILENO) && m->size >= PROGRESS_MIN_BYTES};
 	struct stg_materialize_error me;
 	uint64_t bad_chunk = 0;
 	struct refetch rf = {.path = path, .version = version, .m = m};
@@ -192,6 +194,8 @@ static int fill(const struct source *src, const char *path, uint64_t version,
 		remote_session_done(&rf.sess);
 	if (pr.on && r < 0)
 		fputc('\n', stderr);
+	if (r < 0 && quiet)
+		return 1;
 	if (r < 0 && src->cache) {
 		char rel[48];
 		stg_pack_relpath(me.entry.pack, rel);
@@ -238,7 +242,7 @@ static int lay_over(const struct overlay *over, const char *path, uint64_t versi
 			failed = 1;
 			break;
 		}
-		failed = fill(&over->srcs[i], path, version, m, t, dest);
+		failed = fill(&over->srcs[i], path, version, m, t, dest, false);
 		for (uint32_t e = 0; e < m->part->nextents && !failed; e++) {
 			const struct stg_extent *x = &m->part->extents[e];
 			for (uint64_t at = x->off; at < x->off + x->len && !failed;) {
@@ -260,142 +264,255 @@ static int lay_over(const struct overlay *over, const char *path, uint64_t versi
 	return failed;
 }
 
-/* Writes m's content to path (below to), atomically; consumes m. With over,
- * m is the first part of a job's version and the others are laid over it. */
-static int write_version(const struct source *src, const char *path, uint64_t version,
-			 struct stg_manifest *m_in, const struct overlay *over, const struct opts *o)
+/* Where a version is written: a temporary file beside its destination,
+ * renamed over it once whole. */
+struct dest {
+	int dirfd, fd;
+	const char *name; /* the last name of the path */
+	char tmp[NAME_MAX + 64];
+	char dest[PATH_MAX * 2]; /* for messages */
+};
+
+/* Opens the directory of path below o->to (made when missing) and a new
+ * temporary file in it, with O_DIRECT when direct and the file system takes
+ * it. 0, or 1 after saying why unless quiet. */
+static int dest_open(const char *path, const struct opts *o, bool direct, bool quiet,
+		     struct dest *d)
 {
-	struct stg_manifest m = *m_in;
 	const char *to = o->to;
 	int rootfd = open(to ? to : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rootfd < 0) {
-		tool_error("restore: cannot open '%s': %s", to ? to : "/", strerror(errno));
-		stg_manifest_done(&m);
+		if (!quiet)
+			tool_error("restore: cannot open '%s': %s", to ? to : "/", strerror(errno));
 		return 1;
 	}
 	/* path is normalized (stg_path_valid): its last name is a name. */
-	const char *name = strrchr(path, '/') + 1;
-	if (!*name) {
-		tool_error("restore: '/' is no file");
+	d->name = strrchr(path, '/') + 1;
+	if (!*d->name) {
+		if (!quiet)
+			tool_error("restore: '/' is no file");
 		close(rootfd);
-		stg_manifest_done(&m);
 		return 1;
 	}
 	char parent[PATH_MAX];
-	snprintf(parent, sizeof(parent), "%.*s", (int)(name - path - 1), path + 1);
+	snprintf(parent, sizeof(parent), "%.*s", (int)(d->name - path - 1), path + 1);
 	struct beneath_link link;
-	int dirfd = beneath_open_dir(rootfd, parent, !to, &link);
+	d->dirfd = beneath_open_dir(rootfd, parent, !to, &link);
 	close(rootfd);
-	char dest[PATH_MAX * 2];
-	snprintf(dest, sizeof(dest), "%s%s", to ? to : "", path);
-	if (dirfd == -ELOOP) {
+	snprintf(d->dest, sizeof(d->dest), "%s%s", to ? to : "", path);
+	if (d->dirfd == -ELOOP && !quiet) {
 		char whose[48] = "";
 		if (link.owner != 0 && link.owner != geteuid())
 			snprintf(whose, sizeof(whose), " belongs to uid %u", (unsigned)link.owner);
 		tool_error("restore: cannot create the directory of '%s': a symbolic link is in the "
 			   "way ('%s%s'%s)",
-			   dest, to ? to : "", link.path, whose);
-	} else if (dirfd < 0) {
-		tool_error("restore: cannot create the directory of '%s': %s", dest,
-			   strerror(-dirfd));
+			   d->dest, to ? to : "", link.path, whose);
+	} else if (d->dirfd < 0 && !quiet) {
+		tool_error("restore: cannot create the directory of '%s': %s", d->dest,
+			   strerror(-d->dirfd));
 	}
 	struct stat st;
-	if (dirfd >= 0 && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	if (d->dirfd >= 0 && fstatat(d->dirfd, d->name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    S_ISLNK(st.st_mode)) {
 		/* Renamed over, the link would go; written through, it could
 		 * lead anywhere. Neither is what was staged. */
-		tool_error("restore: '%s': a symbolic link is in the way", dest);
-		close(dirfd);
-		dirfd = -ELOOP;
+		if (!quiet)
+			tool_error("restore: '%s': a symbolic link is in the way", d->dest);
+		close(d->dirfd);
+		d->dirfd = -ELOOP;
 	}
-	if (dirfd < 0) {
-		stg_manifest_done(&m);
+	if (d->dirfd < 0)
+		return 1;
+	snprintf(d->tmp, sizeof(d->tmp), ".%.200s.stagehand-restore.%d", d->name, (int)getpid());
+	int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
+	d->fd = beneath_open(d->dirfd, d->tmp, flags | (direct ? O_DIRECT : 0), 0600);
+	if (d->fd == -EINVAL)
+		d->fd = beneath_open(d->dirfd, d->tmp, flags, 0600);
+	if (d->fd < 0) {
+		if (!quiet)
+			tool_error("restore: cannot write next to '%s': %s", d->dest,
+				   strerror(-d->fd));
+		close(d->dirfd);
 		return 1;
 	}
-	char tmp[NAME_MAX + 64];
-	snprintf(tmp, sizeof(tmp), ".%.200s.stagehand-restore.%d", name, (int)getpid());
-	/* Written with O_DIRECT where possible: the data goes straight to the
-	 * disk instead of through the page cache, and the final fsync is short. */
-	/* (Not for fetched chunks, which are not aligned, nor for merges.) */
-	int direct = src->cache && !over ? O_DIRECT : 0;
-	int fd = beneath_open(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | direct, 0600);
-	if (fd == -EINVAL)
-		fd = beneath_open(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		tool_error("restore: cannot write next to '%s': %s", dest, strerror(-fd));
-		close(dirfd);
-		stg_manifest_done(&m);
-		return 1;
-	}
-	if (fill(src, path, version, &m, fd, dest))
-		goto out_unlink;
-	uint64_t size = m.size;
+	return 0;
+}
+
+static void dest_drop(struct dest *d)
+{
+	close(d->fd);
+	unlinkat(d->dirfd, d->tmp, 0);
+	close(d->dirfd);
+}
+
+/* Lays over's parts over d's content (when over), gives it m's metadata and
+ * renames it into place, saying so. 0, or 1 after saying why. Consumes d
+ * and m. */
+static int dest_finish(struct dest *d, const struct source *src, const char *path,
+		       uint64_t version, struct stg_manifest *m, const struct overlay *over,
+		       const struct opts *o)
+{
+	uint64_t size = m->size;
 	if (over) {
-		if (lay_over(over, path, version, dirfd, fd, dest))
-			goto out_unlink;
+		if (lay_over(over, path, version, d->dirfd, d->fd, d->dest))
+			goto out_drop;
 		/* The longest part's length; the newest part's metadata. */
 		for (size_t i = 0; i < over->n; i++) {
 			size = over->parts[i].size > size ? over->parts[i].size : size;
-			m.mode = over->parts[i].mode;
-			m.mtime_ns = over->parts[i].mtime_ns;
+			m->mode = over->parts[i].mode;
+			m->mtime_ns = over->parts[i].mtime_ns;
 		}
-		if (ftruncate(fd, (off_t)size) < 0) {
-			tool_error("restore: finishing '%s': %s", dest, strerror(errno));
-			goto out_unlink;
+		if (ftruncate(d->fd, (off_t)size) < 0) {
+			tool_error("restore: finishing '%s': %s", d->dest, strerror(errno));
+			goto out_drop;
 		}
 	}
 	struct timespec times[2] = {
-		{.tv_sec = m.mtime_ns / 1000000000, .tv_nsec = m.mtime_ns % 1000000000},
-		{.tv_sec = m.mtime_ns / 1000000000, .tv_nsec = m.mtime_ns % 1000000000},
+		{.tv_sec = m->mtime_ns / 1000000000, .tv_nsec = m->mtime_ns % 1000000000},
+		{.tv_sec = m->mtime_ns / 1000000000, .tv_nsec = m->mtime_ns % 1000000000},
 	};
 	/* setuid, setgid and sticky only when asked: a cache's owner would
 	 * otherwise choose a setuid file of root's. */
-	mode_t mode = m.mode & (o->keep_special ? 07777 : 0777);
-	if (fchmod(fd, mode) < 0 || futimens(fd, times) < 0 || fsync(fd) < 0) {
-		tool_error("restore: finishing '%s': %s", dest, strerror(errno));
-		goto out_unlink;
+	mode_t mode = m->mode & (o->keep_special ? 07777 : 0777);
+	if (fchmod(d->fd, mode) < 0 || futimens(d->fd, times) < 0 || fsync(d->fd) < 0) {
+		tool_error("restore: finishing '%s': %s", d->dest, strerror(errno));
+		goto out_drop;
 	}
-	if (renameat(dirfd, tmp, dirfd, name) < 0) {
-		tool_error("restore: cannot move '%s' into place: %s", dest, strerror(errno));
-		goto out_unlink;
+	if (renameat(d->dirfd, d->tmp, d->dirfd, d->name) < 0) {
+		tool_error("restore: cannot move '%s' into place: %s", d->dest, strerror(errno));
+		goto out_drop;
 	}
-	fsync(dirfd);
-	close(fd);
-	close(dirfd);
-	char epath[TOOL_ESCAPED_SIZE(PATH_MAX)], edest[TOOL_ESCAPED_SIZE(sizeof(dest))];
+	fsync(d->dirfd);
+	close(d->fd);
+	close(d->dirfd);
+	char epath[TOOL_ESCAPED_SIZE(PATH_MAX)], edest[TOOL_ESCAPED_SIZE(sizeof(d->dest))];
 	printf("restored %s version %" PRIu64 " (%" PRIu64 " bytes) to %s%s\n",
 	       tool_escape(path, epath, sizeof(epath)), version, size,
-	       tool_escape(dest, edest, sizeof(edest)),
+	       tool_escape(d->dest, edest, sizeof(edest)),
 	       over ? ", merged from its nodes' parts" : src->cache ? "" : " from the servers");
-	stg_manifest_done(&m);
+	stg_manifest_done(m);
 	return 0;
-out_unlink:
-	close(fd);
-	unlinkat(dirfd, tmp, 0);
-	close(dirfd);
-	stg_manifest_done(&m);
+out_drop:
+	dest_drop(d);
+	stg_manifest_done(m);
 	return 1;
 }
 
-/* While the servers are asked which versions they hold (a round trip, and
- * libcrypto loaded for it), the disk reads the first records of the newest
- * version the cache holds of the first path, which is most often the one
- * restored. */
-static void warm(struct stg_cache *cache, const char *path)
+/* Writes m's content to path (below to), atomically; consumes m. With over,
+ * m is the first part of a job's version and the others are laid over it. */
+static int write_version(const struct source *src, const char *path, uint64_t version,
+			 struct stg_manifest *m, const struct overlay *over, const struct opts *o)
 {
+	struct dest d;
+	/* Written with O_DIRECT where possible: the data goes straight to the
+	 * disk instead of through the page cache, and the final fsync is short. */
+	/* (Not for fetched chunks, which are not aligned, nor for merges.) */
+	if (dest_open(path, o, src->cache && !over, false, &d)) {
+		stg_manifest_done(m);
+		return 1;
+	}
+	if (fill(src, path, version, m, d.fd, d.dest, false)) {
+		dest_drop(&d);
+		stg_manifest_done(m);
+		return 1;
+	}
+	return dest_finish(&d, src, path, version, m, over, o);
+}
+
+/* A restore from the cache begun while the servers are asked whether they
+ * hold a newer version (a round trip, libcrypto loaded for it: about as long
+ * as writing 20 MiB): the newest version this node holds of the one path
+ * asked, written beside its destination. Kept if it is the newest there is,
+ * else dropped. */
+struct early {
+	bool ready;      /* d is filled with version id */
+	const char *path;
+	uint64_t id;
+	int pin;         /* the cache's collector waits meanwhile */
+	struct stg_manifest m;
+	struct dest d;
+};
+
+static void early_start(struct stg_cache *cache, const char *path, const struct opts *o,
+			struct early *e)
+{
+	*e = (struct early){.path = path, .pin = stg_gc_pin(cache)};
 	struct stg_catalog_file f;
 	uint64_t *ids = NULL;
 	size_t n = 0;
 	if (stg_catalog_lock(cache, path, false, &f) < 0)
 		return;
-	struct stg_manifest m;
-	if (stg_catalog_versions(f.dirfd, &ids, &n) == 0 && n > 0 &&
-	    stg_catalog_read(f.dirfd, ids[n - 1], &m) == 0) {
-		tool_warm(cache, &m);
-		stg_manifest_done(&m);
-	}
+	int r = stg_catalog_versions(f.dirfd, &ids, &n);
+	if (r == 0 && n > 0)
+		r = stg_catalog_read(f.dirfd, ids[n - 1], &e->m);
 	stg_catalog_unlock(&f);
+	if (r < 0 || n == 0) {
+		free(ids);
+		return;
+	}
+	e->id = ids[n - 1];
 	free(ids);
+	/* A job's part is merged with the others; a bad chunk is fetched from
+	 * the servers: both wait for what the servers say. So do messages. */
+	const struct source src = {.cache = cache};
+	if (e->m.part || dest_open(path, o, true, true, &e->d)) {
+		stg_manifest_done(&e->m);
+		return;
+	}
+	if (fill(&src, path, 0, &e->m, e->d.fd, e->d.dest, true)) {
+		dest_drop(&e->d);
+		stg_manifest_done(&e->m);
+		return;
+	}
+	e->ready = true;
+}
+
+/* Drops what early_start wrote (its temporary name is the one a restore of
+ * its path takes). */
+static void early_drop(struct early *e)
+{
+	if (e->ready) {
+		dest_drop(&e->d);
+		stg_manifest_done(&e->m);
+		e->ready = false;
+	}
+}
+
+/* Whether early holds version id of path, written; if not, it is dropped
+ * before path is written otherwise. */
+static bool early_take(struct early *e, const char *path, uint64_t id)
+{
+	if (!e || !e->ready || strcmp(e->path, path) != 0)
+		return false;
+	if (e->id == id)
+		return true;
+	early_drop(e);
+	return false;
+}
+
+static void early_done(struct early *e)
+{
+	early_drop(e);
+	if (e->pin >= 0)
+		stg_gc_unpin(e->pin);
+	e->pin = -1;
+}
+
+/* The servers' versions, listed by a thread of its own while early_start
+ * writes. */
+struct listing {
+	struct remote *rm;
+	const char *prefix;
+	struct remote_version *rv;
+	size_t nrv, reached;
+	int r;
+};
+
+static void *list_servers(void *p)
+{
+	struct listing *l = p;
+	l->r = remote_list(l->rm, l->prefix, &l->rv, &l->nrv, &l->reached);
+	return NULL;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -620,7 +737,7 @@ out:
  * has that version, else from the servers that listed it. */
 static int restore_path(struct stg_cache *cache, struct remote *rm,
 			const struct remote_version *rv, size_t nrv, const char *path,
-			const struct opts *o)
+			const struct opts *o, struct early *early)
 {
 	uint64_t *ids;
 	ssize_t n = version_ids(cache, rv, nrv, path, &ids);
@@ -645,6 +762,11 @@ static int restore_path(struct stg_cache *cache, struct remote *rm,
 	int pin = cache ? stg_gc_pin(cache) : -1;
 	uint64_t number = o->version;
 	int r = load_version(cache, rm, rv, nrv, path, ids[n - 1], &newest, &src);
+	bool take = early_take(early, path, ids[n - 1]);
+	if (take && (r < 0 || newest.part || number || !src.cache)) {
+		early_drop(early);
+		take = false;
+	}
 	int failed;
 	if (r == -EBADMSG && !number) {
 		uint64_t *numbers = malloc((size_t)n * sizeof(*numbers));
@@ -658,7 +780,15 @@ static int restore_path(struct stg_cache *cache, struct remote *rm,
 		uint64_t *numbers = malloc((size_t)n * sizeof(*numbers));
 		if (numbers) {
 			stg_version_numbers(ids, (size_t)n, numbers);
-			failed = write_version(&src, path, numbers[n - 1], &newest, NULL, o);
+			if (take) {
+				/* Written already: the newest there is. */
+				stg_manifest_done(&newest);
+				early->ready = false;
+				failed = dest_finish(&early->d, &src, path, numbers[n - 1],
+						     &early->m, NULL, o);
+			} else {
+				failed = write_version(&src, path, numbers[n - 1], &newest, NULL, o);
+			}
 		} else {
 			tool_error("restore: out of memory");
 			stg_manifest_done(&newest);
@@ -774,10 +904,21 @@ int cmd_restore(int argc, char **argv)
 		failed |= fd.bad;
 		struct remote_version *rv = NULL;
 		size_t nrv = 0, reached = 0;
+		struct early early = {.pin = -1};
 		if (have_remote) {
-			if (cache && fd.n > 0)
-				warm(cache, fd.paths[0]);
-			r = remote_list(&rm, strcmp(abs, "/") == 0 ? NULL : abs, &rv, &nrv, &reached);
+			struct listing l = {.rm = &rm, .prefix = strcmp(abs, "/") == 0 ? NULL : abs};
+			pthread_t th;
+			if (cache && fd.n == 1 && !o.version &&
+			    pthread_create(&th, NULL, list_servers, &l) == 0) {
+				early_start(cache, fd.paths[0], &o, &early);
+				pthread_join(th, NULL);
+			} else {
+				list_servers(&l);
+			}
+			r = l.r;
+			rv = l.rv;
+			nrv = l.nrv;
+			reached = l.reached;
 			if (r < 0)
 				tool_error("restore: cannot list the servers: %s", strerror(-r));
 			/* A prefix match is textual: keep whole components only. */
@@ -797,8 +938,9 @@ int cmd_restore(int argc, char **argv)
 			if (k > 0 && strcmp(fd.paths[k], fd.paths[k - 1]) == 0)
 				continue;
 			failed |= restore_path(cache, have_remote ? &rm : NULL, rv, nrv, fd.paths[k],
-					       &o);
+					       &o, &early);
 		}
+		early_done(&early);
 		for (size_t k = 0; k < fd.n; k++)
 			free(fd.paths[k]);
 		free(fd.paths);

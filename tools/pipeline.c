@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Restore's pipeline: a prefetcher asks the disk for the records ahead, the
- * reader (this thread) fills a ring of aligned buffers with verified chunks,
- * writer threads write them out. */
+/* Restore's pipeline: a prefetcher asks the disk for the records ahead,
+ * decoders (this thread and another) fill a ring of aligned buffers with
+ * verified chunks, in order, writer threads write them out. */
 #include "pipeline.h"
 
 #include <errno.h>
@@ -30,7 +30,8 @@ struct slot {
 	uint8_t *buf;
 	uint64_t off;
 	uint32_t len;
-	bool full;    /* filled by the reader */
+	bool busy;    /* a decoder is filling it */
+	bool full;    /* filled by a decoder */
 	bool claimed; /* a writer is writing it */
 	bool done;    /* written: free once every slot before it is too */
 };
@@ -43,9 +44,9 @@ struct ring {
 	pthread_cond_t cond;
 	struct slot slots[RING];
 	size_t n;          /* slots in use */
-	size_t head, tail; /* the reader fills head, the writers free tail */
+	size_t head, tail; /* the decoders take head, the writers free tail */
 	size_t claim;      /* the next slot a writer takes */
-	bool done;         /* the reader has nothing more */
+	bool done;         /* the decoders have nothing more */
 	int werr;          /* the writer's first error */
 	int fd, flags;
 	bool direct;
@@ -150,7 +151,7 @@ static void *writer(void *p)
 }
 
 /* The prefetcher keeps the disk this many bytes of records ahead of the
- * reader: reads in flight, and no more read than the version holds. */
+ * decoders: reads in flight, and no more read than the version holds. */
 #define AHEAD_BYTES (16u << 20)
 
 struct ahead {
@@ -158,8 +159,8 @@ struct ahead {
 	pthread_cond_t cond;
 	struct stg_cache *cache;
 	const struct stg_manifest *m;
-	uint64_t read_to;  /* the reader has read the records before this byte... */
-	uint64_t asked_to; /* ...and the disk was asked for these */
+	uint64_t read_to;  /* the decoders have read this many bytes of records... */
+	uint64_t asked_to; /* ...and the disk was asked for this many */
 	bool stop;
 };
 
@@ -194,19 +195,99 @@ static void *prefetcher(void *p)
 	return NULL;
 }
 
-void tool_warm(struct stg_cache *c, const struct stg_manifest *m)
+/* Chunks are read and verified by this many threads (the caller's among
+ * them): decoding a MiB takes about a millisecond, which alone made a
+ * restore slower than the disk. */
+#define DECODERS 2
+
+struct decode {
+	struct ring *rg;
+	struct ahead *ahead; /* NULL: no prefetcher */
+	struct stg_cache *cache;
+	const struct stg_manifest *m;
+	tool_refetch_fn refetch;
+	void *refetch_arg;
+	pthread_mutex_t refetch_lock; /* a refetch talks on one session */
+	/* Under rg->lock: */
+	uint32_t next;   /* the next entry a decoder takes */
+	uint64_t off;    /* where it goes */
+	int err;         /* the first decoder's error */
+	struct stg_materialize_error why;
+};
+
+/* Takes the next chunk and a free slot for it, in order. Returns false when
+ * there is nothing more to do. Called with rg->lock held. */
+static bool take(struct decode *d, uint32_t *ret_i, uint64_t *ret_off, struct slot **ret_s)
 {
-	struct stg_pack_reader rd;
-	stg_pack_reader_init(&rd, c);
-	rd.prefetched = true;
-	uint64_t asked = 0;
-	for (uint32_t i = 0; i < m->nchunks && asked < AHEAD_BYTES; i++) {
-		uint64_t len = record_bytes(&m->entries[i]);
-		if (len)
-			stg_pack_reader_prefetch(&rd, &m->entries[i]);
-		asked += len;
+	struct ring *rg = d->rg;
+	for (;;) {
+		while (d->next < d->m->nchunks && d->m->entries[d->next].flags & STG_ENTRY_ZERO)
+			d->off += d->m->entries[d->next++].raw_len; /* a hole: the final size makes it */
+		if (d->next == d->m->nchunks || d->err || rg->werr)
+			return false;
+		struct slot *s = &rg->slots[rg->head];
+		if (!s->full && !s->busy) {
+			*ret_i = d->next;
+			*ret_off = d->off;
+			*ret_s = s;
+			s->busy = true;
+			d->off += d->m->entries[d->next++].raw_len;
+			rg->head = (rg->head + 1) % rg->n;
+			return true;
+		}
+		pthread_cond_wait(&rg->cond, &rg->lock);
 	}
+}
+
+static void *decoder(void *p)
+{
+	struct decode *d = p;
+	struct ring *rg = d->rg;
+	struct stg_pack_reader rd;
+	stg_pack_reader_init(&rd, d->cache);
+	rd.prefetched = d->ahead != NULL;
+	uint8_t *scratch = malloc(stg_chunk_bound(d->m->chunk_max));
+	uint32_t i;
+	uint64_t off;
+	struct slot *s;
+	pthread_mutex_lock(&rg->lock);
+	if (!scratch && !d->err)
+		d->err = -ENOMEM;
+	while (take(d, &i, &off, &s)) {
+		pthread_mutex_unlock(&rg->lock);
+		const struct stg_manifest_entry *e = &d->m->entries[i];
+		int r = stg_pack_reader_read(&rd, e, s->buf, scratch);
+		if (d->ahead) {
+			pthread_mutex_lock(&d->ahead->lock);
+			d->ahead->read_to += record_bytes(e);
+			pthread_cond_signal(&d->ahead->cond);
+			pthread_mutex_unlock(&d->ahead->lock);
+		}
+		struct stg_materialize_error why = {.chunk = i, .entry = *e};
+		/* (r stays the cache's error when the refetch fails too) */
+		if ((r == -EBADMSG || r == -ENOENT) && d->refetch) {
+			pthread_mutex_lock(&d->refetch_lock);
+			if (d->refetch(d->refetch_arg, i, &why, s->buf) == 0)
+				r = 0;
+			pthread_mutex_unlock(&d->refetch_lock);
+		}
+		pthread_mutex_lock(&rg->lock);
+		s->busy = false;
+		if (r < 0 && !d->err) {
+			d->err = r;
+			d->why = why;
+		}
+		if (r == 0) {
+			s->off = off;
+			s->len = e->raw_len;
+			s->full = true;
+		}
+		pthread_cond_broadcast(&rg->cond);
+	}
+	pthread_mutex_unlock(&rg->lock);
 	stg_pack_reader_done(&rd);
+	free(scratch);
+	return NULL;
 }
 
 int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
@@ -221,15 +302,12 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 	rg.flags = fcntl(fd, F_GETFL);
 	rg.direct = rg.flags >= 0 && (rg.flags & O_DIRECT);
 	int r = 0;
-	uint8_t *scratch = malloc(stg_chunk_bound(m->chunk_max));
 	for (size_t i = 0; i < rg.n; i++)
 		if (posix_memalign((void **)&rg.slots[i].buf, STG_PACK_ALIGN, m->chunk_max))
 			rg.slots[i].buf = NULL;
 	for (size_t i = 0; i < rg.n; i++)
 		if (!rg.slots[i].buf)
 			r = -ENOMEM;
-	if (!scratch)
-		r = -ENOMEM;
 	if (r == 0 && ftruncate(fd, 0) < 0)
 		r = -errno;
 	pthread_t th[WRITERS];
@@ -243,47 +321,20 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 	pthread_cond_init(&ahead.cond, NULL);
 	pthread_t ahead_th;
 	bool ahead_started = r == 0 && pthread_create(&ahead_th, NULL, prefetcher, &ahead) == 0;
-	struct stg_pack_reader rd;
-	stg_pack_reader_init(&rd, c);
-	rd.prefetched = ahead_started;
-	uint64_t off = 0;
-	for (uint32_t i = 0; r == 0 && i < m->nchunks; off += m->entries[i++].raw_len) {
-		const struct stg_manifest_entry *e = &m->entries[i];
-		if (e->flags & STG_ENTRY_ZERO)
-			continue; /* a hole: the final size makes it */
-		pthread_mutex_lock(&rg.lock);
-		while (rg.slots[rg.head].full && !rg.werr)
-			pthread_cond_wait(&rg.cond, &rg.lock);
-		r = rg.werr;
-		pthread_mutex_unlock(&rg.lock);
-		if (r < 0)
-			break;
-		struct slot *s = &rg.slots[rg.head];
-		r = stg_pack_reader_read(&rd, e, s->buf, scratch);
-		if (ahead_started) {
-			pthread_mutex_lock(&ahead.lock);
-			ahead.read_to += record_bytes(e);
-			pthread_cond_signal(&ahead.cond);
-			pthread_mutex_unlock(&ahead.lock);
-		}
-		if (r < 0 && err) {
-			err->chunk = i;
-			err->entry = *e;
-		}
-		/* (r stays the cache's error when the refetch fails too) */
-		if ((r == -EBADMSG || r == -ENOENT) && refetch &&
-		    refetch(refetch_arg, i, err, s->buf) == 0)
-			r = 0;
-		if (r < 0)
-			break;
-		pthread_mutex_lock(&rg.lock);
-		s->off = off;
-		s->len = e->raw_len;
-		s->full = true;
-		rg.head = (rg.head + 1) % rg.n;
-		pthread_cond_broadcast(&rg.cond);
-		pthread_mutex_unlock(&rg.lock);
-	}
+	struct decode d = {.rg = &rg, .ahead = ahead_started ? &ahead : NULL, .cache = c,
+			   .m = m, .refetch = refetch, .refetch_arg = refetch_arg, .err = r};
+	pthread_mutex_init(&d.refetch_lock, NULL);
+	pthread_t dth[DECODERS - 1];
+	int decoders = 0;
+	while (r == 0 && decoders < DECODERS - 1 &&
+	       pthread_create(&dth[decoders], NULL, decoder, &d) == 0)
+		decoders++;
+	decoder(&d); /* this thread is one of them */
+	for (int i = 0; i < decoders; i++)
+		pthread_join(dth[i], NULL);
+	r = d.err;
+	if (r < 0 && err)
+		*err = d.why;
 	if (ahead_started) {
 		pthread_mutex_lock(&ahead.lock);
 		ahead.stop = true;
@@ -293,6 +344,7 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 	}
 	pthread_mutex_destroy(&ahead.lock);
 	pthread_cond_destroy(&ahead.cond);
+	pthread_mutex_destroy(&d.refetch_lock);
 	if (started) {
 		pthread_mutex_lock(&rg.lock);
 		rg.done = true;
@@ -307,10 +359,8 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 		r = -errno;
 	if (r == 0 && progress)
 		progress(arg, m->size, m->size);
-	stg_pack_reader_done(&rd);
 	for (size_t i = 0; i < rg.n; i++)
 		free(rg.slots[i].buf);
-	free(scratch);
 	pthread_mutex_destroy(&rg.lock);
 	pthread_cond_destroy(&rg.cond);
 	return r;

@@ -19,7 +19,3 @@ typedef int (*tool_refetch_fn)(void *arg, uint32_t i, const struct stg_materiali
 int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 		     stg_progress_fn progress, void *arg, tool_refetch_fn refetch,
 		     void *refetch_arg, struct stg_materialize_error *err);
-
-/* Asks the disk for the first records of m, as the pipeline would, without
- * waiting: restore does while it asks the servers which version is newest. */
-void tool_warm(struct stg_cache *c, const struct stg_manifest *m);

@@ -152,6 +152,33 @@ manifest_ids() {
 	ls "$1/files/"*/ | sed -n 's/^v0*\([0-9]*\)\.mf$/\1/p'
 }
 
+@test "restore on a node whose cache is behind the servers: the servers' newer version, not the cache's, nothing left beside it" {
+	start_servers 2
+	cluster_policy "$T/a.conf" "$T/cacheA" "$CKPT/**"
+	cluster_policy "$T/b.conf" "$T/cacheB" "$CKPT/**"
+	random_file "$T/c1" 3000000
+	random_file "$T/c2" 2000000
+	STAGEHAND_POLICY="$T/a.conf" shim cp "$T/c1" "$CKPT/f"
+	flushed "$T/a.conf"
+	STAGEHAND_POLICY="$T/b.conf" shim cp "$T/c2" "$CKPT/f"
+	flushed "$T/b.conf"
+	# node A holds version 1 and begins writing it while the servers are
+	# asked; they hold version 2
+	run "$STAGEHAND" restore --policy "$T/a.conf" --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore on node A: $output"
+	[[ "$output" == *"version 2 (2000000 bytes)"*"from the servers"* ]] || fail "$output"
+	cmp "$T/c2" "$BACK$CKPT/f"
+	[ "$(ls -A "$BACK$CKPT")" = f ] || fail "left beside it: $(ls -A "$BACK$CKPT")"
+	# node B's cache holds the newest: restored from it, not the servers
+	rm -rf "$BACK"
+	run "$STAGEHAND" restore --policy "$T/b.conf" --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore on node B: $output"
+	[[ "$output" == *"version 2 (2000000 bytes)"* && "$output" != *"from the servers"* ]] ||
+		fail "$output"
+	cmp "$T/c2" "$BACK$CKPT/f"
+	[ "$(ls -A "$BACK$CKPT")" = f ] || fail "left beside it: $(ls -A "$BACK$CKPT")"
+}
+
 @test "two nodes mint the same id for one path: the second is re-minted and shipped, both versions restore" {
 	start_servers 3
 	cluster_policy "$T/a.conf" "$T/cacheA" "$CKPT/**"
