@@ -473,11 +473,16 @@ int stg_pack_reader_read(struct stg_pack_reader *rd, const struct stg_manifest_e
 	return r;
 }
 
+/* readahead(2) reads at most the larger of the device's largest request
+ * and the readahead window per call: 128 KiB at the least. */
+#define PREFETCH_STEP (128u << 10)
+
 void stg_pack_reader_prefetch(struct stg_pack_reader *rd, const struct stg_manifest_entry *e)
 {
 	int fd = reader_fd(rd, e->pack);
-	if (fd >= 0)
-		readahead(fd, (off_t)e->offset, STG_CHUNK_HEADER_SIZE + e->stored_len);
+	uint64_t end = e->offset + STG_CHUNK_HEADER_SIZE + e->stored_len;
+	for (uint64_t at = e->offset; fd >= 0 && at < end; at += PREFETCH_STEP)
+		readahead(fd, (off_t)at, end - at < PREFETCH_STEP ? end - at : PREFETCH_STEP);
 }
 
 int stg_pack_read(struct stg_cache *c, const struct stg_manifest_entry *e, uint8_t *out,

@@ -94,10 +94,10 @@ void stg_pack_reader_done(struct stg_pack_reader *r);
 int stg_pack_reader_read(struct stg_pack_reader *r, const struct stg_manifest_entry *e,
 			 uint8_t *out, uint8_t *scratch);
 
-/* Asks the disk for the record e points at, exactly its bytes, ahead of its
- * read: restore calls it from a thread of its own, with a reader of its own,
- * so that the records of a version come in while earlier ones are decoded.
- * Its errors are the read's to find. */
+/* Asks the disk for the record e points at, its bytes and no others, ahead
+ * of its read: restore calls it from a thread of its own, with a reader of
+ * its own, so that the records of a version come in while earlier ones are
+ * decoded. Its errors are the read's to find. */
 void stg_pack_reader_prefetch(struct stg_pack_reader *r, const struct stg_manifest_entry *e);
 
 /* The same, for a single chunk. */

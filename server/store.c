@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,8 @@
 struct seg {
 	uint32_t id;
 	int fd;
-	int dfd;          /* the same file with O_DIRECT, for appends (or -1) */
+	int dfd;          /* the same file with O_DIRECT, for large appends (or -1) */
+	atomic_bool nodirect; /* the file system refused an O_DIRECT write */
 	uint64_t end;     /* bytes reserved: where the next record goes */
 	uint64_t live;    /* record bytes of the index entries pointing here */
 	unsigned refs;
@@ -146,22 +148,31 @@ static void seg_put(struct stg_store *s, struct seg *g)
 		seg_close(g);
 }
 
-static int seg_new(struct stg_store *s, uint64_t id, int fd, struct seg **ret)
+static int seg_new(uint64_t id, int fd, struct seg **ret)
 {
 	struct seg *g = calloc(1, sizeof(*g));
 	if (!g)
 		return -ENOMEM;
 	g->id = (uint32_t)id;
 	g->fd = fd;
-	/* Large records are appended with O_DIRECT where the file system
-	 * takes it (write_record). */
-	char name[STG_SEGMENT_NAME_LEN + 1];
-	stg_segment_name(id, name);
-	g->dfd = openat(s->segdirfd, name, O_WRONLY | O_DIRECT | O_CLOEXEC);
+	g->dfd = -1;
 	g->end = STG_SEGMENT_HEADER_SIZE;
 	g->refs = 1;
 	*ret = g;
 	return 0;
+}
+
+/* Large records are appended with O_DIRECT where the file system takes it
+ * (write_record): the segment appended to gets a second descriptor for
+ * them. Not where a page holds several records' alignments (64 KiB pages):
+ * a page written both ways could be written back stale over a record. */
+static void seg_open_direct(struct stg_store *s, struct seg *g)
+{
+	if (sysconf(_SC_PAGESIZE) > (long)STG_SEGMENT_ALIGN)
+		return;
+	char name[STG_SEGMENT_NAME_LEN + 1];
+	stg_segment_name(g->id, name);
+	g->dfd = openat(s->segdirfd, name, O_WRONLY | O_DIRECT | O_CLOEXEC);
 }
 
 /* Creates segment id under a temporary name and renames it into place once
@@ -188,9 +199,10 @@ static int segment_create(struct stg_store *s, uint64_t id, struct seg **ret)
 		r = -errno;
 		goto out_close; /* the name exists; recovery will find it empty */
 	}
-	r = seg_new(s, id, fd, ret);
+	r = seg_new(id, fd, ret);
 	if (r < 0)
 		goto out_close;
+	seg_open_direct(s, *ret);
 	return 0;
 
 out_unlink:
@@ -286,7 +298,7 @@ static int write_record(struct seg *g, uint64_t off, const uint8_t *hdr, const u
 	int r = -EINVAL;
 	size_t rsize = STG_RECORD_HEADER_SIZE + len + pad;
 	uint8_t *direct = NULL;
-	if (g->dfd >= 0 && rsize >= DIRECT_MIN &&
+	if (g->dfd >= 0 && rsize >= DIRECT_MIN && !atomic_load(&g->nodirect) &&
 	    posix_memalign((void **)&direct, STG_SEGMENT_ALIGN, rsize) == 0) {
 		/* One aligned copy, as O_DIRECT wants it. */
 		memcpy(direct, hdr, STG_RECORD_HEADER_SIZE);
@@ -295,6 +307,8 @@ static int write_record(struct seg *g, uint64_t off, const uint8_t *hdr, const u
 		struct iovec one = {direct, rsize};
 		r = stg_ringio_pwritev(g->dfd, &one, 1, off);
 		free(direct);
+		if (r == -EINVAL) /* taken at open, refused at write */
+			atomic_store(&g->nodirect, true);
 	}
 	if (r == -EINVAL) /* no O_DIRECT here after all (or no memory for it) */
 		r = stg_ringio_pwritev(g->fd, iov, 3, off);
@@ -1119,7 +1133,7 @@ static int recover_segment(struct stg_store *s, uint64_t id, struct seg **ret,
 	if (r < 0)
 		goto out_close;
 	struct seg *g;
-	r = seg_new(s, id, fd, &g);
+	r = seg_new(id, fd, &g);
 	if (r < 0)
 		goto out_close;
 	r = table_reserve(s);
@@ -1246,6 +1260,7 @@ static int recover(struct stg_store *s)
 	s->next_id = n ? ids[n - 1] + 1 : 1;
 	if (last) {
 		r = trim_active(s, last, &last_scan);
+		seg_open_direct(s, last);
 		s->active = last;
 	} else {
 		pthread_mutex_lock(&s->lock); /* roll() expects it */

@@ -175,12 +175,12 @@ static int refetch_chunk(void *arg, uint32_t i, const struct stg_materialize_err
 }
 
 /* Rebuilds m's content into fd from src. 0, or 1 after saying why (unless
- * quiet, which shows no progress either). */
+ * quiet). */
 static int fill(const struct source *src, const char *path, uint64_t version,
 		const struct stg_manifest *m, int fd, const char *dest, bool quiet)
 {
 	struct progress pr = {.path = path, .last = -1,
-			      .on = !quiet && isatty(STDERR_FILENO) && m->size >= PROGRESS_MIN_BYTES};
+			      .on = isatty(STDERR_FILENO) && m->size >= PROGRESS_MIN_BYTES};
 	struct stg_materialize_error me;
 	uint64_t bad_chunk = 0;
 	struct refetch rf = {.path = path, .version = version, .m = m};
@@ -423,7 +423,11 @@ static int write_version(const struct source *src, const char *path, uint64_t ve
  * hold a newer version (a round trip, libcrypto loaded for it: about as long
  * as writing 20 MiB): the newest version this node holds of the one path
  * asked, written beside its destination. Kept if it is the newest there is,
- * else dropped. */
+ * else dropped. Only for versions up to EARLY_MAX bytes: beyond, the wait is
+ * nothing to the restore, and a cache behind the servers would have a large
+ * version written for nothing. */
+#define EARLY_MAX (256ull << 20)
+
 struct early {
 	bool ready;      /* d is filled with version id */
 	const char *path;
@@ -455,7 +459,7 @@ static void early_start(struct stg_cache *cache, const char *path, const struct 
 	/* A job's part is merged with the others; a bad chunk is fetched from
 	 * the servers: both wait for what the servers say. So do messages. */
 	const struct source src = {.cache = cache};
-	if (e->m.part || dest_open(path, o, true, true, &e->d)) {
+	if (e->m.part || e->m.size > EARLY_MAX || dest_open(path, o, true, true, &e->d)) {
 		stg_manifest_done(&e->m);
 		return;
 	}

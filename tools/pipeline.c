@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Restore's pipeline: a prefetcher asks the disk for the records ahead,
- * decoders (this thread and another) fill a ring of aligned buffers with
- * verified chunks, in order, writer threads write them out. */
+ * decoders (this thread and another) take the slots of a ring of aligned
+ * buffers in order and fill them with verified chunks, writer threads write
+ * runs of filled slots out. */
 #include "pipeline.h"
 
 #include <errno.h>
@@ -17,9 +18,13 @@
 #include "util.h"
 
 #define RING 128
-/* Fewer slots for larger chunks: restore's memory stays bounded (64 MiB of
- * slots, 2 slots at least). */
-#define RING_BYTES (64u << 20)
+/* Fewer slots for larger chunks: restore's memory stays bounded (64 MiB for
+ * the slots and the decoders' buffers, 2 slots at least). */
+#define RING_BYTES (64ull << 20)
+/* Chunks are read and verified by this many threads (the caller's among
+ * them): decoding a MiB takes about a millisecond, which alone made a
+ * restore slower than the disk. */
+#define DECODERS 2
 /* The writer hands the disk up to this many chunks in one call. */
 #define BATCH 8
 /* Written through the page cache, every this many bytes are sent to the
@@ -182,23 +187,21 @@ static void *prefetcher(void *p)
 		if (!len)
 			continue;
 		pthread_mutex_lock(&a->lock);
-		while (!a->stop && a->asked_to - a->read_to >= AHEAD_BYTES)
+		while (!a->stop && a->asked_to >= a->read_to + AHEAD_BYTES)
 			pthread_cond_wait(&a->cond, &a->lock);
 		bool stop = a->stop;
+		/* (The decoders may have read it already: then it is not asked.) */
+		bool read = a->asked_to + len <= a->read_to;
 		a->asked_to += len;
 		pthread_mutex_unlock(&a->lock);
 		if (stop)
 			break;
-		stg_pack_reader_prefetch(&rd, e);
+		if (!read)
+			stg_pack_reader_prefetch(&rd, e);
 	}
 	stg_pack_reader_done(&rd);
 	return NULL;
 }
-
-/* Chunks are read and verified by this many threads (the caller's among
- * them): decoding a MiB takes about a millisecond, which alone made a
- * restore slower than the disk. */
-#define DECODERS 2
 
 struct decode {
 	struct ring *rg;
@@ -294,7 +297,10 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 		     stg_progress_fn progress, void *arg, tool_refetch_fn refetch,
 		     void *refetch_arg, struct stg_materialize_error *err)
 {
-	size_t nslots = RING_BYTES / m->chunk_max;
+	/* A decoder holds a chunk's record and, to undo a filter, a chunk
+	 * (stg_chunk_decode). */
+	uint64_t held = DECODERS * (stg_chunk_bound(m->chunk_max) + (uint64_t)m->chunk_max);
+	size_t nslots = RING_BYTES > held ? (RING_BYTES - held) / m->chunk_max : 0;
 	struct ring rg = {.fd = fd, .progress = progress, .arg = arg, .total = m->size,
 			  .n = nslots < 2 ? 2 : nslots > RING ? RING : nslots};
 	pthread_mutex_init(&rg.lock, NULL);

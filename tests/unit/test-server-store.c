@@ -104,8 +104,9 @@ static void roundtrip(void)
 	char dir[512];
 	subdir(dir, sizeof(dir), "roundtrip");
 	struct stg_store *s = open_store(dir, 0, 0);
-	/* (The 1 MiB record goes to the disk with O_DIRECT, the others through
-	 * the page cache, into one segment.) */
+	/* (The 1 MiB record goes to the disk with O_DIRECT where the file
+	 * system takes it, the others through the page cache, into one
+	 * segment.) */
 	struct obj o[4] = {make_obj(1, 5000, false), make_obj(2, 70000, true), make_obj(3, 1, false),
 			   make_obj(5, 1 << 20, false)};
 	struct stg_hash h;
