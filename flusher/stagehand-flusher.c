@@ -18,6 +18,7 @@
 
 #include "config.h"
 #include "internal.h"
+#include "libcrypto.h"
 #include "log.h"
 #include "queue.h"
 #include "util.h"
@@ -169,6 +170,10 @@ static int load(struct flusher *fl, const char *policy_file)
 		stg_log(STG_LOG_ERROR, "%s", err);
 		return r;
 	}
+	/* Every login to a server takes libcrypto, loaded on first use: say
+	 * now that it cannot be, not at each attempt. */
+	if (!stg_libcrypto())
+		return -ELIBACC;
 	r = stg_cache_open(fl->policy->cache_dir, &fl->cache);
 	if (r < 0) {
 		stg_log(STG_LOG_ERROR, "cannot open the cache '%s': %s", fl->policy->cache_dir,

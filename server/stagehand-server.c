@@ -20,6 +20,7 @@
 #include "config.h"
 #include "conn.h"
 #include "internal.h"
+#include "libcrypto.h"
 #include "log.h"
 #include "policy.h"
 #if HAVE_RDMA
@@ -535,6 +536,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
+	/* Every login takes libcrypto (nonces, MACs), loaded on first use:
+	 * without it, say so now rather than refuse every client. */
+	if (!stg_libcrypto())
+		return 1;
 	static struct server srv;
 	char err[512];
 	if (auth_secret && stg_secret_load(secret_file, &srv.secret, err, sizeof(err)) < 0) {

@@ -608,7 +608,7 @@ EOP
 	[ "$(grep -c ' up ' <<<"$output")" -eq 2 ]
 }
 
-@test "libcrypto cannot be loaded: talking to a server fails saying why; restoring from the node's cache does not need it" {
+@test "libcrypto cannot be loaded: talking to a server fails saying why, the daemons do not start; restoring from the node's cache does not need it" {
 	start_servers 2
 	cluster_default_policy
 	shim cp /etc/services "$CKPT/f"
@@ -629,6 +629,16 @@ EOP
 	run env LD_LIBRARY_PATH="$T/lib" "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
 	[ "$status" -eq 0 ] || fail "restore: $output"
 	cmp "$BACK$CKPT/f" /etc/services
+	# the daemons say so at start, rather than refuse every login (bounded:
+	# a server that started would serve until killed)
+	run timeout "$WAIT" env LD_LIBRARY_PATH="$T/lib" "$SERVER" --listen 127.0.0.1:0 --store "$T/store-x" \
+		--secret-file "$SECRET"
+	[ "$status" -eq 1 ] || fail "server: $output"
+	[[ "$output" == *"cannot load libcrypto.so.3, which authentication needs"* ]] || fail "$output"
+	[ ! -e "$T/store-x" ]
+	run timeout "$WAIT" env LD_LIBRARY_PATH="$T/lib" "$FLUSHER" --policy "$POLICY" --once
+	[ "$status" -ne 0 ] || fail "flusher: $output"
+	[[ "$output" == *"cannot load libcrypto.so.3, which authentication needs"* ]] || fail "$output"
 }
 
 @test "security: a user cannot list or restore another user's files" {
