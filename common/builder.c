@@ -110,6 +110,17 @@ out_free:
 	return r;
 }
 
+static void free_memory(struct stg_builder *b)
+{
+	if (b->has_base)
+		stg_manifest_done(&b->base);
+	free(b->entries);
+	free(b->recorded);
+	free(b->stored);
+	free(b->table);
+	free(b);
+}
+
 void stg_builder_free(struct stg_builder *b)
 {
 	if (!b)
@@ -129,13 +140,17 @@ void stg_builder_free(struct stg_builder *b)
 		if (r < 0 && r != -EAGAIN)
 			stg_log_errno(STG_LOG_DEBUG, r, "collecting after a failed version");
 	}
-	if (b->has_base)
-		stg_manifest_done(&b->base);
-	free(b->entries);
-	free(b->recorded);
-	free(b->stored);
-	free(b->table);
-	free(b);
+	free_memory(b);
+}
+
+void stg_builder_forget(struct stg_builder *b)
+{
+	if (!b)
+		return;
+	stg_pack_writer_forget(b->pack);
+	stg_fd_drop(b->pinfd);
+	stg_gc_unpin(b->pinfd);
+	free_memory(b);
 }
 
 int stg_builder_set_path(struct stg_builder *b, const char *path)
@@ -264,40 +279,47 @@ static int out_of_space(struct stg_builder *b, int r)
 	return r;
 }
 
-/* The chunk is in the pack writer's buffer and hashed: find it, or store it. */
-static int place(struct stg_builder *b, uint64_t index, size_t len, const struct stg_hash *h)
+/* The chunk is in the pack writer's buffer and hashed: find it, or store it;
+ * *e says where it is. */
+static int find_or_store(struct stg_builder *b, size_t len, const struct stg_hash *h,
+			 struct stg_manifest_entry *e)
 {
-	struct stg_manifest_entry e = {.hash = *h, .raw_len = (uint32_t)len};
+	*e = (struct stg_manifest_entry){.hash = *h, .raw_len = (uint32_t)len};
 	if (len == b->chunker.max && stg_hash_eq(h, &b->zero_hash)) {
-		e.flags = STG_ENTRY_ZERO;
-		record(b, index, &e);
+		e->flags = STG_ENTRY_ZERO;
 		return 0;
 	}
 	const struct stg_manifest_entry *again = find_stored(b, h, (uint32_t)len);
 	if (again) {
-		e = *again;
-		e.flags &= ~(uint32_t)STG_ENTRY_NEW;
+		*e = *again;
+		e->flags &= ~(uint32_t)STG_ENTRY_NEW;
 		b->stats.dedup_cache++;
-		record(b, index, &e);
 		return 0;
 	}
-	int r = stg_index_lookup(b->cache, h, (uint32_t)len, &e);
+	int r = stg_index_lookup(b->cache, h, (uint32_t)len, e);
 	if (r < 0)
 		return r;
 	if (r == 1) {
 		b->stats.dedup_cache++;
-		record(b, index, &e);
 		return 0;
 	}
-	r = stg_pack_writer_append(b->pack, len, h, &b->rule.codec, &e);
+	r = stg_pack_writer_append(b->pack, len, h, &b->rule.codec, e);
 	if (r == 0)
-		r = remember_stored(b, &e);
+		r = remember_stored(b, e);
 	if (r < 0)
 		return out_of_space(b, r);
 	b->stats.new_chunks++;
-	b->stats.stored_bytes += e.stored_len;
-	record(b, index, &e);
+	b->stats.stored_bytes += e->stored_len;
 	return 0;
+}
+
+static int place(struct stg_builder *b, uint64_t index, size_t len, const struct stg_hash *h)
+{
+	struct stg_manifest_entry e;
+	int r = find_or_store(b, len, h, &e);
+	if (r == 0)
+		record(b, index, &e);
+	return r;
 }
 
 struct copy_ctx {
@@ -311,6 +333,30 @@ static int copy_piece(void *arg, const void *piece, size_t n, size_t off)
 	return 0;
 }
 
+/* The previous version's chunk index, when it has these bytes. */
+static const struct stg_manifest_entry *same_as_base(const struct stg_builder *b, uint64_t index,
+						     size_t len, const struct stg_hash *h)
+{
+	if (!b->has_base || index >= b->base.nchunks)
+		return NULL;
+	const struct stg_manifest_entry *p = &b->base.entries[index];
+	bool same = p->raw_len == len && stg_hash_eq(&p->hash, h) && !(p->flags & STG_ENTRY_ZERO);
+	return same ? p : NULL;
+}
+
+/* Records chunk index as the previous version's, when it has these bytes. */
+static bool took_base(struct stg_builder *b, uint64_t index, size_t len, const struct stg_hash *h)
+{
+	const struct stg_manifest_entry *p = same_as_base(b, index, len, h);
+	if (!p)
+		return false;
+	struct stg_manifest_entry e = *p;
+	e.flags &= ~(uint32_t)STG_ENTRY_NEW;
+	b->stats.dedup_prev++;
+	record(b, index, &e);
+	return true;
+}
+
 int stg_builder_add(struct stg_builder *b, uint64_t index, const void *data, size_t len)
 {
 	if (len == 0 || len > b->chunker.max)
@@ -322,15 +368,9 @@ int stg_builder_add(struct stg_builder *b, uint64_t index, const void *data, siz
 	struct stg_hash h;
 	if (b->has_base && index < b->base.nchunks && b->base.entries[index].raw_len == len) {
 		/* Most likely unchanged: hash only, the bytes stay where they are. */
-		const struct stg_manifest_entry *p = &b->base.entries[index];
 		stg_hash_compute(data, len, &h);
-		if (stg_hash_eq(&p->hash, &h) && !(p->flags & STG_ENTRY_ZERO)) {
-			struct stg_manifest_entry e = *p;
-			e.flags &= ~(uint32_t)STG_ENTRY_NEW;
-			b->stats.dedup_prev++;
-			record(b, index, &e);
+		if (took_base(b, index, len, &h))
 			return 0;
-		}
 		memcpy(buf, data, len);
 	} else {
 		/* Most likely new: copy into the pack buffer and hash on the way,
@@ -352,17 +392,38 @@ int stg_builder_add_buffered(struct stg_builder *b, uint64_t index, size_t len)
 		return r;
 	struct stg_hash h;
 	stg_hash_compute(stg_builder_buffer(b), len, &h);
-	if (b->has_base && index < b->base.nchunks) {
-		const struct stg_manifest_entry *p = &b->base.entries[index];
-		if (p->raw_len == len && stg_hash_eq(&p->hash, &h) && !(p->flags & STG_ENTRY_ZERO)) {
-			struct stg_manifest_entry e = *p;
-			e.flags &= ~(uint32_t)STG_ENTRY_NEW;
-			b->stats.dedup_prev++;
-			record(b, index, &e);
-			return 0;
-		}
-	}
+	if (took_base(b, index, len, &h))
+		return 0;
 	return place(b, index, len, &h);
+}
+
+int stg_builder_stage(struct stg_builder *b, uint64_t index, size_t len)
+{
+	if (len == 0 || len > b->chunker.max)
+		return -EINVAL;
+	struct stg_hash h;
+	stg_hash_compute(stg_builder_buffer(b), len, &h);
+	if (same_as_base(b, index, len, &h)) {
+		b->stats.dedup_prev++;
+		return 0;
+	}
+	struct stg_manifest_entry e;
+	return find_or_store(b, len, &h, &e);
+}
+
+int stg_builder_keep(struct stg_builder *b)
+{
+	int r = stg_pack_writer_sync(b->pack);
+	if (r < 0)
+		return r;
+	/* The pack stays, named by no manifest until a version finds its
+	 * chunks through the index; the collector removes it otherwise. */
+	b->published = true;
+	r = stg_index_add(b->cache, b->stored, b->nstored);
+	b->nstored = 0;
+	if (b->tablecap)
+		memset(b->table, 0, b->tablecap * sizeof(*b->table));
+	return r;
 }
 
 int stg_builder_add_zero(struct stg_builder *b, uint64_t index, size_t len)
@@ -580,7 +641,9 @@ out_done:
 }
 
 /* Fixed chunks: each read where it sits, holes (found with SEEK_DATA)
- * recorded unread. */
+ * recorded unread. (Not through a mapping, which would spare a copy: a read
+ * error, or a page tmpfs cannot allocate for a hole, is SIGBUS there, in the
+ * application.) */
 static int commit_fixed(struct stg_builder *b, int fd, uint64_t size)
 {
 	int r = 0;

@@ -28,6 +28,9 @@ int stg_builder_new(struct stg_cache *c, const char *path, const struct stg_path
 
 void stg_builder_free(struct stg_builder *b);
 
+/* In a fork child: lets go of the parent's builder (its descriptors, its
+ * memory) without writing, syncing or removing anything. */
+void stg_builder_forget(struct stg_builder *b);
 /* The path the version will be published under (a rename while open). */
 int stg_builder_set_path(struct stg_builder *b, const char *path);
 
@@ -63,6 +66,15 @@ uint8_t *stg_builder_scratch(struct stg_builder *b);
 /* Records chunk index from the first len bytes of the staging buffer. */
 int stg_builder_add_buffered(struct stg_builder *b, uint64_t index, size_t len);
 
+/* Stores the chunk in the first len bytes of the staging buffer, unless the
+ * previous version has it at index or the cache has it already, without
+ * recording it in this builder's version: staged ahead of the commit that
+ * will find it (through the index, once stg_builder_keep() has run).
+ * Returns 0 or -errno. */
+int stg_builder_stage(struct stg_builder *b, uint64_t index, size_t len);
+/* Makes the chunks stg_builder_stage() stored so far durable and indexed,
+ * and keeps the pack when the builder is freed. Returns 0 or -errno. */
+int stg_builder_keep(struct stg_builder *b);
 /* Records chunk index as len zero bytes (a hole). */
 int stg_builder_add_zero(struct stg_builder *b, uint64_t index, size_t len);
 

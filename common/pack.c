@@ -170,6 +170,21 @@ void stg_pack_writer_discard(struct stg_pack_writer *w)
 		close_pack(w, false);
 }
 
+void stg_pack_writer_forget(struct stg_pack_writer *w)
+{
+	if (!w)
+		return;
+	if (w->fd >= 0) {
+		stg_fd_drop(w->fd);
+		close(w->fd);
+	}
+	for (int i = 0; i < RING; i++) {
+		free(w->slots[i].buf);
+		free(w->slots[i].cbuf);
+	}
+	free(w);
+}
+
 uint8_t *stg_pack_writer_buffer(struct stg_pack_writer *w)
 {
 	return w->buf + STG_CHUNK_HEADER_SIZE;

@@ -34,6 +34,9 @@ void stg_pack_writer_free(struct stg_pack_writer *w);
  * for a pack no manifest names, which nothing else may have found. */
 void stg_pack_writer_discard(struct stg_pack_writer *w);
 
+/* In a fork child: lets go of the parent's writer without touching the pack
+ * or the parent's asynchronous I/O context (the parent goes on with both). */
+void stg_pack_writer_forget(struct stg_pack_writer *w);
 /* The writer's staging buffer for the next chunk's raw bytes (max_chunk bytes),
  * suitably aligned: callers fill it (copying while hashing), then append. */
 uint8_t *stg_pack_writer_buffer(struct stg_pack_writer *w);

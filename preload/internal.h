@@ -127,6 +127,12 @@ struct session {
 	uint64_t open_version; /* without a shared page: this process's */
 	struct share_page *share; /* the hold file's page (share.c), or NULL */
 	struct part *part;    /* shared = job: this process's part (part.c), or NULL */
+	/* Chunks staged ahead of the commit (prestage.c), under stage_lock: */
+	pthread_mutex_t stage_lock;
+	struct stg_builder *stage; /* NULL until a chunk is written whole */
+	int stage_fd;              /* the shadow, for reading them back */
+	uint64_t stage_bytes;      /* staged since last kept */
+	bool stage_off;            /* given up: the commit stages everything */
 };
 
 /* Opens path (captured under rule) as the application asked; returns the new
@@ -203,6 +209,22 @@ int part_leave(struct session *s);
 /* The node's part for a commit of size bytes (at the close when last), or
  * NULL when no process of the node takes part. Returns 0 or -errno. */
 int part_build(struct session *s, bool last, uint64_t size, struct stg_part **ret);
+
+/* ---- prestage.c: chunks of a shadow staged while it is written ---- */
+
+/* Is a write through this session's shadow looked at for chunks to stage? */
+bool prestage_wanted(const struct session *s);
+/* The application wrote [at, at + n) of the shadow through fd: the chunks
+ * this write covered whole are staged now. */
+void prestage_wrote(struct session *s, int fd, uint64_t at, uint64_t n);
+/* Before a commit, and when this process lets go: what it staged becomes
+ * durable and indexed, for the commit to find. */
+void prestage_finish(struct session *s);
+/* The same for every open file (before exec). */
+void prestage_finish_all(void);
+/* In a fork child (its locks start afresh): lets go of the parent's staging
+ * without touching it. */
+void prestage_forget_after_fork(struct session *s);
 
 /* ---- share.c: one captured file, several processes of the node ---- */
 

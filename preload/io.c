@@ -22,7 +22,8 @@ static inline struct session *fast_session(int fd)
 	return s && s->fast ? s : NULL;
 }
 
-/* ---- shared = job: every write's range is noted (part.c) ---- */
+/* ---- writes through a shadow: every write's range is noted, for a
+ * shared = job part (part.c) and for chunks staged ahead (prestage.c) ---- */
 
 static inline struct session *part_session(int fd)
 {
@@ -30,12 +31,18 @@ static inline struct session *part_session(int fd)
 	return s && s->part ? s : NULL;
 }
 
+static inline struct session *noted_session(int fd)
+{
+	struct session *s = fdtable_get(fd);
+	return s && (s->part || prestage_wanted(s)) ? s : NULL;
+}
+
 /* Notes what a write asked at off (-1: the descriptor's offset; AT_END: the
  * end) wrote, r > 0 bytes: where it landed is asked after it (the offset it
  * moved, or the end an append reached, minus r), as O_APPEND makes even a
  * pwrite append. */
 #define AT_END (-2)
-static void part_note(struct session *s, int fd, int64_t off, ssize_t r)
+static void note_write(struct session *s, int fd, int64_t off, ssize_t r)
 {
 	if (r <= 0)
 		return;
@@ -52,10 +59,15 @@ static void part_note(struct session *s, int fd, int64_t off, ssize_t r)
 	else if ((at = REAL(lseek)(fd, 0, SEEK_CUR)) >= 0)
 		at -= r;
 	if (at < 0) {
-		s->broken = true;
-		shim_log(STG_LOG_ERROR, "'%s': cannot tell where a write landed", s->path);
+		if (s->part) {
+			s->broken = true;
+			shim_log(STG_LOG_ERROR, "'%s': cannot tell where a write landed", s->path);
+		}
 	} else {
-		part_wrote(s, (uint64_t)at, (uint64_t)r);
+		if (s->part)
+			part_wrote(s, (uint64_t)at, (uint64_t)r);
+		if (prestage_wanted(s))
+			prestage_wrote(s, fd, (uint64_t)at, (uint64_t)r);
 	}
 	errno = saved;
 }
@@ -86,14 +98,14 @@ static uint64_t size_of(int fd)
 	} while (0)
 
 /* A write (or copy) into fd at off (-1: its offset), through call. */
-#define PART_WRITE(fd, off, call)                                             \
+#define NOTED_WRITE(fd, off, call)                                           \
 	do {                                                                 \
-		struct session *p_ = part_session(fd);                       \
+		struct session *p_ = noted_session(fd);                      \
 		if (!p_)                                                     \
 			return call;                                         \
 		int64_t off_ = (off); /* before the call moves *outoff */     \
 		ssize_t r_ = call;                                           \
-		part_note(p_, fd, off_, r_);                                 \
+		note_write(p_, fd, off_, r_);                                \
 		return r_;                                                   \
 	} while (0)
 
@@ -131,7 +143,7 @@ __attribute__((noinline)) static ssize_t write_slow(int fd, const void *buf, siz
 		if (r != FAST_OFF)
 			return r;
 	}
-	PART_WRITE(fd, -1, REAL(write)(fd, buf, n));
+	NOTED_WRITE(fd, -1, REAL(write)(fd, buf, n));
 }
 
 static ssize_t pwrite_common(int fd, const void *buf, size_t n, off_t off,
@@ -144,7 +156,7 @@ static ssize_t pwrite_common(int fd, const void *buf, size_t n, off_t off,
 		if (r != FAST_OFF)
 			return r;
 	}
-	PART_WRITE(fd, off, real(fd, buf, n, off));
+	NOTED_WRITE(fd, off, real(fd, buf, n, off));
 }
 
 __attribute__((noinline)) static ssize_t pwrite_slow(int fd, const void *buf, size_t n, off_t off)
@@ -165,7 +177,7 @@ __attribute__((noinline)) static ssize_t writev_slow(int fd, const struct iovec 
 		if (r != FAST_OFF)
 			return r;
 	}
-	PART_WRITE(fd, -1, REAL(writev)(fd, iov, cnt));
+	NOTED_WRITE(fd, -1, REAL(writev)(fd, iov, cnt));
 }
 
 static ssize_t pwritev_common(int fd, const struct iovec *iov, int cnt, off_t off, int flags,
@@ -181,14 +193,14 @@ static ssize_t pwritev_common(int fd, const struct iovec *iov, int cnt, off_t of
 	}
 	if (s)
 		fast_leave(fd);
-	struct session *p = part_session(fd);
+	struct session *p = noted_session(fd);
 	ssize_t r;
 	if (v2)
 		r = REAL(pwritev2) ? REAL(pwritev2)(fd, iov, cnt, off, flags) : (errno = ENOSYS, -1);
 	else
 		r = REAL(pwritev)(fd, iov, cnt, off);
 	if (p) /* (RWF_APPEND writes at the end, whatever off says) */
-		part_note(p, fd, v2 && (flags & RWF_APPEND) ? AT_END : off, r);
+		note_write(p, fd, v2 && (flags & RWF_APPEND) ? AT_END : off, r);
 	return r;
 }
 
@@ -374,14 +386,14 @@ SHIM_EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n)
 {
 	LEAVE_FAST(out);
 	LEAVE_FAST(in);
-	PART_WRITE(out, -1, REAL(sendfile)(out, in, off, n));
+	NOTED_WRITE(out, -1, REAL(sendfile)(out, in, off, n));
 }
 
 SHIM_EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t n)
 {
 	LEAVE_FAST(out);
 	LEAVE_FAST(in);
-	PART_WRITE(out, -1, (REAL(sendfile64) ? real_sendfile64 : real_sendfile)(out, in, off, n));
+	NOTED_WRITE(out, -1, (REAL(sendfile64) ? real_sendfile64 : real_sendfile)(out, in, off, n));
 }
 
 SHIM_EXPORT ssize_t copy_file_range(int in, off_t *inoff, int out, off_t *outoff, size_t n,
@@ -389,14 +401,14 @@ SHIM_EXPORT ssize_t copy_file_range(int in, off_t *inoff, int out, off_t *outoff
 {
 	LEAVE_FAST(out);
 	LEAVE_FAST(in);
-	PART_WRITE(out, outoff ? *outoff : -1, REAL(copy_file_range)(in, inoff, out, outoff, n, flags));
+	NOTED_WRITE(out, outoff ? *outoff : -1, REAL(copy_file_range)(in, inoff, out, outoff, n, flags));
 }
 
 SHIM_EXPORT ssize_t splice(int in, off_t *inoff, int out, off_t *outoff, size_t n, unsigned flags)
 {
 	LEAVE_FAST(out);
 	LEAVE_FAST(in);
-	PART_WRITE(out, outoff ? *outoff : -1, REAL(splice)(in, inoff, out, outoff, n, flags));
+	NOTED_WRITE(out, outoff ? *outoff : -1, REAL(splice)(in, inoff, out, outoff, n, flags));
 }
 
 /* stdio writes through internal calls the shim cannot see. */

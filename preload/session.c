@@ -288,6 +288,7 @@ static bool last_holder(struct session *s)
 void session_free(struct session *s)
 {
 	fast_discard(s);
+	prestage_finish(s);
 	part_free(s->part);
 	share_unmap(s->share);
 	if (s->holder_fd >= 0) {
@@ -305,6 +306,7 @@ void session_locks_after_fork(void)
 	FDTABLE_EACH(fd, s) {
 		pthread_mutex_init(&s->fast_lock, NULL);
 		part_locks_after_fork(s->part);
+		prestage_forget_after_fork(s);
 	}
 }
 
@@ -425,6 +427,8 @@ static struct session *new_session(const char *path, const struct stg_path_rule 
 	s->fork_hold = -1;
 	s->refs = 1;
 	pthread_mutex_init(&s->fast_lock, NULL);
+	pthread_mutex_init(&s->stage_lock, NULL);
+	s->stage_fd = -1;
 	return s;
 }
 
@@ -814,6 +818,9 @@ int session_commit(struct session *s, int fd, bool last)
 {
 	if (s->readonly || s->unlinked)
 		return 0;
+	/* What this process staged ahead, the commit (ours or the last
+	 * holder's) finds in the index. */
+	prestage_finish(s);
 	/* Under the open lock: the processes writing the file sync and close
 	 * one at a time, so each finds the open version the last sync made. */
 	int lk = share_lock(s->path);

@@ -741,3 +741,102 @@ EOF
 		fail "collapse: $output"
 	assert_restores "$REF/f" "$CKPT/f"
 }
+
+# Writers of one file DIR/f (tests/progs/stripes.py's pattern with random
+# bytes, which do not compress): N processes pwrite K stripes of STRIPE bytes
+# each at (k * N + rank) * STRIPE; with "again", rank 0 then writes 100 bytes
+# into each of its stripes once more, after every other rank wrote all of
+# theirs; with "fork", each rank forks after its first stripe and its child
+# writes the rest. Each process checks that it has as many descriptors open
+# after its close as before its open.
+random_stripes_script() {
+	py rstripes <<'EOF2'
+import multiprocessing as mp, os, random, sys
+path, n, stripe, k, how = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+WAIT = float(os.environ.get("STAGEHAND_TEST_WAIT", "600"))
+
+def fds():
+    return len(os.listdir("/proc/self/fd"))
+
+def stripe_bytes(rank, j):
+    return random.Random(rank * 1000 + j).randbytes(stripe)
+
+def rank_main(rank, opened, written):
+    before = fds()
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+    opened.wait(WAIT)
+    child = 0
+    for j in range(k):
+        if how == "fork" and j == 1:
+            child = os.fork()
+            if child:
+                break
+        os.pwrite(fd, stripe_bytes(rank, j), (j * n + rank) * stripe)
+    written.wait(WAIT)
+    if how == "again" and rank == 0:
+        for j in range(k):
+            os.pwrite(fd, b"again" * 20, (j * n + rank) * stripe + 1000)
+    os.close(fd)
+    if child:
+        _, status = os.waitpid(child, 0)
+        if status:
+            sys.exit("rank %d: its child failed" % rank)
+    elif how == "fork" and j >= 1:
+        os._exit(0)
+    if fds() != before:
+        sys.exit("rank %d: %d descriptors open after close, %d before open" % (rank, fds(), before))
+
+if __name__ == "__main__":
+    opened, written = mp.Barrier(n), mp.Barrier(n)
+    ranks = [mp.Process(target=rank_main, args=(r, opened, written)) for r in range(n)]
+    for p in ranks:
+        p.start()
+    for p in ranks:
+        p.join()
+    sys.exit(max(p.exitcode for p in ranks))
+EOF2
+}
+
+# packs_hold SIZE [PACKS]: the cache's packs hold one SIZE-byte version of
+# random bytes (64 KiB chunks: 68 KiB records), nothing stored twice; and
+# there are at least 2 of them, or exactly PACKS.
+packs_hold() {
+	local size="$1" want="${2:-}" packs bytes
+	packs=$(ls "$CACHE"/packs | wc -l)
+	bytes=$(cat "$CACHE"/packs/*.pack | wc -c)
+	if [ -n "$want" ]; then
+		[ "$packs" -eq "$want" ] || fail "$packs packs, want $want"
+	else
+		[ "$packs" -ge 2 ] || fail "$packs pack(s): the chunks were not staged by their writers"
+	fi
+	[ "$bytes" -le $((size * 5 / 4)) ] || fail "$bytes bytes of packs for a $size-byte version"
+}
+
+@test "B17: N-1 in stripes of whole chunks: each writer stages its chunks as it writes them, the commit stores none again, no descriptor is left" {
+	random_stripes_script
+	twice "$PYTHON" "$T/rstripes.py" @D@/f 4 65536 16 plain
+	check_file f 1
+	# a pack per writer, each holding its chunks; the committer stored
+	# nothing more
+	packs_hold $((4 * 16 * 65536))
+}
+
+@test "B18: a chunk staged by its writer, then written again in part: the version has the later bytes, and the staged one is collected" {
+	random_stripes_script
+	keep_policy 1
+	twice "$PYTHON" "$T/rstripes.py" @D@/f 4 65536 8 again
+	check_file f 1
+	# the next version prunes this one: what no version holds goes
+	twice "$PYTHON" "$T/rstripes.py" @D@/f 4 65536 8 plain
+	check_file f 1
+	packs_hold $((4 * 8 * 65536))
+}
+
+@test "B19: N-1 in whole chunks, each writer forking after its first stripe: the children write the rest; one version, nothing staged twice" {
+	random_stripes_script
+	twice "$PYTHON" "$T/rstripes.py" @D@/f 4 65536 8 fork
+	check_file f 1
+	# a pack per parent (its first stripe) and per child (the rest): the
+	# child wrote none into its parent's, nor took it away
+	packs_hold $((4 * 8 * 65536)) 8
+}
