@@ -16,7 +16,6 @@ static void before_exec(void)
 	int saved;
 	if (shim.ready && shim_enter(&saved)) {
 		fast_materialize_all();
-		prestage_finish_all();
 		shim_leave(0, saved);
 	}
 }

@@ -218,10 +218,10 @@ bool prestage_wanted(const struct session *s);
  * this write covered whole are staged now. */
 void prestage_wrote(struct session *s, int fd, uint64_t at, uint64_t n);
 /* Before a commit, and when this process lets go: what it staged becomes
- * durable and indexed, for the commit to find. */
+ * durable and indexed, for the commit to find. (An exec drops what was
+ * staged and not kept yet: the descriptors close, the commit stores those
+ * chunks again.) */
 void prestage_finish(struct session *s);
-/* The same for every open file (before exec). */
-void prestage_finish_all(void);
 /* In a fork child (its locks start afresh): lets go of the parent's staging
  * without touching it. */
 void prestage_forget_after_fork(struct session *s);

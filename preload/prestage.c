@@ -128,16 +128,6 @@ void prestage_finish(struct session *s)
 	pthread_mutex_unlock(&s->stage_lock);
 }
 
-void prestage_finish_all(void)
-{
-	int fd;
-	struct session *s;
-	pthread_mutex_lock(&shim.lock);
-	FDTABLE_EACH(fd, s)
-		prestage_finish(s);
-	pthread_mutex_unlock(&shim.lock);
-}
-
 void prestage_forget_after_fork(struct session *s)
 {
 	pthread_mutex_init(&s->stage_lock, NULL);
