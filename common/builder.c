@@ -419,6 +419,7 @@ int stg_builder_keep(struct stg_builder *b)
 	/* The pack stays, named by no manifest until a version finds its
 	 * chunks through the index; the collector removes it otherwise. */
 	b->published = true;
+	stg_pack_writer_warm(b->pack, b->stored, b->nstored);
 	r = stg_index_add(b->cache, b->stored, b->nstored);
 	b->nstored = 0;
 	if (b->tablecap)

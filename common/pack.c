@@ -185,6 +185,13 @@ void stg_pack_writer_forget(struct stg_pack_writer *w)
 	free(w);
 }
 
+void stg_pack_writer_warm(struct stg_pack_writer *w, const struct stg_manifest_entry *e, size_t n)
+{
+	for (size_t i = 0; i < n && w->fd >= 0; i++)
+		if (e[i].pack == w->id)
+			posix_fadvise(w->fd, (off_t)e[i].offset, STG_PACK_ALIGN, POSIX_FADV_WILLNEED);
+}
+
 uint8_t *stg_pack_writer_buffer(struct stg_pack_writer *w)
 {
 	return w->buf + STG_CHUNK_HEADER_SIZE;

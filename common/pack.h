@@ -37,6 +37,11 @@ void stg_pack_writer_discard(struct stg_pack_writer *w);
 /* In a fork child: lets go of the parent's writer without touching the pack
  * or the parent's asynchronous I/O context (the parent goes on with both). */
 void stg_pack_writer_forget(struct stg_pack_writer *w);
+/* Asks the kernel to read the first page of these records of the pack (which
+ * went around the page cache) into the page cache, in the background: for a
+ * commit that will find them through the index, which checks each record's
+ * header. */
+void stg_pack_writer_warm(struct stg_pack_writer *w, const struct stg_manifest_entry *e, size_t n);
 /* The writer's staging buffer for the next chunk's raw bytes (max_chunk bytes),
  * suitably aligned: callers fill it (copying while hashing), then append. */
 uint8_t *stg_pack_writer_buffer(struct stg_pack_writer *w);
