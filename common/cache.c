@@ -166,6 +166,12 @@ void stg_cache_free(struct stg_cache *c)
  * (and so the lock): a mutex excludes them. */
 static pthread_mutex_t usage_mutex = PTHREAD_MUTEX_INITIALIZER;
 
+void stg_cache_after_fork_child(void)
+{
+	/* Another thread may have held it at the fork. */
+	pthread_mutex_init(&usage_mutex, NULL);
+}
+
 static int lock_usage(struct stg_cache *c, uint64_t *ret)
 {
 	pthread_mutex_lock(&usage_mutex);

@@ -47,6 +47,9 @@ void stg_cache_free(struct stg_cache *c);
 /* Accounts for bytes about to be stored; -ENOSPC when that would exceed the
  * capacity. */
 int stg_cache_reserve(struct stg_cache *c, uint64_t bytes);
+/* In a fork child of a threaded process (the shim's): the lock that keeps
+ * its threads' reservations apart starts afresh. */
+void stg_cache_after_fork_child(void);
 
 /* Gives back a reservation that was not used. */
 void stg_cache_reserve_undo(struct stg_cache *c, uint64_t bytes);

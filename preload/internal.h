@@ -130,8 +130,10 @@ struct session {
 	/* Chunks staged ahead of the commit (prestage.c), under stage_lock: */
 	pthread_mutex_t stage_lock;
 	struct stg_builder *stage; /* NULL until a chunk is written whole */
+	const struct stg_path_rule *stage_rule; /* the rule stage was made for */
 	int stage_fd;              /* the shadow, for reading them back */
 	uint64_t stage_bytes;      /* staged since last kept */
+	bool stage_fork_locked;    /* stage_lock taken for a fork */
 	bool stage_off;            /* given up: the commit stages everything */
 };
 
@@ -222,8 +224,11 @@ void prestage_wrote(struct session *s, int fd, uint64_t at, uint64_t n);
  * staged and not kept yet: the descriptors close, the commit stores those
  * chunks again.) */
 void prestage_finish(struct session *s);
-/* In a fork child (its locks start afresh): lets go of the parent's staging
- * without touching it. */
+/* Around fork: the staging stands still (under shim.lock, which orders it
+ * before stage_lock); the child (its locks start afresh) lets go of the
+ * parent's staging without touching it. */
+void prestage_before_fork(struct session *s);
+void prestage_after_fork_parent(struct session *s);
 void prestage_forget_after_fork(struct session *s);
 
 /* ---- share.c: one captured file, several processes of the node ---- */

@@ -44,7 +44,8 @@ static inline struct session *noted_session(int fd)
 #define AT_END (-2)
 static void note_write(struct session *s, int fd, int64_t off, ssize_t r)
 {
-	if (r <= 0)
+	/* (Less than a chunk covers no whole chunk: only a part notes it.) */
+	if (r <= 0 || (!s->part && (uint64_t)r < s->rule->chunk_size))
 		return;
 	int saved = errno;
 	int fl = REAL(fcntl)(fd, F_GETFL);

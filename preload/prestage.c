@@ -12,7 +12,7 @@
  * which stores it then; what no version takes is collected as garbage.
  * Chunks filled by many small writes are left to the commit: staging them
  * costs the writers a read and a hash each, which measured slower than the
- * disk wait it saves (docs/CAPTURE.md, "Several processes, one file"). */
+ * disk wait it saves (docs/CAPTURE.md, "Chunks staged ahead"). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -35,9 +35,9 @@ bool prestage_wanted(const struct session *s)
 	       s->rule->chunking == STG_CHUNKING_FIXED;
 }
 
-/* The session's builder and read descriptor, made at its first whole chunk.
- * Under stage_lock. */
-static int start(struct session *s, int fd)
+/* The session's builder and read descriptor, made at its first whole chunk
+ * (again after a rename gave the file another rule). Under stage_lock. */
+static int start(struct session *s, int fd, const struct stg_path_rule *rule)
 {
 	if (s->stage)
 		return 0;
@@ -47,29 +47,27 @@ static int start(struct session *s, int fd)
 	int rfd = real_open(link, O_RDONLY | O_CLOEXEC);
 	if (rfd < 0)
 		return -errno;
-	if (shim_move_high(&rfd) < 0) {
-		real_close(rfd);
-		return -EMFILE;
-	}
-	int r = stg_builder_new(shim.cache, s->path, s->rule, &s->stage);
+	int r = stg_builder_new(shim.cache, s->path, rule, &s->stage);
 	if (r < 0) {
-		shim_release_fd(rfd);
 		real_close(rfd);
 		s->stage = NULL;
 		return r;
 	}
 	s->stage_fd = rfd;
+	shim_move_high(&s->stage_fd);
+	s->stage_rule = rule;
 	s->stage_bytes = 0;
 	return 0;
 }
 
-/* Keeps what was staged (durable and indexed) and lets the builder go.
- * Under stage_lock. */
-static void finish(struct session *s)
+/* Lets the builder go, keeping what it staged (durable and indexed) or, after
+ * an error, not: a sync that failed once may not fail again, and what it
+ * should have written must not be found. Under stage_lock. */
+static void finish(struct session *s, bool keep)
 {
 	if (!s->stage)
 		return;
-	int r = stg_builder_keep(s->stage);
+	int r = keep ? stg_builder_keep(s->stage) : 0;
 	if (r < 0)
 		shim_log(STG_LOG_DEBUG, "'%s': chunks staged ahead are not kept (%s): the commit "
 			 "stages them", s->path, strerror(-r));
@@ -80,16 +78,23 @@ static void finish(struct session *s)
 	s->stage_fd = -1;
 }
 
-/* Stages chunks [first, end). */
-static void stage(struct session *s, int fd, uint64_t first, uint64_t end)
+void prestage_wrote(struct session *s, int fd, uint64_t at, uint64_t n)
 {
 	int saved;
 	if (!shim_enter(&saved))
 		return; /* a write from inside the shim, or a signal handler's */
 	pthread_mutex_lock(&s->stage_lock);
-	int r = s->stage_off ? -ECANCELED : start(s, fd);
-	size_t cs = s->rule->chunk_size;
-	for (uint64_t k = first; k < end && r == 0; k++) {
+	/* A rename may have given the file another rule (another chunk size):
+	 * the builder's buffers are the old one's. */
+	const struct stg_path_rule *rule = s->rule;
+	if (s->stage && s->stage_rule != rule)
+		finish(s, true);
+	uint64_t cs = rule->chunk_size;
+	uint64_t k = (at + cs - 1) / cs, end = (at + n) / cs;
+	int r = k < end && rule->chunking == STG_CHUNKING_FIXED && !s->stage_off
+			? start(s, fd, rule)
+			: 0;
+	for (; k < end && s->stage && r == 0; k++) {
 		r = stg_pread_all(s->stage_fd, stg_builder_buffer(s->stage), cs, (off_t)(k * cs));
 		if (r == -ENODATA) {
 			r = 0; /* truncated meanwhile: the commit sees what is left */
@@ -106,33 +111,44 @@ static void stage(struct session *s, int fd, uint64_t first, uint64_t end)
 		/* Only the commit's work is left to it: not an error of the write. */
 		shim_log(STG_LOG_DEBUG, "'%s': no chunks staged ahead from now (%s)", s->path,
 			 strerror(-r));
-		finish(s);
+		finish(s, false);
 		s->stage_off = true;
 	}
 	pthread_mutex_unlock(&s->stage_lock);
 	shim_leave(0, saved);
 }
 
-void prestage_wrote(struct session *s, int fd, uint64_t at, uint64_t n)
-{
-	uint64_t cs = s->rule->chunk_size;
-	uint64_t first = (at + cs - 1) / cs, end = (at + n) / cs;
-	if (first < end)
-		stage(s, fd, first, end);
-}
-
 void prestage_finish(struct session *s)
 {
 	pthread_mutex_lock(&s->stage_lock);
-	finish(s);
+	finish(s, true);
 	pthread_mutex_unlock(&s->stage_lock);
+}
+
+void prestage_before_fork(struct session *s)
+{
+	/* No thread of ours is then inside the builder the child lets go of. */
+	if (!s->stage_fork_locked) {
+		pthread_mutex_lock(&s->stage_lock);
+		s->stage_fork_locked = true;
+	}
+}
+
+void prestage_after_fork_parent(struct session *s)
+{
+	if (s->stage_fork_locked) {
+		s->stage_fork_locked = false;
+		pthread_mutex_unlock(&s->stage_lock);
+	}
 }
 
 void prestage_forget_after_fork(struct session *s)
 {
 	pthread_mutex_init(&s->stage_lock, NULL);
+	s->stage_fork_locked = false;
 	/* The parent's builder writes through the parent's asynchronous I/O
-	 * context: the child lets go of its copies of the descriptors only. */
+	 * context: the child lets go of its copies of the descriptors and its
+	 * memory only. */
 	if (s->stage) {
 		stg_builder_forget(s->stage);
 		s->stage = NULL;

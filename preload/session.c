@@ -320,6 +320,7 @@ void session_before_fork(void)
 	int fd;
 	struct session *s;
 	FDTABLE_EACH(fd, s) {
+		prestage_before_fork(s);
 		if (s->holder_fd < 0 || s->fork_hold >= 0)
 			continue;
 		char name[64];
@@ -340,6 +341,7 @@ void session_after_fork_parent(void)
 	int fd;
 	struct session *s;
 	FDTABLE_EACH(fd, s) {
+		prestage_after_fork_parent(s);
 		if (s->fork_hold < 0)
 			continue;
 		shim_release_fd(s->fork_hold);

@@ -128,6 +128,7 @@ static void after_fork_child(void)
 	pthread_mutexattr_destroy(&attr);
 	shim.pid = getpid();
 	shim_fdguard_after_fork();
+	stg_cache_after_fork_child();
 	share_after_fork_child();
 	background_after_fork_child();
 	session_locks_after_fork();
