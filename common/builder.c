@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "catalog.h"
@@ -44,6 +45,12 @@ struct stg_builder {
 	bool open;         /* publish as an open version (fsync) */
 	uint64_t replaces; /* the writer's open version this one supersedes */
 	const struct stg_part *part; /* shared = job: the node's part (borrowed) */
+	int64_t staged_since; /* chunks in packs made since are this version's */
+	struct {
+		uint64_t pack;
+		bool since; /* made since staged_since */
+	} packs_seen[8];
+	unsigned next_seen;
 	struct stg_builder_stats stats;
 };
 
@@ -172,6 +179,11 @@ void stg_builder_set_part(struct stg_builder *b, const struct stg_part *part)
 	b->part = part;
 }
 
+void stg_builder_set_staged_since(struct stg_builder *b, int64_t ns)
+{
+	b->staged_since = ns;
+}
+
 void stg_builder_defer_collect(struct stg_builder *b)
 {
 	b->defer_collect = true;
@@ -279,6 +291,26 @@ static int out_of_space(struct stg_builder *b, int r)
 	return r;
 }
 
+/* Was the pack made since the writing began (by a process staging its chunks
+ * ahead)? Asked of the few packs a version finds its chunks in. */
+static bool staged_for_us(struct stg_builder *b, uint64_t pack)
+{
+	if (!b->staged_since)
+		return false;
+	for (unsigned i = 0; i < 8; i++)
+		if (b->packs_seen[i].pack == pack)
+			return b->packs_seen[i].since;
+	char rel[48];
+	stg_pack_relpath(pack, rel);
+	struct stat st;
+	bool since = fstatat(b->cache->packs_fd, rel + strlen("packs/"), &st, 0) == 0 &&
+		     (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec >= b->staged_since;
+	b->packs_seen[b->next_seen].pack = pack;
+	b->packs_seen[b->next_seen].since = since;
+	b->next_seen = (b->next_seen + 1) % 8;
+	return since;
+}
+
 /* The chunk is in the pack writer's buffer and hashed: find it, or store it;
  * *e says where it is. */
 static int find_or_store(struct stg_builder *b, size_t len, const struct stg_hash *h,
@@ -299,6 +331,14 @@ static int find_or_store(struct stg_builder *b, size_t len, const struct stg_has
 	int r = stg_index_lookup(b->cache, h, (uint32_t)len, e);
 	if (r < 0)
 		return r;
+	if (r == 1 && staged_for_us(b, e->pack)) {
+		/* Stored for this version, ahead of its commit: new in it, and
+		 * its repeats in it are not. */
+		e->flags |= STG_ENTRY_NEW;
+		b->stats.new_chunks++;
+		b->stats.stored_bytes += e->stored_len;
+		return remember_stored(b, e);
+	}
 	if (r == 1) {
 		b->stats.dedup_cache++;
 		return 0;
@@ -742,7 +782,7 @@ static int commit_stream(struct stg_builder *b, int fd, uint64_t size)
 
 int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_path_rule *rule,
 		      int fd, uint64_t size, uint32_t mode, int64_t mtime_ns, bool open,
-		      uint64_t replaces, const struct stg_part *part)
+		      uint64_t replaces, const struct stg_part *part, int64_t staged_since)
 {
 	struct stg_builder *b;
 	int r = stg_builder_new(c, path, rule, &b);
@@ -750,6 +790,7 @@ int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_pa
 		return r;
 	stg_builder_set_open(b, open, replaces);
 	stg_builder_set_part(b, part);
+	stg_builder_set_staged_since(b, staged_since);
 	if (rule->chunking == STG_CHUNKING_FIXED)
 		r = commit_fixed(b, fd, size);
 	else

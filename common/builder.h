@@ -44,6 +44,10 @@ void stg_builder_set_open(struct stg_builder *b, bool open, uint64_t replaces);
  * the commit. */
 void stg_builder_set_part(struct stg_builder *b, const struct stg_part *part);
 
+/* Chunks it finds in packs made at or after ns (ns since the epoch, as file
+ * times count; 0: none) were staged ahead for this version by the writers of
+ * its file: they count as stored by it (STG_ENTRY_NEW, the stats). */
+void stg_builder_set_staged_since(struct stg_builder *b, int64_t ns);
 /* Commit without collecting what pruning freed (a later commit will): for a
  * caller that goes on using the chunk locations it recorded. */
 void stg_builder_defer_collect(struct stg_builder *b);
@@ -101,10 +105,11 @@ const struct stg_builder_stats *stg_builder_stats(const struct stg_builder *b);
  * as the rule says: fixed chunks with holes found by SEEK_DATA and not read,
  * or content-defined ones in one streaming pass (holes read as zeros). open
  * and replaces as for stg_builder_set_open, part as for
- * stg_builder_set_part. Returns the version or -errno. */
+ * stg_builder_set_part, staged_since as for stg_builder_set_staged_since.
+ * Returns the version or -errno. */
 int64_t stg_commit_fd(struct stg_cache *c, const char *path, const struct stg_path_rule *rule,
 		      int fd, uint64_t size, uint32_t mode, int64_t mtime_ns, bool open,
-		      uint64_t replaces, const struct stg_part *part);
+		      uint64_t replaces, const struct stg_part *part, int64_t staged_since);
 
 /* The writer closed the file with nothing changed since the fsync that
  * published open_version: that version becomes closed, in place. Returns

@@ -252,6 +252,8 @@ struct share_page *share_map(int holdfd);
 void share_unmap(struct share_page *p);
 /* The first holder of a new shadow starts its page (under the open lock). */
 void share_begin(struct share_page *p, uint32_t mode);
+/* When it did, as file times count (ns since the epoch). */
+int64_t share_begin_ns(struct share_page *p);
 /* What the writing's processes agree on: the file's mode (false: not set),
  * the open version of its last sync, content lost by one of them (never
  * commit it), unlinked or replaced meanwhile (nothing to commit), and the

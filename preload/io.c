@@ -42,10 +42,10 @@ static inline struct session *noted_session(int fd)
  * moved, or the end an append reached, minus r), as O_APPEND makes even a
  * pwrite append. */
 #define AT_END (-2)
-static void note_write(struct session *s, int fd, int64_t off, ssize_t r)
+static void note_write(struct session *s, int fd, int64_t off, ssize_t r, bool stage)
 {
 	/* (Less than a chunk covers no whole chunk: only a part notes it.) */
-	if (r <= 0 || (!s->part && (uint64_t)r < s->rule->chunk_size))
+	if (r <= 0 || (!s->part && (!stage || (uint64_t)r < s->rule->chunk_size)))
 		return;
 	int saved = errno;
 	int fl = REAL(fcntl)(fd, F_GETFL);
@@ -67,7 +67,7 @@ static void note_write(struct session *s, int fd, int64_t off, ssize_t r)
 	} else {
 		if (s->part)
 			part_wrote(s, (uint64_t)at, (uint64_t)r);
-		if (prestage_wanted(s))
+		if (stage && prestage_wanted(s))
 			prestage_wrote(s, fd, (uint64_t)at, (uint64_t)r);
 	}
 	errno = saved;
@@ -98,15 +98,18 @@ static uint64_t size_of(int fd)
 		return r_;                                                   \
 	} while (0)
 
-/* A write (or copy) into fd at off (-1: its offset), through call. */
-#define NOTED_WRITE(fd, off, call)                                           \
+/* A write (or copy) into fd at off (-1: its offset), through call. stage:
+ * whole chunks it wrote are staged ahead. Not for the kernel's copies
+ * (sendfile, copy_file_range, splice): cp and its kind copy a file in a call
+ * or a few, and close it next, with nothing for the staging to overlap. */
+#define NOTED_WRITE(fd, off, call, stage)                                    \
 	do {                                                                 \
 		struct session *p_ = noted_session(fd);                      \
 		if (!p_)                                                     \
 			return call;                                         \
 		int64_t off_ = (off); /* before the call moves *outoff */     \
 		ssize_t r_ = call;                                           \
-		note_write(p_, fd, off_, r_);                                \
+		note_write(p_, fd, off_, r_, stage);                         \
 		return r_;                                                   \
 	} while (0)
 
@@ -144,7 +147,7 @@ __attribute__((noinline)) static ssize_t write_slow(int fd, const void *buf, siz
 		if (r != FAST_OFF)
 			return r;
 	}
-	NOTED_WRITE(fd, -1, REAL(write)(fd, buf, n));
+	NOTED_WRITE(fd, -1, REAL(write)(fd, buf, n), true);
 }
 
 static ssize_t pwrite_common(int fd, const void *buf, size_t n, off_t off,
@@ -157,7 +160,7 @@ static ssize_t pwrite_common(int fd, const void *buf, size_t n, off_t off,
 		if (r != FAST_OFF)
 			return r;
 	}
-	NOTED_WRITE(fd, off, real(fd, buf, n, off));
+	NOTED_WRITE(fd, off, real(fd, buf, n, off), true);
 }
 
 __attribute__((noinline)) static ssize_t pwrite_slow(int fd, const void *buf, size_t n, off_t off)
@@ -178,7 +181,7 @@ __attribute__((noinline)) static ssize_t writev_slow(int fd, const struct iovec 
 		if (r != FAST_OFF)
 			return r;
 	}
-	NOTED_WRITE(fd, -1, REAL(writev)(fd, iov, cnt));
+	NOTED_WRITE(fd, -1, REAL(writev)(fd, iov, cnt), true);
 }
 
 static ssize_t pwritev_common(int fd, const struct iovec *iov, int cnt, off_t off, int flags,
@@ -201,7 +204,7 @@ static ssize_t pwritev_common(int fd, const struct iovec *iov, int cnt, off_t of
 	else
 		r = REAL(pwritev)(fd, iov, cnt, off);
 	if (p) /* (RWF_APPEND writes at the end, whatever off says) */
-		note_write(p, fd, v2 && (flags & RWF_APPEND) ? AT_END : off, r);
+		note_write(p, fd, v2 && (flags & RWF_APPEND) ? AT_END : off, r, true);
 	return r;
 }
 
@@ -387,14 +390,15 @@ SHIM_EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n)
 {
 	LEAVE_FAST(out);
 	LEAVE_FAST(in);
-	NOTED_WRITE(out, -1, REAL(sendfile)(out, in, off, n));
+	NOTED_WRITE(out, -1, REAL(sendfile)(out, in, off, n), false);
 }
 
 SHIM_EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t n)
 {
 	LEAVE_FAST(out);
 	LEAVE_FAST(in);
-	NOTED_WRITE(out, -1, (REAL(sendfile64) ? real_sendfile64 : real_sendfile)(out, in, off, n));
+	NOTED_WRITE(out, -1, (REAL(sendfile64) ? real_sendfile64 : real_sendfile)(out, in, off, n),
+		    false);
 }
 
 SHIM_EXPORT ssize_t copy_file_range(int in, off_t *inoff, int out, off_t *outoff, size_t n,
@@ -402,14 +406,16 @@ SHIM_EXPORT ssize_t copy_file_range(int in, off_t *inoff, int out, off_t *outoff
 {
 	LEAVE_FAST(out);
 	LEAVE_FAST(in);
-	NOTED_WRITE(out, outoff ? *outoff : -1, REAL(copy_file_range)(in, inoff, out, outoff, n, flags));
+	NOTED_WRITE(out, outoff ? *outoff : -1,
+		    REAL(copy_file_range)(in, inoff, out, outoff, n, flags), false);
 }
 
 SHIM_EXPORT ssize_t splice(int in, off_t *inoff, int out, off_t *outoff, size_t n, unsigned flags)
 {
 	LEAVE_FAST(out);
 	LEAVE_FAST(in);
-	NOTED_WRITE(out, outoff ? *outoff : -1, REAL(splice)(in, inoff, out, outoff, n, flags));
+	NOTED_WRITE(out, outoff ? *outoff : -1, REAL(splice)(in, inoff, out, outoff, n, flags),
+		    false);
 }
 
 /* stdio writes through internal calls the shim cannot see. */

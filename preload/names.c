@@ -104,7 +104,7 @@ static int import_real(const char *realpath, const char *abs, const struct stg_p
 		v = stg_commit_fd(shim.cache, abs, rule, fd, (uint64_t)st.st_size,
 				  st.st_mode & 07777,
 				  (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
-				  false, 0, NULL);
+				  false, 0, NULL, 0);
 	REAL(close)(fd);
 	if (v < 0)
 		return (int)v;

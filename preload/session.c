@@ -758,7 +758,8 @@ static int commit_through(struct session *s, int fd, bool last, uint64_t replace
 	int rfd = real_open(link, O_RDONLY | O_CLOEXEC);
 	int64_t v = stg_commit_fd(shim.cache, s->path, s->rule, rfd >= 0 ? rfd : fd,
 				  (uint64_t)st.st_size, version_mode(s), mtime,
-				  !last || (s->created && st.st_size == 0), replaces, part);
+				  !last || (s->created && st.st_size == 0), replaces, part,
+				  s->share ? share_begin_ns(s->share) : 0);
 	if (rfd >= 0)
 		real_close(rfd);
 	stg_part_free(part);

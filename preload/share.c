@@ -36,7 +36,9 @@ struct share_page {
 	uint64_t staged;       /* bytes the fast path holds */
 	uint64_t open_version; /* the open version a sync published (0: none) */
 	uint32_t flags;        /* PAGE_BROKEN, PAGE_GONE */
-	uint8_t pad[28];
+	uint32_t pad0;
+	int64_t begin_ns;      /* when the writing began (file-time clock) */
+	uint8_t pad[16];
 	char path[PAGE_PATH_MAX]; /* the path it was renamed to ("": its own) */
 };
 #define MODE_SET (1u << 31)
@@ -180,6 +182,12 @@ void share_begin(struct share_page *p, uint32_t mode)
 	/* A hold file of a dead writing whose inode number came back may
 	 * hold anything: the first holder starts afresh, under the lock. */
 	memset(p, 0, sizeof(*p));
+	/* The coarse clock file times are taken from: a pack made after this
+	 * has a ctime no earlier. */
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+	__atomic_store_n(&p->begin_ns, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec,
+			 __ATOMIC_RELEASE);
 	__atomic_store_n(&p->mode, mode | MODE_SET, __ATOMIC_RELEASE);
 }
 
@@ -195,6 +203,11 @@ bool share_mode(struct share_page *p, uint32_t *mode)
 void share_set_mode(struct share_page *p, uint32_t mode)
 {
 	__atomic_store_n(&p->mode, (mode & 07777) | MODE_SET, __ATOMIC_RELEASE);
+}
+
+int64_t share_begin_ns(struct share_page *p)
+{
+	return __atomic_load_n(&p->begin_ns, __ATOMIC_ACQUIRE);
 }
 
 uint64_t share_open_version(struct share_page *p)

@@ -57,7 +57,7 @@ int cmd_commit(int argc, char **argv)
 		tool_error("__commit: '%s' is not captured by %s", path, p->file);
 	} else {
 		int64_t v = stg_commit_fd(cache, path, rule, 3, (uint64_t)st.st_size, (uint32_t)mode,
-					  mtime, false, replaces, NULL);
+					  mtime, false, replaces, NULL, 0);
 		if (v < 0)
 			tool_error("could not stage '%s' (durability = async): %s", path,
 				   strerror((int)-v));

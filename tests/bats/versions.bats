@@ -815,6 +815,10 @@ packs_hold() {
 	# a pack per writer, each holding its chunks; the committer stored
 	# nothing more
 	packs_hold 64 4
+	# and ls counts them as the version's own
+	run "$STAGEHAND" ls "$CKPT/f"
+	[ "$(echo "$output" | awk '$2 == 1 {print $4, $5}')" = "$((64 * 69632)) 64/64" ] ||
+		fail "ls: $output"
 }
 
 @test "B18: a chunk staged by its writer, then written again in part: the version has the later bytes, and the staged one is collected" {
