@@ -747,8 +747,9 @@ EOF
 # each at (k * N + rank) * STRIPE; with "again", rank 0 then writes 100 bytes
 # into each of its stripes once more, after every other rank wrote all of
 # theirs; with "fork", each rank forks after its first stripe and its child
-# writes the rest; with "other", other random bytes. Each process checks that
-# it has as many descriptors open after its close as before its open.
+# writes the rest; with "other", other random bytes; with "sync", each rank
+# fsyncs before it closes. Each process (a child too) checks that it has as
+# many descriptors open after its close as before its open.
 random_stripes_script() {
 	py rstripes <<'EOF2'
 import multiprocessing as mp, os, random, sys
@@ -774,6 +775,8 @@ def rank_main(rank, opened, written):
         os.pwrite(fd, stripe_bytes(rank, j), (j * n + rank) * stripe)
     if not child:  # (a parent that forked leaves the rest to its child)
         written.wait(WAIT)
+    if how == "sync":
+        os.fsync(fd)
     if how == "again" and rank == 0:
         for j in range(k):
             os.pwrite(fd, b"again" * 20, (j * n + rank) * stripe + 1000)
@@ -782,10 +785,13 @@ def rank_main(rank, opened, written):
         _, status = os.waitpid(child, 0)
         if status:
             sys.exit("rank %d: its child failed" % rank)
-    elif how == "fork" and j >= 1:
-        os._exit(0)
     if fds() != before:
-        sys.exit("rank %d: %d descriptors open after close, %d before open" % (rank, fds(), before))
+        print("rank %d%s: %d descriptors open after close, %d before open"
+              % (rank, " (child)" if how == "fork" and not child else "", fds(), before),
+              file=sys.stderr, flush=True)
+        os._exit(1)
+    if how == "fork" and not child:
+        os._exit(0)  # the child: not multiprocessing's to end
 
 if __name__ == "__main__":
     opened, written = mp.Barrier(n), mp.Barrier(n)
@@ -864,4 +870,12 @@ os.close(fd)
 EOF2
 	twice "$PYTHON" "$T/renamed.py" @D@
 	check_file big/f 1
+}
+
+@test "B21: N-1 in whole chunks, every rank fsyncing before its close: the syncs commit while chunks are staged; one version, byte-identical, counted as stored by it" {
+	random_stripes_script
+	twice "$PYTHON" "$T/rstripes.py" @D@/f 4 65536 16 sync
+	check_file f 1
+	run "$STAGEHAND" ls "$CKPT/f"
+	[ "$(echo "$output" | awk '$2 == 1 {print $5}')" = "64/64" ] || fail "ls: $output"
 }
