@@ -37,8 +37,9 @@ extern const struct stg_chunk_codec stg_chunk_codec_default;
 int stg_chunk_codec_parse(struct stg_chunk_codec *c, const char *key, const char *value,
 			  char *err, size_t errlen);
 
-/* Whether c's codec runs in the background: too slow for a writer to wait
- * for it (zstd), the flusher recodes each chunk with it before shipping. */
+/* Whether the flusher recodes each chunk before shipping it: c's codec is too
+ * slow for a writer to wait for it (zstd), or c is auto, which tries zstd
+ * there. */
 bool stg_chunk_codec_background(const struct stg_chunk_codec *c);
 
 /* The codec the capture path encodes with for c: c, or lz4 with c's filter
@@ -66,7 +67,8 @@ size_t stg_chunk_bound(size_t raw_len);
 size_t stg_chunk_encode(const void *data, size_t len, const struct stg_hash *hash,
 			const struct stg_chunk_codec *c, uint8_t *out);
 
-/* Tries c on data (a sample first, so incompressible data costs little).
+/* Tries c on data, where a writer waits (a sample first, so incompressible
+ * data costs little; auto keeps only what saves an eighth of the sample).
  * When it pays, writes the whole object into out and returns its length;
  * otherwise returns 0 and the caller stores the header of
  * stg_chunk_header_encode_raw followed by data itself. */
@@ -110,11 +112,12 @@ bool stg_chunk_header_is_raw(const struct stg_chunk_header *h);
  * encoded (as a manifest or an index record says). */
 bool stg_chunk_stored_len_ok(uint32_t raw_len, uint32_t stored_len, bool encoded);
 
-/* Re-encodes obj, a chunk object of raw_len bytes, as c says: decodes it into
- * raw (raw_len bytes; the hash is checked) and encodes that into out
- * (stg_chunk_bound(raw_len) bytes). Returns the new object's length when it
- * is smaller than obj, 0 when obj is as good (or encoded so already), or
- * -EBADMSG (obj is corrupt) or -ENOMEM. */
+/* Re-encodes obj, a chunk object of raw_len bytes, as c says in the
+ * background (auto: zstd, after the filter lz4 chooses on a sample):
+ * decodes it into raw (raw_len bytes; the hash is checked) and encodes that
+ * into out (stg_chunk_bound(raw_len) bytes). Returns the new object's length
+ * when it is smaller than obj, 0 when obj is as good (or encoded so
+ * already), or -EBADMSG (obj is corrupt) or -ENOMEM. */
 ssize_t stg_chunk_recode(const uint8_t *obj, size_t len, uint32_t raw_len,
 			 const struct stg_chunk_codec *c, uint8_t *raw, uint8_t *out);
 

@@ -74,9 +74,9 @@ stages_and_restores() {
 	[ "$status" -eq 0 ] || fail "flush: $output"
 	stop_flusher "$CACHE"
 	# zstd never runs where the writer waits: the cache holds lz4, and the
-	# flusher recodes on the way to the server.
+	# flusher recodes on the way to the server (auto too).
 	! object_codecs "$CACHE/packs" | grep -qx zstd || fail "zstd in the cache ($*)"
-	if [[ " $* " == *" compress=zstd "* ]]; then
+	if [[ " $* " == *" compress=zstd "* || " $* " == *" compress=auto "* ]]; then
 		object_codecs "$T/srv0" | grep -qx zstd || fail "no zstd on the server ($*)"
 	else
 		! object_codecs "$T/srv0" | grep -qx zstd || fail "zstd on the server ($*)"
@@ -121,6 +121,41 @@ stages_and_restores() {
 
 @test "compress = auto, filter = shuffle2: restored from a server" {
 	stages_and_restores compress=auto filter=shuffle2
+}
+
+# fp32 weights ~ N(0, 0.02): a shuffle before lz4 saves about 7%.
+weights_file() {
+	python3 - "$1" <<'PY'
+import random, struct, sys
+random.seed(5)
+open(sys.argv[1], "wb").write(struct.pack("<%df" % (1 << 20), *(random.gauss(0, 0.02) for _ in range(1 << 20))))
+PY
+}
+
+@test "compress = auto: fp32 weights are captured raw and shipped shuffled and zstd-compressed" {
+	# lz4 would cost the writer about a second a GiB for 7%: auto leaves
+	# the chunks raw, and the flusher finds the shuffle (none is named).
+	# (1 MiB chunks: zstd codes a block of 128 KiB with one table, which the
+	# shuffled planes of a 64 KiB chunk share.)
+	start_servers 1
+	cluster_default_policy cluster.replicas=1 compress=auto chunk_size=1M
+	weights_file "$REF/f"
+	shim cp "$REF/f" "$CKPT/f"
+	local size
+	size=$(stat -c %s "$REF/f")
+	[ "$(object_codecs "$CACHE/packs")" = raw ] || fail "the cache holds $(object_codecs "$CACHE/packs" | tr '\n' ' ')"
+	[ "$(pack_bytes)" -ge "$size" ] || fail "the cache holds $(pack_bytes) bytes of $size"
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	stop_flusher "$CACHE"
+	[ "$(object_codecs "$T/srv0")" = zstd ] || fail "the server holds $(object_codecs "$T/srv0" | tr '\n' ' ')"
+	local served
+	served=$(find "$T/srv0" -name '*.seg' -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
+	[ "$served" -lt $((size * 9 / 10)) ] || fail "the server keeps $served bytes of $size"
+	rm -rf "$CACHE"
+	run restore_to "$POLICY" 1 "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore: $output"
+	cmp "$REF/f" "$BACK$CKPT/f" || fail "the restored file differs"
 }
 
 @test "a bad compress or filter value is refused with the values it takes" {
