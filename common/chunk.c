@@ -511,6 +511,7 @@ static size_t try_compress(const void *data, size_t len, const struct stg_hash *
 	size_t probe = len < PROBE_BYTES ? len : PROBE_BYTES;
 	struct choice ch = {c->compress, c->filter, c->element, c->level};
 	if (c->compress == COMPRESS_AUTO) {
+		/* (In the background any saving, as worth_it() already asks.) */
 		bool found = choose_auto(data, probe, hash, c,
 					 background ? 32 : AUTO_CAPTURE_SAVING, out, &ch);
 		if (!background && !found)

@@ -149,6 +149,20 @@ PY
 	[ "$status" -eq 0 ] || fail "flush: $output"
 	stop_flusher "$CACHE"
 	[ "$(object_codecs "$T/srv0")" = zstd ] || fail "the server holds $(object_codecs "$T/srv0" | tr '\n' ' ')"
+	# byte 7 of a format 2 header: the filter (1: byte shuffle)
+	python3 - "$T/srv0" <<'PY' || fail "the server's chunks are not shuffled"
+import os, struct, sys
+filters = set()
+for top, _, files in os.walk(sys.argv[1]):
+    for name in files:
+        data = open(os.path.join(top, name), "rb").read()
+        at = data.find(b"SHCK")
+        while at >= 0 and at + 8 <= len(data):
+            if struct.unpack_from("<H", data, at + 4)[0] == 2:
+                filters.add(data[at + 7])
+            at = data.find(b"SHCK", at + 4)
+sys.exit(0 if filters == {1} else 1)
+PY
 	local served
 	served=$(find "$T/srv0" -name '*.seg' -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
 	[ "$served" -lt $((size * 9 / 10)) ] || fail "the server keeps $served bytes of $size"
