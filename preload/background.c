@@ -220,12 +220,15 @@ int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns
 	int err = lf && *lf ? real_open(lf, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644) : -1;
 	if (err < 0 && in >= 0)
 		err = real_fcntl(in, F_DUPFD_CLOEXEC, 0);
-	char smode[16], smtime[32], sreplaces[32];
+	/* Chunks its writers staged ahead count as the version's (ls). */
+	int64_t since = s->share ? share_begin_ns(s->share) : 0;
+	char smode[16], smtime[32], sreplaces[32], ssince[32];
 	snprintf(smode, sizeof(smode), "%o", mode & 07777);
 	snprintf(smtime, sizeof(smtime), "%lld", (long long)mtime_ns);
 	snprintf(sreplaces, sizeof(sreplaces), "%llu", (unsigned long long)replaces);
-	char *argv[] = {"stagehand", "__commit", s->path, smode, smtime, replaces ? sreplaces : NULL,
-			NULL};
+	snprintf(ssince, sizeof(ssince), "%lld", (long long)since);
+	char *argv[] = {"stagehand", "__commit", s->path, smode, smtime,
+			replaces || since > 0 ? sreplaces : NULL, since > 0 ? ssince : NULL, NULL};
 	struct spawn sp = {.exe = exe, .argv = argv, .shadow = rfd, .done_w = p[1], .in = in,
 			   .err = err};
 	int r = in < 0 || err < 0 ? -EIO : spawn_detached(&sp);

@@ -16,9 +16,9 @@
 
 int cmd_commit(int argc, char **argv)
 {
-	if (argc != 4 && argc != 5) {
-		tool_error("__commit: PATH MODE MTIME_NS [OPEN_VERSION] expected (this command "
-			   "is the shim's)");
+	if (argc < 4 || argc > 6) {
+		tool_error("__commit: PATH MODE MTIME_NS [OPEN_VERSION [STAGED_SINCE_NS]] expected "
+			   "(this command is the shim's)");
 		return EXIT_USAGE;
 	}
 	const char *path = argv[1];
@@ -35,10 +35,19 @@ int cmd_commit(int argc, char **argv)
 	}
 	/* The open version an fsync of this writing published: superseded. */
 	unsigned long long replaces = 0;
-	if (argc == 5) {
+	if (argc >= 5) {
 		replaces = strtoull(argv[4], &end, 10);
 		if (*end || argv[4][0] == '-') {
 			tool_error("__commit: bad version id '%s'", argv[4]);
+			return EXIT_USAGE;
+		}
+	}
+	/* When its writers began: chunks they staged ahead count as its own. */
+	long long since = 0;
+	if (argc == 6) {
+		since = strtoll(argv[5], &end, 10);
+		if (*end || !argv[5][0] || since < 0) {
+			tool_error("__commit: bad time '%s'", argv[5]);
 			return EXIT_USAGE;
 		}
 	}
@@ -57,7 +66,7 @@ int cmd_commit(int argc, char **argv)
 		tool_error("__commit: '%s' is not captured by %s", path, p->file);
 	} else {
 		int64_t v = stg_commit_fd(cache, path, rule, 3, (uint64_t)st.st_size, (uint32_t)mode,
-					  mtime, false, replaces, NULL, 0);
+					  mtime, false, replaces, NULL, since);
 		if (v < 0)
 			tool_error("could not stage '%s' (durability = async): %s", path,
 				   strerror((int)-v));
