@@ -7,7 +7,9 @@
 # makes the version durable). Alternating which goes first. Prints the
 # medians and the ratios (plain time / shim time, > 1 is faster), the CPU
 # seconds the writers spent (on a machine with few cores the CPU, not the
-# disk, bounds the time), and the shim's peak memory per writer.
+# disk, bounds the time), the seconds until the version was packed as well
+# (a large file is packed in the background after its close), and the
+# shim's peak memory per writer.
 #
 #   bench/n1.sh [--size MIB] [--trials N] [--dir DIR]
 set -euo pipefail
@@ -51,10 +53,19 @@ drop_caches() {
 # The median of column k (default 1) of the lines read.
 median() { awk -v k="${1:-1}" '{print $k}' | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 plain() { rm -f "$dir/n1/plain/f"; drop_caches; "$W" "$dir/n1/plain/f" "$@"; }
+# Prints the writers' seconds and CPU seconds, then the seconds until the
+# version was packed too: a file of 32 MiB or more is packed in the
+# background after its close (docs/CAPTURE.md, "Pending commits"), which
+# `stagehand ls` waits for.
 shimmed() {
 	rm -rf "$dir/n1/cache" "$dir/n1/ckpt/f"
 	drop_caches
-	LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/n1/policy.conf" "$W" "$dir/n1/ckpt/f" "$@"
+	local out t0 t1
+	out=$(LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/n1/policy.conf" "$W" "$dir/n1/ckpt/f" "$@")
+	t0=$(date +%s.%N)
+	STAGEHAND_POLICY="$dir/n1/policy.conf" "$S" ls "$dir/n1/ckpt/f" >/dev/null
+	t1=$(date +%s.%N)
+	awk -v t0="$t0" -v t1="$t1" '{printf "%s %s %.4f\n", $1, $2, $1 + t1 - t0}' <<<"$out"
 }
 
 echo "N-1 benchmark: one ${size} MiB file, $trials trials, on $(df -h "$dir" | awk 'NR==2 {print $1}')"
@@ -65,7 +76,7 @@ check() {
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 
-printf '\n| writers | stripe | plain pwrite+fsync | stagehand, same program | ratio | stagehand, no fsync | ratio | target | CPU s: plain, same, no fsync |\n|---|---|---|---|---|---|---|---|---|\n'
+printf '\n| writers | stripe | plain pwrite+fsync | stagehand, same program | ratio | stagehand, no fsync | ratio | target | CPU s: plain, same, no fsync | packed after: same, no fsync |\n|---|---|---|---|---|---|---|---|---|---|\n'
 for cfg in "4 65536" "4 1048576" "16 65536" "16 1048576"; do
 	read -r n stripe <<<"$cfg"
 	: >"$dir/n1/t.plain"
@@ -89,9 +100,10 @@ for cfg in "4 65536" "4 1048576" "16 65536" "16 1048576"; do
 	b=$(median <"$dir/n1/t.plain")
 	s=$(median <"$dir/n1/t.shim")
 	c=$(median <"$dir/n1/t.close")
-	printf '| %d | %d KiB | %.2f s | %.2f s | %sx | %.2f s | %sx | >= 0.8x | %.2f, %.2f, %.2f |\n' \
+	printf '| %d | %d KiB | %.2f s | %.2f s | %sx | %.2f s | %sx | >= 0.8x | %.2f, %.2f, %.2f | %.2f s, %.2f s |\n' \
 		"$n" "$((stripe / 1024))" "$b" "$s" "$(ratio "$b" "$s")" "$c" "$(ratio "$b" "$c")" \
-		"$(median 2 <"$dir/n1/t.plain")" "$(median 2 <"$dir/n1/t.shim")" "$(median 2 <"$dir/n1/t.close")"
+		"$(median 2 <"$dir/n1/t.plain")" "$(median 2 <"$dir/n1/t.shim")" "$(median 2 <"$dir/n1/t.close")" \
+		"$(median 3 <"$dir/n1/t.shim")" "$(median 3 <"$dir/n1/t.close")"
 done
 
 # Memory: the peak RSS of one writer process, with and without the shim.
@@ -102,5 +114,5 @@ rss() {
 m_plain=$(rss "$W" "$dir/n1/plain/f" 1 1048576 "$size")
 rm -rf "$dir/n1/cache" "$dir/n1/ckpt/f"
 m_shim=$(rss env LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/n1/policy.conf" "$W" "$dir/n1/ckpt/f" 1 1048576 "$size")
-printf '| 1 | peak RSS of a writer (its %d MiB buffer included) | %d MiB | %d MiB | +%d MiB | | | <= +64 MiB | |\n' \
+printf '| 1 | peak RSS of a writer (its %d MiB buffer included) | %d MiB | %d MiB | +%d MiB | | | <= +64 MiB | | |\n' \
 	"$size" "$((m_plain / 1024))" "$((m_shim / 1024))" "$(((m_shim - m_plain) / 1024))"

@@ -175,12 +175,10 @@ void stg_cache_after_fork_child(void)
 static int lock_usage(struct stg_cache *c, uint64_t *ret)
 {
 	pthread_mutex_lock(&usage_mutex);
-	while (flock(c->usage_fd, LOCK_EX) < 0) {
-		if (errno != EINTR) {
-			int r = -errno;
-			pthread_mutex_unlock(&usage_mutex);
-			return r;
-		}
+	int locked = stg_flock(c->usage_fd, LOCK_EX);
+	if (locked < 0) {
+		pthread_mutex_unlock(&usage_mutex);
+		return locked;
 	}
 	uint8_t b[8] = {0};
 	ssize_t n = pread(c->usage_fd, b, sizeof(b), 0);

@@ -63,12 +63,10 @@ int stg_catalog_lock(struct stg_cache *c, const char *path, bool create,
 	}
 	if (fd < 0)
 		return -errno;
-	while (flock(fd, LOCK_EX) < 0) {
-		if (errno != EINTR) {
-			int r = -errno;
-			close(fd);
-			return r;
-		}
+	int r = stg_flock(fd, LOCK_EX);
+	if (r < 0) {
+		close(fd);
+		return r;
 	}
 	if (create && faccessat(fd, PATH_FILE, F_OK, 0) < 0) {
 		int r = stg_write_file_atomic(fd, PATH_FILE, path, strlen(path), false);

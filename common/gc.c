@@ -39,12 +39,10 @@ int stg_gc_pin(struct stg_cache *c)
 	int fd = open_lock(c);
 	if (fd < 0)
 		return fd;
-	while (flock(fd, LOCK_SH) < 0) {
-		if (errno != EINTR) {
-			int r = -errno;
-			close(fd);
-			return r;
-		}
+	int r = stg_flock(fd, LOCK_SH);
+	if (r < 0) {
+		close(fd);
+		return r;
 	}
 	return fd;
 }
@@ -207,12 +205,12 @@ static int relocate_file(void *arg, const char *path, int filedirfd)
 {
 	const struct moves *mv = arg;
 	/* The path's lock: a chmod amending a manifest must not race with this. */
-	while (flock(filedirfd, LOCK_EX) < 0)
-		if (errno != EINTR)
-			return -errno;
+	int r = stg_flock(filedirfd, LOCK_EX);
+	if (r < 0)
+		return r;
 	uint64_t *v = NULL;
 	size_t n = 0;
-	int r = stg_catalog_versions(filedirfd, &v, &n);
+	r = stg_catalog_versions(filedirfd, &v, &n);
 	for (size_t i = 0; r == 0 && i < n; i++) {
 		struct stg_manifest m;
 		if (stg_catalog_read(filedirfd, v[i], &m) < 0)
@@ -314,7 +312,23 @@ static int compact(struct stg_cache *c, struct stg_manifest_entry *live, size_t 
  * - <file id>.shadow, the shadow several processes share, that nobody holds:
  *   what its writers wrote was never committed. Decided under its
  *   <file id>.open lock, as the shim decides; skipped when that is busy.
+ * - <file id>.content without its <file id>.commit record: a pending commit
+ *   that a crash cut short before its close returned, or packed (pending.h).
  * - <dev>-<ino>.hold, the lock file of a shadow, that nobody holds. */
+/* The open lock of the file id that name starts with, if nobody holds it
+ * (-1 otherwise): the shim decides under it what tmp/ holds for the path. */
+static int try_open_lock(struct stg_cache *c, const char *name)
+{
+	char lockname[64];
+	snprintf(lockname, sizeof(lockname), "%.*s.open", STG_HASH_HEX_LEN, name);
+	int lk = openat(c->tmp_fd, lockname, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (lk >= 0 && stg_flock(lk, LOCK_EX | LOCK_NB) < 0) {
+		close(lk);
+		lk = -1;
+	}
+	return lk;
+}
+
 static void sweep_tmp(struct stg_cache *c)
 {
 	DIR *d = stg_opendir_at(c->tmp_fd, ".");
@@ -323,16 +337,24 @@ static void sweep_tmp(struct stg_cache *c)
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		size_t n = strlen(de->d_name);
+		struct stat st;
 		if (n == STG_HASH_HEX_LEN + 7 && strcmp(de->d_name + STG_HASH_HEX_LEN, ".shadow") == 0) {
-			char lockname[64];
-			snprintf(lockname, sizeof(lockname), "%.*s.open", STG_HASH_HEX_LEN, de->d_name);
-			int lk = openat(c->tmp_fd, lockname, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+			int lk = try_open_lock(c, de->d_name);
 			if (lk < 0)
 				continue;
-			struct stat st;
-			if (flock(lk, LOCK_EX | LOCK_NB) == 0 &&
-			    fstatat(c->tmp_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			if (fstatat(c->tmp_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 			    !stg_cache_shadow_held(c, st.st_dev, st.st_ino))
+				unlinkat(c->tmp_fd, de->d_name, 0);
+			close(lk);
+		} else if (n == STG_HASH_HEX_LEN + 8 &&
+			   strcmp(de->d_name + STG_HASH_HEX_LEN, ".content") == 0) {
+			/* (a close links the content before it writes the record) */
+			char record[64];
+			snprintf(record, sizeof(record), "%.*s.commit", STG_HASH_HEX_LEN, de->d_name);
+			int lk = try_open_lock(c, de->d_name);
+			if (lk < 0)
+				continue;
+			if (fstatat(c->tmp_fd, record, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
 				unlinkat(c->tmp_fd, de->d_name, 0);
 			close(lk);
 		} else if (n >= 6 && strcmp(de->d_name + n - 5, ".hold") == 0) {
@@ -402,12 +424,10 @@ int stg_gc_collect(struct stg_cache *c, int wait, struct stg_gc_result *ret)
 	int lockfd = open_lock(c);
 	if (lockfd < 0)
 		return lockfd;
-	while (flock(lockfd, LOCK_EX | (wait ? 0 : LOCK_NB)) < 0) {
-		if (errno != EINTR) {
-			int r = errno == EWOULDBLOCK ? -EAGAIN : -errno;
-			close(lockfd);
-			return r;
-		}
+	int locked = stg_flock(lockfd, LOCK_EX | (wait ? 0 : LOCK_NB));
+	if (locked < 0) {
+		close(lockfd);
+		return locked == -EWOULDBLOCK ? -EAGAIN : locked;
 	}
 	struct live live = {0};
 	struct stg_manifest_entry *entries = NULL;

@@ -64,6 +64,10 @@ int stg_path_join(char *out, size_t outlen, const char *dir, const char *name);
 /* Creates dir and its missing parents with the given mode. Returns 0 or -errno. */
 int stg_mkdir_p(const char *dir, mode_t mode);
 
+/* flock(fd, op), retried when a signal interrupts it. Returns 0 or -errno
+ * (-EWOULDBLOCK with LOCK_NB when another holds it). */
+int stg_flock(int fd, int op);
+
 /* fsync()s the directory at path (relative to dirfd). Returns 0 or -errno. */
 int stg_fsync_dir(int dirfd, const char *path);
 

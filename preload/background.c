@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* durability = async for files staged from their shadow: close() hands the
- * shadow to a detached `stagehand __commit` process and returns. The commit
+/* Commits finished by a helper process. durability = async for files staged
+ * from their shadow: close() hands the shadow to a detached `stagehand
+ * __commit` process and returns. durability = local for large ones: close()
+ * makes the shadow durable as a pending commit and hands its packing, and the
+ * path's open lock, to the same helper (common/pending.h). The commit
  * completes in the background, surviving the application's exit; this
  * process waits for it only if it touches that path again, so it always
  * reads what it wrote. The helper is started so that the application never
@@ -24,6 +27,7 @@
 #include "internal.h"
 #include "layout.h"
 #include "log.h"
+#include "pending.h"
 #include "real.h"
 
 #define SPAWN_STACK (64u << 10)
@@ -68,7 +72,7 @@ static const char *helper(void)
 struct spawn {
 	const char *exe;
 	char **argv;
-	int shadow, done_w, in, err;
+	int shadow, done_w, in, err; /* shadow: any descriptor, for the helper's 3 */
 	int failed; /* the helper could not be started */
 };
 
@@ -196,6 +200,48 @@ static void reap(void)
 	}
 }
 
+/* Starts the helper with argv, handing it fd3 as its descriptor 3; with
+ * track, remembers it for background_wait(path) (which costs this process a
+ * descriptor until then). Returns 0 or -errno (not started). */
+static int hand_off(const char *exe, char **argv, int fd3, const char *path, bool track)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	const char *lf = getenv("STAGEHAND_LOG_FILE");
+	int in = real_open("/dev/null", O_RDWR | O_CLOEXEC);
+	int err = lf && *lf ? real_open(lf, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644) : -1;
+	if (err < 0 && in >= 0)
+		err = real_fcntl(in, F_DUPFD_CLOEXEC, 0);
+	struct spawn sp = {.exe = exe, .argv = argv, .shadow = fd3, .done_w = p[1], .in = in,
+			   .err = err};
+	int r = in < 0 || err < 0 ? -EIO : spawn_detached(&sp);
+	if (in >= 0)
+		real_close(in);
+	if (err >= 0)
+		real_close(err);
+	real_close(p[1]);
+	if (r < 0) {
+		real_close(p[0]);
+		return r;
+	}
+	struct pending *pd = track ? calloc(1, sizeof(*pd)) : NULL;
+	if (!pd) {
+		/* Handed off already: untracked, or we just cannot wait for it. */
+		real_close(p[0]);
+		return 0;
+	}
+	snprintf(pd->path, sizeof(pd->path), "%s", path);
+	pd->rfd = p[0];
+	shim_move_high(&pd->rfd);
+	pthread_mutex_lock(&pending_lock);
+	reap();
+	pd->next = pending;
+	pending = pd;
+	pthread_mutex_unlock(&pending_lock);
+	return 0;
+}
+
 int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns,
 		      uint64_t replaces)
 {
@@ -209,17 +255,6 @@ int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns
 	int rfd = real_open(link, O_RDONLY | O_CLOEXEC);
 	if (rfd < 0)
 		return -errno;
-	int p[2];
-	if (pipe2(p, O_CLOEXEC) < 0) {
-		int r = -errno;
-		real_close(rfd);
-		return r;
-	}
-	const char *lf = getenv("STAGEHAND_LOG_FILE");
-	int in = real_open("/dev/null", O_RDWR | O_CLOEXEC);
-	int err = lf && *lf ? real_open(lf, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644) : -1;
-	if (err < 0 && in >= 0)
-		err = real_fcntl(in, F_DUPFD_CLOEXEC, 0);
 	/* Chunks its writers staged ahead count as the version's (ls). */
 	int64_t since = s->share ? share_begin_ns(s->share) : 0;
 	char smode[16], smtime[32], sreplaces[32], ssince[32];
@@ -229,39 +264,71 @@ int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns
 	snprintf(ssince, sizeof(ssince), "%lld", (long long)since);
 	char *argv[] = {"stagehand", "__commit", s->path, smode, smtime,
 			replaces || since > 0 ? sreplaces : NULL, since > 0 ? ssince : NULL, NULL};
-	struct spawn sp = {.exe = exe, .argv = argv, .shadow = rfd, .done_w = p[1], .in = in,
-			   .err = err};
-	int r = in < 0 || err < 0 ? -EIO : spawn_detached(&sp);
-	if (in >= 0)
-		real_close(in);
-	if (err >= 0)
-		real_close(err);
+	int r = hand_off(exe, argv, rfd, s->path, true);
 	real_close(rfd);
-	real_close(p[1]);
-	if (r < 0) {
-		real_close(p[0]);
-		return r;
+	if (r == 0)
+		shim_log(STG_LOG_DEBUG, "committing '%s' in the background", s->path);
+	return r;
+}
+
+int background_pack(struct session *s, int lockfd)
+{
+	const char *exe = helper();
+	if (!exe)
+		return -ENOSYS;
+	char *argv[] = {"stagehand", "__commit", "--pending", s->path, NULL};
+	/* Untracked: waiting for it is waiting for the lock. */
+	int r = hand_off(exe, argv, lockfd, s->path, false);
+	if (r == 0)
+		shim_log(STG_LOG_DEBUG, "packing '%s' in the background", s->path);
+	return r;
+}
+
+int background_settle_locked(const char *path, const struct stg_path_rule *rule)
+{
+	int64_t v = stg_pending_exists(shim.cache, path) ? stg_pending_settle(shim.cache, path, rule)
+							   : 0;
+	if (v < 0) {
+		shim_log(STG_LOG_ERROR, "could not stage '%s' from its pending commit: %s", path,
+			 strerror((int)-v));
+		return -EIO;
 	}
-	struct pending *pd = calloc(1, sizeof(*pd));
-	if (!pd) {
-		/* Handed off already: we just cannot wait for it. */
-		real_close(p[0]);
+	return v > 0 ? replicate_after_commit(path, rule, v) : 0;
+}
+
+int background_settle(const char *path)
+{
+	const struct stg_path_rule *rule = shim_match(path);
+	if (!rule || !shim.cache || !stg_pending_exists(shim.cache, path))
 		return 0;
-	}
-	snprintf(pd->path, sizeof(pd->path), "%s", s->path);
-	pd->rfd = p[0];
-	shim_move_high(&pd->rfd);
-	pthread_mutex_lock(&pending_lock);
-	reap();
-	pd->next = pending;
-	pending = pd;
-	pthread_mutex_unlock(&pending_lock);
-	shim_log(STG_LOG_DEBUG, "committing '%s' in the background", s->path);
+	/* Its helper holds the lock until it is done; one that died left the
+	 * packing to whoever comes next. */
+	int lk = share_lock(path);
+	if (lk < 0)
+		return lk;
+	int r = background_settle_locked(path, rule);
+	share_unlock(lk);
+	return r;
+}
+
+static int settle_below(void *arg, const char *path)
+{
+	const char *dir = arg;
+	size_t n = strlen(dir);
+	if (strncmp(path, dir, n) == 0 && path[n] == '/')
+		background_settle(path);
 	return 0;
+}
+
+void background_settle_below(const char *dir)
+{
+	if (shim.cache)
+		stg_pending_foreach(shim.cache, settle_below, (void *)dir);
 }
 
 void background_wait(const char *path)
 {
+	background_settle(path);
 	if (!__atomic_load_n(&pending, __ATOMIC_RELAXED))
 		return;
 	size_t n = strlen(path);

@@ -127,6 +127,7 @@ struct session {
 	uint64_t open_version; /* without a shared page: this process's */
 	struct share_page *share; /* the hold file's page (share.c), or NULL */
 	struct part *part;    /* shared = job: this process's part (part.c), or NULL */
+	int commit_lock;      /* the open lock, while the last close commits under it */
 	/* Chunks staged ahead of the commit (prestage.c), under stage_lock: */
 	pthread_mutex_t stage_lock;
 	struct stg_builder *stage; /* NULL until a chunk is written whole */
@@ -328,14 +329,30 @@ int mapping_remove(void *addr, size_t len, bool sync_only);
  * writable mapping stayed (exit unmaps it). */
 void mapping_exit(void);
 
-/* ---- background.c: durability = async ---- */
+/* Is s, at size bytes, made durable as a pending commit by its syncs and
+ * its last close (common/pending.h), instead of packed inside them? */
+bool session_pack_later(const struct session *s, uint64_t size);
+
+/* ---- background.c: commits finished by a helper ---- */
 
 /* Hands the shadow (fd) to a detached committer, which supersedes the open
  * version replaces (0: none). Returns 0, or -errno when the caller must
  * commit itself. */
 int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns,
 		      uint64_t replaces);
-/* Waits for this process's background commits of path (or below it). */
+/* Hands the packing of s's pending commit (written under the open lock
+ * lockfd) to a detached helper, which holds that lock until it is done.
+ * Returns 0, or -errno when the caller must settle it itself. */
+int background_pack(struct session *s, int lockfd);
+/* Settles path's pending commit, if another process's close left one: waits
+ * for its helper, or packs it when the helper died. Returns 0 or -EIO. */
+int background_settle(const char *path);
+/* background_settle for a caller holding path's open lock, with its rule. */
+int background_settle_locked(const char *path, const struct stg_path_rule *rule);
+/* The same for every pending commit below the directory dir (a rename). */
+void background_settle_below(const char *dir);
+/* Waits for this process's background commits of path (or below it), and
+ * settles path's pending commit. */
 void background_wait(const char *path);
 /* In a fork child: the list's lock starts afresh. */
 void background_after_fork_child(void);

@@ -180,8 +180,10 @@ static long rename_handler(int od, const char *op, int nd, const char *np, unsig
 	char oabs[PATH_MAX], nabs[PATH_MAX];
 	const struct stg_path_rule *ro = shim_resolve(od, op, oabs, sizeof(oabs));
 	const struct stg_path_rule *rn = shim_resolve(nd, np, nabs, sizeof(nabs));
-	if (ro)
+	if (ro) {
 		background_wait(oabs);
+		background_settle_below(oabs);
+	}
 	if (rn)
 		background_wait(nabs);
 	int r = 1; /* 1: let the real rename do it */

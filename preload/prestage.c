@@ -12,7 +12,8 @@
  * which stores it then; what no version takes is collected as garbage.
  * Chunks filled by many small writes are left to the commit: staging them
  * costs the writers a read and a hash each, which measured slower than the
- * disk wait it saves (docs/CAPTURE.md, "Chunks staged ahead"). */
+ * disk wait it saves (docs/CAPTURE.md, "Chunks staged ahead"), and so are
+ * files large enough to be pending commits (session_pack_later). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -91,6 +92,11 @@ void prestage_wrote(struct session *s, int fd, uint64_t at, uint64_t n)
 		finish(s, true);
 	uint64_t cs = rule->chunk_size;
 	uint64_t k = (at + cs - 1) / cs, end = (at + n) / cs;
+	/* A file that will be a pending commit is packed in the background:
+	 * staging it here would have the disk write it twice over, in the
+	 * writers' time. */
+	if (session_pack_later(s, at + n))
+		end = k;
 	int r = k < end && rule->chunking == STG_CHUNKING_FIXED && !s->stage_off
 			? start(s, fd, rule)
 			: 0;

@@ -17,6 +17,7 @@
 #include "internal.h"
 #include "log.h"
 #include "materialize.h"
+#include "pending.h"
 #include "real.h"
 #include "util.h"
 #include "version.h"
@@ -431,6 +432,7 @@ static struct session *new_session(const char *path, const struct stg_path_rule 
 	pthread_mutex_init(&s->fast_lock, NULL);
 	pthread_mutex_init(&s->stage_lock, NULL);
 	s->stage_fd = -1;
+	s->commit_lock = -1;
 	return s;
 }
 
@@ -636,7 +638,12 @@ static int open_locked(const char *path, const struct stg_path_rule *rule, int f
 		if (lk < 0)
 			return lk;
 		/* Under the lock: a last writer letting go commits under it too,
-		 * so a new shadow starts from what it committed. */
+		 * so a new shadow starts from what it committed. A pending commit
+		 * whose helper died is packed first. */
+		if (background_settle_locked(path, rule) < 0) {
+			share_unlock(lk);
+			return -EIO;
+		}
 		struct stg_file_state state;
 		int r = stg_catalog_state(shim.cache, path, &state);
 		int live = r < 0 ? r : share_open_live(path, reading ? O_RDONLY : O_RDWR);
@@ -702,6 +709,62 @@ static int amend_meta(struct session *s)
 	return r;
 }
 
+/* durability = local: from this size on, a file written through its shadow
+ * is made durable the way the plain file would be. Its syncs and its last
+ * close sync the shadow and record it as a pending commit, and the close
+ * hands the packing to a helper (common/pending.h): the application goes on
+ * while the disk takes its data, as after a plain fsync, instead of waiting
+ * for it to be read, hashed and written again. Smaller files are packed at
+ * once, in less time than the helper's start. */
+#define PACK_LATER_MIN_BYTES (32ull << 20)
+
+bool session_pack_later(const struct session *s, uint64_t size)
+{
+	return s->rule->durability == STG_DURABILITY_LOCAL && s->share && !s->part && !s->fast &&
+	       size >= PACK_LATER_MIN_BYTES;
+}
+
+static bool pack_later(const struct session *s, const struct stat *st)
+{
+	return session_pack_later(s, (uint64_t)st->st_size);
+}
+
+/* A sync (open: the writing goes on) or the last close (the commit_lock
+ * passes to the helper) of pack_later(). -EAGAIN when the content could
+ * not be made a pending commit: the caller commits it at once. */
+static int commit_pending(struct session *s, int fd, bool last, int64_t mtime, uint64_t replaces,
+			  bool *ret_committed, int64_t *ret_version)
+{
+	struct stg_pending p = {.open = !last, .mode = version_mode(s), .mtime_ns = mtime,
+				.replaces = replaces, .since_ns = share_begin_ns(s->share)};
+	snprintf(p.path, sizeof(p.path), "%s", s->path);
+	struct stat st;
+	if (real_fstat(fd, &st) < 0)
+		return -EAGAIN;
+	p.size = (uint64_t)st.st_size;
+	int r = stg_pending_write(shim.cache, fd, &p);
+	if (r < 0) {
+		stg_debug("'%s' is packed at once: %s", s->path, strerror(-r));
+		return -EAGAIN;
+	}
+	*ret_committed = true;
+	if (!last)
+		return 0;
+	s->meta_dirty = false;
+	s->mtime_set = false;
+	park_mtime(fd);
+	if (background_pack(s, s->commit_lock) == 0)
+		return 0;
+	/* No helper: the content is durable, pack it now. */
+	int64_t v = stg_pending_settle(shim.cache, s->path, s->rule);
+	if (v < 0) {
+		shim_log(STG_LOG_ERROR, "could not stage '%s': %s", s->path, strerror((int)-v));
+		return v == -ENOSPC || v == -EDQUOT || v == -EFBIG ? (int)v : -EIO;
+	}
+	*ret_version = v;
+	return replicate_after_commit(s->path, s->rule, v);
+}
+
 /* Commits the shadow's content if it changed; *ret_committed tells whether
  * it did (or handed it to a background commit), *ret_version what it
  * published. replaces: the writing's open version. A file this writing
@@ -723,6 +786,14 @@ static int commit_through(struct session *s, int fd, bool last, uint64_t replace
 			return 0;
 		int r = amend_meta(s);
 		if (r != -ENOENT)
+			return r;
+	}
+	/* A large file with durability = local: durable as a pending commit. */
+	if (pack_later(s, &st) && (!last || s->commit_lock >= 0)) {
+		int64_t mtime = s->mtime_set ? s->mtime_ns
+			      : is_sentinel(&st) ? s->base_mtime_ns : ts_ns(&st.st_mtim);
+		int r = commit_pending(s, fd, last, mtime, replaces, ret_committed, ret_version);
+		if (r != -EAGAIN)
 			return r;
 	}
 	/* Park the mtime before reading: a write racing with this commit moves it
@@ -770,6 +841,9 @@ static int commit_through(struct session *s, int fd, bool last, uint64_t replace
 		shim_log(STG_LOG_ERROR, "could not stage '%s': %s", s->path, strerror((int)-v));
 		return v == -ENOSPC || v == -EDQUOT || v == -EFBIG ? (int)v : -EIO;
 	}
+	/* A sync's pending commit is superseded. */
+	if (s->share)
+		stg_pending_drop(shim.cache, s->path);
 	s->base_mtime_ns = mtime;
 	s->meta_dirty = false;
 	s->mtime_set = false;
@@ -824,6 +898,17 @@ int session_commit(struct session *s, int fd, bool last)
 	/* What this process staged ahead, the commit (ours or the last
 	 * holder's) finds in the index. */
 	prestage_finish(s);
+	/* A pending commit syncs the shadow under the open lock. A sync does
+	 * the bulk of that here, without it, so that the processes writing
+	 * the file wait for the disk at once, as their plain fsyncs would; a
+	 * close starts the disk on what was written, for the last one's. */
+	struct stat st;
+	if (!s->fast && real_fstat(fd, &st) == 0 && pack_later(s, &st)) {
+		if (last)
+			sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+		else
+			fdatasync(fd);
+	}
 	/* Under the open lock: the processes writing the file sync and close
 	 * one at a time, so each finds the open version the last sync made. */
 	int lk = share_lock(s->path);
@@ -840,7 +925,10 @@ int session_commit(struct session *s, int fd, bool last)
 		if (r == 0)
 			r = part_leave(s);
 	} else {
+		/* A pending commit's helper takes the lock over. */
+		s->commit_lock = lk;
 		r = commit_locked(s, fd, true);
+		s->commit_lock = -1;
 		share_unname(fd, s->path);
 	}
 	share_unlock(lk);

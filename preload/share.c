@@ -21,7 +21,9 @@
 #include "catalog.h"
 #include "internal.h"
 #include "log.h"
+#include "pending.h"
 #include "real.h"
+#include "util.h"
 
 /* The page, at the start of the shadow's hold file: what every process
  * writing the file must agree on (docs/FORMAT.md, tmp/). */
@@ -91,12 +93,10 @@ int share_lock(const char *path)
 		real_close(fd);
 		fd = high;
 	}
-	while (flock(fd, LOCK_EX) < 0) {
-		if (errno != EINTR) {
-			int r = -errno;
-			real_close(fd);
-			return r;
-		}
+	int r = stg_flock(fd, LOCK_EX);
+	if (r < 0) {
+		real_close(fd);
+		return r;
 	}
 	note_lock(fd);
 	return fd;
@@ -316,6 +316,8 @@ void share_forget(const char *path, const char *renamed_to)
 	char name[64];
 	name_of(path, "shadow", name);
 	unlinkat(shim.cache->tmp_fd, name, 0);
+	/* A sync's pending commit is of the old name (CAPTURE.md). */
+	stg_pending_drop(shim.cache, path);
 	share_unlock(lk);
 }
 

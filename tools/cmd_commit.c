@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* stagehand __commit: the shim's background committer for durability = async
- * (not for people). It gets the shadow file on descriptor 3 and a pipe on 4
- * whose closing tells the application's process that the version is there;
- * OPEN_VERSION is the version an fsync of the same writing published, which
- * the new one supersedes. */
+/* stagehand __commit: the shim's background committer (not for people).
+ * With durability = async, it gets the shadow file on descriptor 3 and a pipe
+ * on 4 whose closing tells the application's process that the version is
+ * there; OPEN_VERSION is the version an fsync of the same writing published,
+ * which the new one supersedes. With --pending PATH, it packs PATH's pending
+ * commit (common/pending.h): descriptor 3 holds the path's open lock, taken
+ * for it by the closing process, until it exits. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,11 +16,33 @@
 #include "builder.h"
 #include "tool.h"
 
+/* The pending commit of path, whose open lock the shim handed over. */
+static int commit_pending(const char *path)
+{
+	struct stg_policy *p;
+	struct stg_cache *cache;
+	if (tool_open(NULL, &p, &cache))
+		return 1;
+	bool published = false;
+	int r = 1;
+	if (!cache)
+		tool_error("__commit: %s has no cache", p->file);
+	else
+		r = tool_settle_locked(p, cache, path, &published);
+	if (published && cache->ship)
+		tool_start_flusher(p, cache);
+	stg_cache_free(cache);
+	stg_policy_free(p);
+	return r;
+}
+
 int cmd_commit(int argc, char **argv)
 {
+	if (argc == 3 && strcmp(argv[1], "--pending") == 0)
+		return commit_pending(argv[2]);
 	if (argc < 4 || argc > 6) {
-		tool_error("__commit: PATH MODE MTIME_NS [OPEN_VERSION [STAGED_SINCE_NS]] expected "
-			   "(this command is the shim's)");
+		tool_error("__commit: PATH MODE MTIME_NS [OPEN_VERSION [STAGED_SINCE_NS]] or "
+			   "--pending PATH expected (this command is the shim's)");
 		return EXIT_USAGE;
 	}
 	const char *path = argv[1];

@@ -118,6 +118,10 @@ int cmd_flush(int argc, char **argv)
 		printf("nothing staged on this node\n");
 		goto out;
 	}
+	/* A version whose close returned is shipped, packed in the background
+	 * or not. */
+	if (tool_settle(p, cache))
+		status = 1;
 	/* Versions staged before the [cluster] section existed are queued too. */
 	size_t added = 0;
 	stg_queue_recover(cache, &added);

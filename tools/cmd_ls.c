@@ -331,13 +331,14 @@ int cmd_ls(int argc, char **argv)
 	struct stg_cache *cache;
 	if (tool_open(policy, &p, &cache))
 		return 1;
+	int unsettled = tool_settle(p, cache);
 	struct listing l = {.prefix = optind < argc ? prefix : NULL};
 	int r = cache ? stg_catalog_scan(cache, collect, bad_entry, &l) : 0;
 	if (r < 0) {
 		tool_error("ls: cannot read the cache '%s': %s", p->cache_dir, strerror(-r));
 		return 1;
 	}
-	int bad = l.bad;
+	int bad = l.bad | unsettled;
 	bool missed = false;
 	if (p->has_cluster && merge_remote(p, &l, &missed) < 0)
 		bad = 1;

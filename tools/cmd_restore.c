@@ -889,10 +889,11 @@ int cmd_restore(int argc, char **argv)
 		stg_policy_free(p);
 		return 1;
 	}
+	int failed = tool_settle(p, cache);
 	const struct opts o = {.to = to, .version = version, .keep_special = keep_special};
 	struct remote rm;
 	bool have_remote = p->has_cluster && remote_init(&rm, p) == 0;
-	int failed = p->has_cluster && !have_remote;
+	failed |= p->has_cluster && !have_remote;
 	for (int i = optind; i < argc; i++) {
 		char abs[PATH_MAX];
 		if (tool_abspath(argv[i], abs, sizeof(abs)) < 0) {

@@ -248,6 +248,7 @@ int cmd_status(int argc, char **argv)
 	struct stg_cache *cache;
 	if (tool_open(policy, &p, &cache))
 		return 1;
+	int unsettled = tool_settle(p, cache);
 	struct stg_node_stats *st = calloc(1, sizeof(*st));
 	struct server_stat *srv = calloc(p->nservers + 1, sizeof(*srv));
 	int r = st && srv ? 0 : -ENOMEM;
@@ -272,5 +273,5 @@ int cmd_status(int argc, char **argv)
 	free(st);
 	stg_cache_free(cache);
 	stg_policy_free(p);
-	return r < 0 ? 1 : 0;
+	return r < 0 || unsettled ? 1 : 0;
 }

@@ -47,6 +47,16 @@ bool tool_flusher_running(struct stg_cache *c, long *ret_pid);
 /* Starts the cache's flusher, detached, unless one runs. Returns 0 or -errno. */
 int tool_start_flusher(const struct stg_policy *p, struct stg_cache *c);
 
+/* Settles the cache's pending commits (common/pending.h), waiting for those
+ * being packed, and starts the flusher for what it published. Returns 0, or
+ * 1 when one could not be (said why). */
+int tool_settle(const struct stg_policy *p, struct stg_cache *c);
+
+/* Settles path's pending commit, its open lock held by the caller; sets
+ * *ret_published when that published a version. Returns 0, or 1 (said why). */
+int tool_settle_locked(const struct stg_policy *p, struct stg_cache *c, const char *path,
+		       bool *ret_published);
+
 int cmd_run(int argc, char **argv);
 int cmd_flush(int argc, char **argv);
 int cmd_ls(int argc, char **argv);

@@ -748,11 +748,12 @@ EOF
 # into each of its stripes once more, after every other rank wrote all of
 # theirs; with "fork", each rank forks after its first stripe and its child
 # writes the rest; with "other", other random bytes; with "sync", each rank
-# fsyncs before it closes. Each process (a child too) checks that it has as
+# fsyncs before it closes; with "synckill", each rank fsyncs, then kills
+# itself (SIGKILL) without closing. Each process (a child too) checks that it has as
 # many descriptors open after its close as before its open.
 random_stripes_script() {
 	py rstripes <<'EOF2'
-import multiprocessing as mp, os, random, sys
+import multiprocessing as mp, os, random, signal, sys
 path, n, stripe, k, how = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 WAIT = float(os.environ.get("STAGEHAND_TEST_WAIT", "600"))
 
@@ -775,8 +776,10 @@ def rank_main(rank, opened, written):
         os.pwrite(fd, stripe_bytes(rank, j), (j * n + rank) * stripe)
     if not child:  # (a parent that forked leaves the rest to its child)
         written.wait(WAIT)
-    if how == "sync":
+    if how in ("sync", "synckill"):
         os.fsync(fd)
+    if how == "synckill":
+        os.kill(os.getpid(), signal.SIGKILL)  # never closes
     if how == "again" and rank == 0:
         for j in range(k):
             os.pwrite(fd, b"again" * 20, (j * n + rank) * stripe + 1000)
@@ -802,6 +805,8 @@ if __name__ == "__main__":
         p.start()
     for p in ranks:
         p.join()
+    if how == "synckill":
+        sys.exit(0 if all(p.exitcode == -signal.SIGKILL for p in ranks) else 1)
     sys.exit(max(p.exitcode for p in ranks))
 EOF2
 }
@@ -894,4 +899,87 @@ EOF2
 	wait_for "$WAIT" counted || fail "ls: $output"
 	check_file f 1
 	packs_hold 64 4
+}
+
+# Group B, pending commits: with durability = local, the last close of a
+# file of 32 MiB or more written through its shadow makes the shadow durable
+# as a pending commit and hands the packing to a helper (docs/CAPTURE.md,
+# "Pending commits").
+
+# pending_left: the pending commits the cache's tmp/ holds (records, contents).
+pending_left() {
+	echo "$(find "$CACHE/tmp" -name '*.commit' | wc -l) $(find "$CACHE/tmp" -name '*.content' | wc -l)"
+}
+
+@test "B23: N-1 of 32 MiB, durability = local: the close leaves a pending commit that a helper packs; a reader, stat, restore and ls right after see the version" {
+	random_stripes_script
+	twice "$PYTHON" "$T/rstripes.py" @D@/f 4 65536 128 plain
+	check_file f 1
+	[ "$(pending_left)" = "0 0" ] || fail "left in tmp/: $(ls "$CACHE/tmp")"
+	# a second checkpoint over it, started from the first one's version
+	twice "$PYTHON" "$T/rstripes.py" @D@/f 4 65536 128 other
+	check_file f 2
+}
+
+# helper_dies: the captured runs' background helper exits at once, as one
+# killed (or a node that failed) before it packed.
+helper_dies() {
+	export STAGEHAND_TOOL=/bin/true
+}
+
+@test "B24: the pending commit's helper dies before packing: the record stays, the next stat through the shim packs it; one version, byte-identical" {
+	random_stripes_script
+	helper_dies
+	twice "$PYTHON" "$T/rstripes.py" @D@/f 4 65536 128 plain
+	[ "$(pending_left)" = "1 1" ] || fail "pending: $(ls "$CACHE/tmp")"
+	[ "$(shim stat -c %s "$CKPT/f")" = $((32 << 20)) ]
+	[ "$(pending_left)" = "0 0" ] || fail "left in tmp/: $(ls "$CACHE/tmp")"
+	check_file f 1
+}
+
+@test "B25: the pending commit's helper dies: stagehand ls packs it and lists it; the next writing, whose helper packs, starts from it" {
+	random_stripes_script
+	helper_dies
+	twice "$PYTHON" "$T/rstripes.py" @D@/f 4 65536 128 plain
+	[ "$(pending_left)" = "1 1" ] || fail "pending: $(ls "$CACHE/tmp")"
+	run "$STAGEHAND" ls "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "ls: $output"
+	[ "$(echo "$output" | awk '$2 == 1 {print $3}')" = $((32 << 20)) ] || fail "ls: $output"
+	[ "$(pending_left)" = "0 0" ] || fail "left in tmp/: $(ls "$CACHE/tmp")"
+	unset STAGEHAND_TOOL
+	# the next writing writes only rank 0's stripes again: the rest must come from the first
+	py rank0 <<'EOF'
+import os, random, sys
+fd = os.open(sys.argv[1], os.O_WRONLY)
+for j in range(128):
+    os.pwrite(fd, random.Random(j + 7).randbytes(65536), j * 4 * 65536)
+os.close(fd)
+EOF
+	twice "$PYTHON" "$T/rank0.py" @D@/f
+	check_file f 2
+}
+
+@test "B26: N-1 of 32 MiB, every rank fsyncing before its close: the syncs leave a pending commit, the close one version, byte-identical" {
+	random_stripes_script
+	twice "$PYTHON" "$T/rstripes.py" @D@/f 4 65536 128 sync
+	check_file f 1
+	run "$STAGEHAND" ls "$CKPT/f"
+	[[ "$output" != *"not closed"* ]] || fail "ls: $output"
+	[ "$(pending_left)" = "0 0" ] || fail "left in tmp/: $(ls "$CACHE/tmp")"
+}
+
+@test "B27: N-1 of 32 MiB, every rank killed after its fsync: an open version with all they wrote, once no process holds the file" {
+	random_stripes_script
+	twice "$PYTHON" "$T/rstripes.py" @D@/f 4 65536 128 synckill
+	# what the syncs left: the shadow, durable, and a record that says so
+	[ "$(pending_left)" = "1 1" ] || fail "pending: $(ls "$CACHE/tmp")"
+	[ "$(od -An -tu4 -j20 -N4 "$CACHE"/tmp/*.commit | tr -d ' ')" = 1 ] || fail "not an open record"
+	run "$STAGEHAND" ls "$CKPT/f"
+	[ "$status" -eq 0 ] && [ "${#lines[@]}" -eq 2 ] && [[ "${lines[1]}" == *"(fsync'ed, not closed)" ]] ||
+		fail "ls: $output"
+	[ "$(pending_left)" = "0 0" ] || fail "left in tmp/: $(ls "$CACHE/tmp")"
+	assert_restores "$REF/f" "$CKPT/f"
+	# the next writing starts from it and closes a version over it
+	twice "$PYTHON" "$T/rstripes.py" @D@/f 4 65536 128 other
+	check_file f 1
 }

@@ -405,9 +405,10 @@ flusher_idle() {
 	grep -qx 'activity idle' "$1/flusher.state" 2>/dev/null
 }
 
-# Is the queue of a cache empty?
+# Has a cache nothing left to ship: its queue empty, and no pending commit
+# (a large file's close packs it in the background, and queues it then)?
 queue_empty() {
-	[ -z "$(ls -A "$1/queue" 2>/dev/null)" ]
+	[ -z "$(ls -A "$1/queue" 2>/dev/null)" ] && [ -z "$(find "$1/tmp" -name '*.commit' 2>/dev/null)" ]
 }
 
 # random_file FILE BYTES

@@ -1,0 +1,241 @@
+/* SPDX-License-Identifier: MIT */
+/* Pending commits (pending.h): the record, making one durable, and packing
+ * it. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "builder.h"
+#include "catalog.h"
+#include "hash.h"
+#include "log.h"
+#include "pending.h"
+#include "util.h"
+
+#define MAGIC 0x646e6570u /* "pend" */
+#define HEAD 52
+
+int stg_pending_encode(const struct stg_pending *p, uint8_t out[STG_PENDING_MAX])
+{
+	size_t n = strnlen(p->path, sizeof(p->path));
+	if (n == 0 || n >= sizeof(p->path))
+		return -ENAMETOOLONG;
+	stg_put_le32(out, MAGIC);
+	stg_put_le32(out + 4, STG_PENDING_FORMAT);
+	stg_put_le64(out + 8, p->size);
+	stg_put_le32(out + 16, p->mode);
+	stg_put_le32(out + 20, p->open ? STG_PENDING_OPEN : 0);
+	stg_put_le64(out + 24, (uint64_t)p->mtime_ns);
+	stg_put_le64(out + 32, p->replaces);
+	stg_put_le64(out + 40, (uint64_t)p->since_ns);
+	stg_put_le32(out + 48, (uint32_t)n);
+	memcpy(out + HEAD, p->path, n);
+	stg_put_le64(out + HEAD + n, stg_hash64(out, HEAD + n));
+	return (int)(HEAD + n + 8);
+}
+
+int stg_pending_decode(const uint8_t *buf, size_t len, struct stg_pending *ret)
+{
+	if (len < HEAD + 8 || stg_get_le32(buf) != MAGIC || stg_get_le32(buf + 4) != STG_PENDING_FORMAT)
+		return -EBADMSG;
+	uint32_t n = stg_get_le32(buf + 48);
+	if (n == 0 || n >= sizeof(ret->path) || len != HEAD + (size_t)n + 8 ||
+	    stg_get_le64(buf + HEAD + n) != stg_hash64(buf, HEAD + n))
+		return -EBADMSG;
+	memset(ret, 0, sizeof(*ret));
+	uint32_t flags = stg_get_le32(buf + 20);
+	if (flags & ~STG_PENDING_OPEN)
+		return -EBADMSG;
+	ret->open = flags & STG_PENDING_OPEN;
+	ret->size = stg_get_le64(buf + 8);
+	ret->mode = stg_get_le32(buf + 16);
+	ret->mtime_ns = (int64_t)stg_get_le64(buf + 24);
+	ret->replaces = stg_get_le64(buf + 32);
+	ret->since_ns = (int64_t)stg_get_le64(buf + 40);
+	memcpy(ret->path, buf + HEAD, n);
+	if (ret->mode > 07777 || ret->since_ns < 0 || ret->size > (uint64_t)INT64_MAX ||
+	    !stg_path_valid(ret->path, n))
+		return -EBADMSG;
+	return 0;
+}
+
+static void name_of(const char *path, const char *suffix, char out[64])
+{
+	char id[STG_HASH_HEX_LEN + 1];
+	stg_catalog_file_id(path, id);
+	snprintf(out, 64, "%s.%s", id, suffix);
+}
+
+int stg_pending_write(struct stg_cache *c, int shadowfd, const struct stg_pending *p)
+{
+	uint8_t rec[STG_PENDING_MAX];
+	int len = stg_pending_encode(p, rec);
+	if (len < 0)
+		return len;
+	/* The packing must not fail for room, which only the close can report
+	 * (ENOSPC): the content stored raw must fit under the capacity, and on
+	 * the disk beside the shadow. Else the close packs it. */
+	struct statvfs vfs;
+	if ((c->capacity && stg_cache_usage(c) + p->size > c->capacity) ||
+	    fstatvfs(c->tmp_fd, &vfs) < 0 || (uint64_t)vfs.f_bavail * vfs.f_frsize < 2 * p->size)
+		return -ENOSPC;
+	char content[64], record[64], link[64];
+	name_of(p->path, "content", content);
+	name_of(p->path, "commit", record);
+	/* The data first: the record promises it. */
+	struct stat mine, named;
+	if (fdatasync(shadowfd) < 0 || fstat(shadowfd, &mine) < 0)
+		return -errno;
+	/* Linked by an earlier sync of the writing, or a crash's leftover,
+	 * never promised: linked anew. */
+	if (fstatat(c->tmp_fd, content, &named, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    named.st_dev != mine.st_dev || named.st_ino != mine.st_ino) {
+		unlinkat(c->tmp_fd, content, 0);
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", shadowfd);
+		if (linkat(AT_FDCWD, link, c->tmp_fd, content, AT_SYMLINK_FOLLOW) < 0)
+			return -errno;
+	}
+	int r = stg_write_file_atomic(c->tmp_fd, record, rec, (size_t)len, true);
+	/* Both names durable: the record's rename and the content's link. */
+	if (r == 0 && fsync(c->tmp_fd) < 0)
+		r = -errno;
+	if (r < 0) {
+		unlinkat(c->tmp_fd, record, 0);
+		unlinkat(c->tmp_fd, content, 0);
+	}
+	return r;
+}
+
+bool stg_pending_exists(struct stg_cache *c, const char *path)
+{
+	char record[64];
+	name_of(path, "commit", record);
+	struct stat st;
+	return fstatat(c->tmp_fd, record, &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+int64_t stg_pending_settle(struct stg_cache *c, const char *path, const struct stg_path_rule *rule)
+{
+	char content[64], record[64];
+	name_of(path, "content", content);
+	name_of(path, "commit", record);
+	uint8_t *buf;
+	size_t len;
+	int r = stg_read_file(c->tmp_fd, record, STG_PENDING_MAX, &buf, &len);
+	if (r == -ENOENT)
+		return 0;
+	if (r == -EFBIG)
+		r = -EBADMSG;
+	if (r < 0)
+		return r;
+	struct stg_pending p;
+	r = stg_pending_decode(buf, len, &p);
+	free(buf);
+	if (r == 0 && strcmp(p.path, path) != 0)
+		r = -EBADMSG;
+	if (r < 0) {
+		stg_log(STG_LOG_ERROR, "the pending commit of '%s' (tmp/%s) is damaged; left in place", path,
+			  record);
+		return r;
+	}
+	int fd = openat(c->tmp_fd, content, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    (!p.open && (uint64_t)st.st_size != p.size)) {
+		r = fd < 0 && errno != ENOENT ? -errno : -EBADMSG;
+		if (fd >= 0)
+			close(fd);
+		stg_log(STG_LOG_ERROR, "the pending commit of '%s': its content tmp/%s is %s; left in place", path,
+			  content, r == -EBADMSG ? "missing or of the wrong size" : strerror(-r));
+		return r;
+	}
+	/* A sync's, its writing going on: that writing commits it. */
+	if (p.open && stg_cache_shadow_held(c, st.st_dev, st.st_ino)) {
+		close(fd);
+		return 0;
+	}
+	/* An open one holds what its writers wrote (at least what they synced). */
+	uint64_t size = (uint64_t)st.st_size;
+	/* Published already, by a packing that died before it removed the
+	 * record: the newest version is this content. */
+	struct stg_file_state state;
+	int64_t v = 0;
+	if (stg_catalog_state(c, path, &state) == 0 && state.exists && !state.deleted &&
+	    state.mtime_ns == p.mtime_ns && state.size == size)
+		v = 0;
+	else
+		v = stg_commit_fd(c, path, rule, fd, size, p.mode, p.mtime_ns, p.open, p.replaces,
+				  NULL, p.since_ns);
+	close(fd);
+	if (v < 0)
+		return v;
+	unlinkat(c->tmp_fd, record, 0);
+	unlinkat(c->tmp_fd, content, 0);
+	return v;
+}
+
+void stg_pending_drop(struct stg_cache *c, const char *path)
+{
+	char content[64], record[64];
+	name_of(path, "content", content);
+	name_of(path, "commit", record);
+	uint8_t *buf;
+	size_t len;
+	if (stg_read_file(c->tmp_fd, record, STG_PENDING_MAX, &buf, &len) < 0)
+		return;
+	struct stg_pending p;
+	int r = stg_pending_decode(buf, len, &p);
+	free(buf);
+	/* A close's is a version: only packing removes it. */
+	if (r < 0 || !p.open)
+		return;
+	unlinkat(c->tmp_fd, record, 0);
+	unlinkat(c->tmp_fd, content, 0);
+}
+
+int stg_pending_foreach(struct stg_cache *c, int (*fn)(void *arg, const char *path), void *arg)
+{
+	DIR *d = stg_opendir_at(c->tmp_fd, ".");
+	if (!d)
+		return -errno;
+	int r = 0;
+	struct dirent *de;
+	while (r == 0 && (de = readdir(d))) {
+		size_t n = strlen(de->d_name);
+		if (n != STG_HASH_HEX_LEN + 7 || strcmp(de->d_name + STG_HASH_HEX_LEN, ".commit") != 0)
+			continue;
+		uint8_t *buf;
+		size_t len;
+		struct stg_pending p;
+		if (stg_read_file(c->tmp_fd, de->d_name, STG_PENDING_MAX, &buf, &len) < 0)
+			continue;
+		int bad = stg_pending_decode(buf, len, &p);
+		free(buf);
+		if (bad == 0)
+			r = fn(arg, p.path);
+	}
+	closedir(d);
+	return r;
+}
+
+int stg_pending_lock(struct stg_cache *c, const char *path)
+{
+	char name[64];
+	name_of(path, "open", name);
+	int fd = openat(c->tmp_fd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return -errno;
+	int r = stg_flock(fd, LOCK_EX);
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	return fd;
+}
