@@ -313,7 +313,9 @@ static int compact(struct stg_cache *c, struct stg_manifest_entry *live, size_t 
  *   what its writers wrote was never committed. Decided under its
  *   <file id>.open lock, as the shim decides; skipped when that is busy.
  * - <file id>.content without its <file id>.commit record: a pending commit
- *   that a crash cut short before its close returned, or packed (pending.h).
+ *   that a crash cut short before its close returned, or packed (pending.h);
+ *   <file id>.content.new and <file id>.commit.tmp.*, the halves of one cut
+ *   short while it was being written.
  * - <dev>-<ino>.hold, the lock file of a shadow, that nobody holds. */
 /* The open lock of the file id that name starts with, if nobody holds it
  * (-1 otherwise): the shim decides under it what tmp/ holds for the path. */
@@ -346,15 +348,17 @@ static void sweep_tmp(struct stg_cache *c)
 			    !stg_cache_shadow_held(c, st.st_dev, st.st_ino))
 				unlinkat(c->tmp_fd, de->d_name, 0);
 			close(lk);
-		} else if (n == STG_HASH_HEX_LEN + 8 &&
-			   strcmp(de->d_name + STG_HASH_HEX_LEN, ".content") == 0) {
+		} else if (n > STG_HASH_HEX_LEN && (strcmp(de->d_name + STG_HASH_HEX_LEN, ".content") == 0 ||
+						     strcmp(de->d_name + STG_HASH_HEX_LEN, ".content.new") == 0 ||
+						     strncmp(de->d_name + STG_HASH_HEX_LEN, ".commit.tmp.", 12) == 0)) {
 			/* (a close links the content before it writes the record) */
 			char record[64];
 			snprintf(record, sizeof(record), "%.*s.commit", STG_HASH_HEX_LEN, de->d_name);
 			int lk = try_open_lock(c, de->d_name);
 			if (lk < 0)
 				continue;
-			if (fstatat(c->tmp_fd, record, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
+			bool whole = strcmp(de->d_name + STG_HASH_HEX_LEN, ".content") == 0;
+			if (!whole || (fstatat(c->tmp_fd, record, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT))
 				unlinkat(c->tmp_fd, de->d_name, 0);
 			close(lk);
 		} else if (n >= 6 && strcmp(de->d_name + n - 5, ".hold") == 0) {

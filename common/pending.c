@@ -20,7 +20,7 @@
 #include "util.h"
 
 #define MAGIC 0x646e6570u /* "pend" */
-#define HEAD 52
+#define HEAD 60
 
 int stg_pending_encode(const struct stg_pending *p, uint8_t out[STG_PENDING_MAX])
 {
@@ -35,7 +35,8 @@ int stg_pending_encode(const struct stg_pending *p, uint8_t out[STG_PENDING_MAX]
 	stg_put_le64(out + 24, (uint64_t)p->mtime_ns);
 	stg_put_le64(out + 32, p->replaces);
 	stg_put_le64(out + 40, (uint64_t)p->since_ns);
-	stg_put_le32(out + 48, (uint32_t)n);
+	stg_put_le64(out + 48, p->base);
+	stg_put_le32(out + 56, (uint32_t)n);
 	memcpy(out + HEAD, p->path, n);
 	stg_put_le64(out + HEAD + n, stg_hash64(out, HEAD + n));
 	return (int)(HEAD + n + 8);
@@ -45,7 +46,7 @@ int stg_pending_decode(const uint8_t *buf, size_t len, struct stg_pending *ret)
 {
 	if (len < HEAD + 8 || stg_get_le32(buf) != MAGIC || stg_get_le32(buf + 4) != STG_PENDING_FORMAT)
 		return -EBADMSG;
-	uint32_t n = stg_get_le32(buf + 48);
+	uint32_t n = stg_get_le32(buf + 56);
 	if (n == 0 || n >= sizeof(ret->path) || len != HEAD + (size_t)n + 8 ||
 	    stg_get_le64(buf + HEAD + n) != stg_hash64(buf, HEAD + n))
 		return -EBADMSG;
@@ -59,6 +60,7 @@ int stg_pending_decode(const uint8_t *buf, size_t len, struct stg_pending *ret)
 	ret->mtime_ns = (int64_t)stg_get_le64(buf + 24);
 	ret->replaces = stg_get_le64(buf + 32);
 	ret->since_ns = (int64_t)stg_get_le64(buf + 40);
+	ret->base = stg_get_le64(buf + 48);
 	memcpy(ret->path, buf + HEAD, n);
 	if (ret->mode > 07777 || ret->since_ns < 0 || ret->size > (uint64_t)INT64_MAX ||
 	    !stg_path_valid(ret->path, n))
@@ -73,12 +75,15 @@ static void name_of(const char *path, const char *suffix, char out[64])
 	snprintf(out, 64, "%s.%s", id, suffix);
 }
 
+/* The path's newest version (0: none), what a record is written against. */
+static uint64_t newest(struct stg_cache *c, const char *path)
+{
+	struct stg_file_state state;
+	return stg_catalog_state(c, path, &state) == 0 && state.exists ? state.latest : 0;
+}
+
 int stg_pending_write(struct stg_cache *c, int shadowfd, const struct stg_pending *p)
 {
-	uint8_t rec[STG_PENDING_MAX];
-	int len = stg_pending_encode(p, rec);
-	if (len < 0)
-		return len;
 	/* The packing must not fail for room, which only the close can report
 	 * (ENOSPC): the content stored raw must fit under the capacity, and on
 	 * the disk beside the shadow. Else the close packs it. */
@@ -86,30 +91,39 @@ int stg_pending_write(struct stg_cache *c, int shadowfd, const struct stg_pendin
 	if ((c->capacity && stg_cache_usage(c) + p->size > c->capacity) ||
 	    fstatvfs(c->tmp_fd, &vfs) < 0 || (uint64_t)vfs.f_bavail * vfs.f_frsize < 2 * p->size)
 		return -ENOSPC;
-	char content[64], record[64], link[64];
+	struct stg_pending rec = *p;
+	rec.base = newest(c, p->path);
+	uint8_t buf[STG_PENDING_MAX];
+	int len = stg_pending_encode(&rec, buf);
+	if (len < 0)
+		return len;
+	char content[64], fresh[64], record[64], link[64];
 	name_of(p->path, "content", content);
+	name_of(p->path, "content.new", fresh);
 	name_of(p->path, "commit", record);
 	/* The data first: the record promises it. */
 	struct stat mine, named;
 	if (fdatasync(shadowfd) < 0 || fstat(shadowfd, &mine) < 0)
 		return -errno;
-	/* Linked by an earlier sync of the writing, or a crash's leftover,
-	 * never promised: linked anew. */
+	/* Linked already by an earlier sync of the writing; else linked anew,
+	 * replacing at once what a crash may have left. */
 	if (fstatat(c->tmp_fd, content, &named, AT_SYMLINK_NOFOLLOW) < 0 ||
 	    named.st_dev != mine.st_dev || named.st_ino != mine.st_ino) {
-		unlinkat(c->tmp_fd, content, 0);
+		unlinkat(c->tmp_fd, fresh, 0);
 		snprintf(link, sizeof(link), "/proc/self/fd/%d", shadowfd);
-		if (linkat(AT_FDCWD, link, c->tmp_fd, content, AT_SYMLINK_FOLLOW) < 0)
+		if (linkat(AT_FDCWD, link, c->tmp_fd, fresh, AT_SYMLINK_FOLLOW) < 0)
 			return -errno;
+		if (renameat(c->tmp_fd, fresh, c->tmp_fd, content) < 0) {
+			int r = -errno;
+			unlinkat(c->tmp_fd, fresh, 0);
+			return r;
+		}
 	}
-	int r = stg_write_file_atomic(c->tmp_fd, record, rec, (size_t)len, true);
-	/* Both names durable: the record's rename and the content's link. */
+	int r = stg_write_file_atomic(c->tmp_fd, record, buf, (size_t)len, true);
+	/* Both names durable: the record's rename and the content's link. (A
+	 * content left without its record is collected.) */
 	if (r == 0 && fsync(c->tmp_fd) < 0)
 		r = -errno;
-	if (r < 0) {
-		unlinkat(c->tmp_fd, record, 0);
-		unlinkat(c->tmp_fd, content, 0);
-	}
 	return r;
 }
 
@@ -163,12 +177,13 @@ int64_t stg_pending_settle(struct stg_cache *c, const char *path, const struct s
 	}
 	/* An open one holds what its writers wrote (at least what they synced). */
 	uint64_t size = (uint64_t)st.st_size;
-	/* Published already, by a packing that died before it removed the
-	 * record: the newest version is this content. */
 	struct stg_file_state state;
+	bool moved = stg_catalog_state(c, path, &state) == 0 && state.exists && state.latest != p.base;
 	int64_t v = 0;
-	if (stg_catalog_state(c, path, &state) == 0 && state.exists && !state.deleted &&
-	    state.mtime_ns == p.mtime_ns && state.size == size)
+	/* A sync's, superseded by a version published since: stale. A close's
+	 * published already, by a packing that died before it removed the
+	 * record. Else published now. */
+	if (moved && (p.open || (!state.deleted && state.mtime_ns == p.mtime_ns && state.size == size)))
 		v = 0;
 	else
 		v = stg_commit_fd(c, path, rule, fd, size, p.mode, p.mtime_ns, p.open, p.replaces,
@@ -200,7 +215,8 @@ void stg_pending_drop(struct stg_cache *c, const char *path)
 	unlinkat(c->tmp_fd, content, 0);
 }
 
-int stg_pending_foreach(struct stg_cache *c, int (*fn)(void *arg, const char *path), void *arg)
+int stg_pending_foreach(struct stg_cache *c, int (*fn)(void *arg, const char *path, int err),
+			void *arg)
 {
 	DIR *d = stg_opendir_at(c->tmp_fd, ".");
 	if (!d)
@@ -214,12 +230,20 @@ int stg_pending_foreach(struct stg_cache *c, int (*fn)(void *arg, const char *pa
 		uint8_t *buf;
 		size_t len;
 		struct stg_pending p;
-		if (stg_read_file(c->tmp_fd, de->d_name, STG_PENDING_MAX, &buf, &len) < 0)
-			continue;
-		int bad = stg_pending_decode(buf, len, &p);
-		free(buf);
-		if (bad == 0)
-			r = fn(arg, p.path);
+		int bad = stg_read_file(c->tmp_fd, de->d_name, STG_PENDING_MAX, &buf, &len);
+		if (bad == -ENOENT)
+			continue; /* packed meanwhile */
+		if (bad == 0) {
+			bad = stg_pending_decode(buf, len, &p);
+			free(buf);
+		}
+		char id[STG_HASH_HEX_LEN + 1];
+		if (bad == 0) {
+			stg_catalog_file_id(p.path, id);
+			if (memcmp(id, de->d_name, STG_HASH_HEX_LEN) != 0)
+				bad = -EBADMSG;
+		}
+		r = bad == 0 ? fn(arg, p.path, 0) : fn(arg, de->d_name, bad == -EFBIG ? -EBADMSG : bad);
 	}
 	closedir(d);
 	return r;
@@ -229,7 +253,8 @@ int stg_pending_lock(struct stg_cache *c, const char *path)
 {
 	char name[64];
 	name_of(path, "open", name);
-	int fd = openat(c->tmp_fd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	/* Read-only: a user who may only read the cache waits all the same. */
+	int fd = openat(c->tmp_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -errno;
 	int r = stg_flock(fd, LOCK_EX);
@@ -238,4 +263,15 @@ int stg_pending_lock(struct stg_cache *c, const char *path)
 		return r;
 	}
 	return fd;
+}
+
+bool stg_pending_holds_lock(struct stg_cache *c, const char *path, int fd)
+{
+	char name[64];
+	name_of(path, "open", name);
+	struct stat mine, named;
+	/* A lock taken through another description would refuse this one. */
+	return fstat(fd, &mine) == 0 && fstatat(c->tmp_fd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       mine.st_dev == named.st_dev && mine.st_ino == named.st_ino &&
+	       stg_flock(fd, LOCK_EX | LOCK_NB) == 0;
 }

@@ -311,26 +311,27 @@ int background_settle(const char *path)
 	return r;
 }
 
-static int settle_below(void *arg, const char *path)
+static int settle_below(void *arg, const char *path, int err)
 {
 	const char *dir = arg;
 	size_t n = strlen(dir);
-	if (strncmp(path, dir, n) == 0 && path[n] == '/')
-		background_settle(path);
-	return 0;
+	if (!path || strncmp(path, dir, n) != 0 || path[n] != '/')
+		return 0; /* (a record that does not decode: its path's own look reports it) */
+	(void)err;
+	return background_settle(path) < 0;
 }
 
-void background_settle_below(const char *dir)
+int background_settle_below(const char *dir)
 {
-	if (shim.cache)
-		stg_pending_foreach(shim.cache, settle_below, (void *)dir);
+	return shim.cache && stg_pending_foreach(shim.cache, settle_below, (void *)dir) != 0 ? -EIO
+												: 0;
 }
 
-void background_wait(const char *path)
+int background_wait(const char *path)
 {
-	background_settle(path);
+	int r = background_settle(path);
 	if (!__atomic_load_n(&pending, __ATOMIC_RELAXED))
-		return;
+		return r;
 	size_t n = strlen(path);
 	pthread_mutex_lock(&pending_lock);
 	for (struct pending **pp = &pending; *pp;) {
@@ -344,6 +345,7 @@ void background_wait(const char *path)
 		drop(pp);
 	}
 	pthread_mutex_unlock(&pending_lock);
+	return r;
 }
 
 void background_after_fork_child(void)

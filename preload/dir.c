@@ -88,6 +88,8 @@ static struct listing *listing_for(const char *abs)
 {
 	if (!stg_policy_may_contain(shim.policy, abs) || !shim_cache())
 		return NULL;
+	/* A file whose first version a helper is packing is listed too. */
+	background_settle_below(abs);
 	struct listing *l = calloc(1, sizeof(*l));
 	if (!l)
 		return NULL;

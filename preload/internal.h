@@ -127,7 +127,7 @@ struct session {
 	uint64_t open_version; /* without a shared page: this process's */
 	struct share_page *share; /* the hold file's page (share.c), or NULL */
 	struct part *part;    /* shared = job: this process's part (part.c), or NULL */
-	int commit_lock;      /* the open lock, while the last close commits under it */
+	int commit_lock;      /* the open lock (of path), while a sync or close commits under it */
 	/* Chunks staged ahead of the commit (prestage.c), under stage_lock: */
 	pthread_mutex_t stage_lock;
 	struct stg_builder *stage; /* NULL until a chunk is written whole */
@@ -349,11 +349,13 @@ int background_pack(struct session *s, int lockfd);
 int background_settle(const char *path);
 /* background_settle for a caller holding path's open lock, with its rule. */
 int background_settle_locked(const char *path, const struct stg_path_rule *rule);
-/* The same for every pending commit below the directory dir (a rename). */
-void background_settle_below(const char *dir);
+/* The same for every pending commit below the directory dir (a rename, a
+ * listing). Returns 0 or -EIO. */
+int background_settle_below(const char *dir);
 /* Waits for this process's background commits of path (or below it), and
- * settles path's pending commit. */
-void background_wait(const char *path);
+ * settles path's pending commit. Returns 0, or -EIO when that could not be
+ * packed: the caller fails rather than act on an older version. */
+int background_wait(const char *path);
 /* In a fork child: the list's lock starts afresh. */
 void background_after_fork_child(void);
 

@@ -84,7 +84,8 @@ static int change_path(int dirfd, const char *path, const struct change *c)
 	const struct stg_path_rule *rule = shim_resolve(dirfd, path, abs, sizeof(abs));
 	if (!rule)
 		return 1;
-	background_wait(abs);
+	if (background_wait(abs) < 0)
+		return -EIO;
 	pthread_mutex_lock(&shim.lock);
 	struct session *s = session_find_path(abs);
 	if (s)

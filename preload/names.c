@@ -180,12 +180,9 @@ static long rename_handler(int od, const char *op, int nd, const char *np, unsig
 	char oabs[PATH_MAX], nabs[PATH_MAX];
 	const struct stg_path_rule *ro = shim_resolve(od, op, oabs, sizeof(oabs));
 	const struct stg_path_rule *rn = shim_resolve(nd, np, nabs, sizeof(nabs));
-	if (ro) {
-		background_wait(oabs);
-		background_settle_below(oabs);
-	}
-	if (rn)
-		background_wait(nabs);
+	if ((ro && (background_wait(oabs) < 0 || background_settle_below(oabs) < 0)) ||
+	    (rn && background_wait(nabs) < 0))
+		return -EIO;
 	int r = 1; /* 1: let the real rename do it */
 	struct stat st;
 	if (!ro && !rn) {
@@ -272,7 +269,8 @@ static long unlink_handler(int dirfd, const char *path)
 	char abs[PATH_MAX];
 	if (!shim_resolve(dirfd, path, abs, sizeof(abs)))
 		return SHIM_PASS;
-	background_wait(abs);
+	if (background_wait(abs) < 0)
+		return -EIO;
 	if (!captured_exists(abs))
 		return SHIM_PASS;
 	int r = mark_deleted(abs);
@@ -307,10 +305,8 @@ static long link_handler(int od, const char *op, int nd, const char *np, bool fo
 	const struct stg_path_rule *rn = shim_resolve(nd, np, nabs, sizeof(nabs));
 	if (!ro && !rn)
 		return SHIM_PASS;
-	if (ro)
-		background_wait(oabs);
-	if (rn)
-		background_wait(nabs);
+	if ((ro && background_wait(oabs) < 0) || (rn && background_wait(nabs) < 0))
+		return -EIO;
 	struct stat st;
 	if (ro && captured_exists(oabs)) {
 		if (!rn)
@@ -354,7 +350,8 @@ static long link_fd_handler(int fd, int nd, const char *np)
 	struct stat st;
 	if (!rn || REAL(fstat)(fd, &st) < 0 || !S_ISREG(st.st_mode))
 		return SHIM_PASS;
-	background_wait(nabs);
+	if (background_wait(nabs) < 0)
+		return -EIO;
 	if (captured_exists(nabs) || REAL(lstat)(nabs, &st) == 0)
 		return -EEXIST;
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
@@ -436,7 +433,11 @@ static long truncate_handler(const char *path, off_t len)
 {
 	char abs[PATH_MAX];
 	const struct stg_path_rule *rule = shim_resolve(AT_FDCWD, path, abs, sizeof(abs));
-	if (!rule || !captured_exists(abs))
+	if (!rule)
+		return SHIM_PASS;
+	if (background_wait(abs) < 0)
+		return -EIO;
+	if (!captured_exists(abs))
 		return SHIM_PASS;
 	int fd = session_open(abs, rule, O_WRONLY, 0, false);
 	if (fd == SESSION_PASS || fd < 0)

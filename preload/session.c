@@ -627,7 +627,6 @@ out_free:
 static int open_locked(const char *path, const struct stg_path_rule *rule, int flags, mode_t mode,
 		       bool allow_fast)
 {
-	background_wait(path);
 	struct session *s = session_find_path(path);
 	if (s)
 		return share_open(s, flags);
@@ -664,6 +663,10 @@ static int open_locked(const char *path, const struct stg_path_rule *rule, int f
 int session_open(const char *path, const struct stg_path_rule *rule, int flags, mode_t mode,
 		 bool allow_fast)
 {
+	/* Before shim.lock: waiting for a helper packing the path must not hold
+	 * up this process's other threads. */
+	if (background_wait(path) < 0)
+		return -EIO;
 	/* One open at a time: two threads opening the same new file must end up
 	 * sharing one shadow, not racing to make two. */
 	pthread_mutex_lock(&shim.lock);
@@ -742,6 +745,9 @@ static int commit_pending(struct session *s, int fd, bool last, int64_t mtime, u
 	if (real_fstat(fd, &st) < 0)
 		return -EAGAIN;
 	p.size = (uint64_t)st.st_size;
+	/* Another's, unpacked (its packing failed): a version before ours. */
+	if (background_settle_locked(s->path, s->rule) < 0)
+		return -EIO;
 	int r = stg_pending_write(shim.cache, fd, &p);
 	if (r < 0) {
 		stg_debug("'%s' is packed at once: %s", s->path, strerror(-r));
@@ -789,7 +795,7 @@ static int commit_through(struct session *s, int fd, bool last, uint64_t replace
 			return r;
 	}
 	/* A large file with durability = local: durable as a pending commit. */
-	if (pack_later(s, &st) && (!last || s->commit_lock >= 0)) {
+	if (pack_later(s, &st) && s->commit_lock >= 0) {
 		int64_t mtime = s->mtime_set ? s->mtime_ns
 			      : is_sentinel(&st) ? s->base_mtime_ns : ts_ns(&st.st_mtim);
 		int r = commit_pending(s, fd, last, mtime, replaces, ret_committed, ret_version);
@@ -913,6 +919,9 @@ int session_commit(struct session *s, int fd, bool last)
 	 * one at a time, so each finds the open version the last sync made. */
 	int lk = share_lock(s->path);
 	int r = 0;
+	/* A pending commit is written under it; the close's helper takes it
+	 * over. */
+	s->commit_lock = lk;
 	if (!last) {
 		r = commit_locked(s, fd, false);
 	} else if (!last_holder(s)) {
@@ -925,12 +934,10 @@ int session_commit(struct session *s, int fd, bool last)
 		if (r == 0)
 			r = part_leave(s);
 	} else {
-		/* A pending commit's helper takes the lock over. */
-		s->commit_lock = lk;
 		r = commit_locked(s, fd, true);
-		s->commit_lock = -1;
 		share_unname(fd, s->path);
 	}
+	s->commit_lock = -1;
 	share_unlock(lk);
 	return r;
 }
@@ -960,9 +967,19 @@ static bool follow_writing(struct session *s)
 
 static int commit_locked(struct session *s, int fd, bool last)
 {
-	if (!follow_writing(s))
-		return 0;
-	if (s->broken) {
+	char locked[PATH_MAX];
+	snprintf(locked, sizeof(locked), "%s", s->path);
+	bool going = follow_writing(s);
+	/* Renamed meanwhile: the lock held is the old path's, under which no
+	 * pending commit of the new one may be written. */
+	if (strcmp(locked, s->path) != 0)
+		s->commit_lock = -1;
+	if (!going || s->broken) {
+		/* Nothing of the writing is committed, a sync's record neither. */
+		if (s->commit_lock >= 0)
+			stg_pending_drop(shim.cache, s->path);
+		if (!going)
+			return 0;
 		shim_log(STG_LOG_ERROR, "'%s' is not staged: its content was lost track of", s->path);
 		return -EIO;
 	}

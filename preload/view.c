@@ -13,7 +13,8 @@
 
 int view_lookup(const char *abspath, struct stat *st)
 {
-	background_wait(abspath);
+	if (background_wait(abspath) < 0)
+		return -EIO;
 	pthread_mutex_lock(&shim.lock);
 	struct session *s = session_find_path(abspath);
 	int fd = s ? session_any_fd(s) : -1;

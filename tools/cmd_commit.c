@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "builder.h"
+#include "pending.h"
 #include "tool.h"
 
 /* The pending commit of path, whose open lock the shim handed over. */
@@ -25,10 +26,17 @@ static int commit_pending(const char *path)
 		return 1;
 	bool published = false;
 	int r = 1;
+	/* The lock the shim handed over; a helper started without it (it
+	 * could not place it on 3) takes it, waiting for whoever has it. */
+	int lk = cache && !stg_pending_holds_lock(cache, path, 3) ? stg_pending_lock(cache, path) : 3;
 	if (!cache)
 		tool_error("__commit: %s has no cache", p->file);
+	else if (lk < 0)
+		tool_error("__commit: cannot lock '%s': %s", path, strerror(-lk));
 	else
 		r = tool_settle_locked(p, cache, path, &published);
+	if (lk > 3)
+		close(lk);
 	if (published && cache->ship)
 		tool_start_flusher(p, cache);
 	stg_cache_free(cache);

@@ -4,6 +4,7 @@
  * the cache, so that a version whose close returned is listed, restored and
  * shipped as it is, whether its helper is still packing it (waited for) or
  * died with the node (packed here). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -37,9 +38,16 @@ struct settling {
 	int failed;
 };
 
-static int settle_one(void *arg, const char *path)
+static int settle_one(void *arg, const char *path, int err)
 {
 	struct settling *st = arg;
+	if (err) {
+		tool_error("the pending commit tmp/%s in the cache '%s' cannot be packed: %s; it is "
+			   "left in place",
+			   path, st->c->dir, err == -EBADMSG ? "it is damaged" : strerror(-err));
+		st->failed = 1;
+		return 0;
+	}
 	int lk = stg_pending_lock(st->c, path);
 	if (lk < 0) {
 		tool_error("cannot lock '%s' to settle its pending commit: %s", path, strerror(-lk));

@@ -749,11 +749,12 @@ EOF
 # theirs; with "fork", each rank forks after its first stripe and its child
 # writes the rest; with "other", other random bytes; with "sync", each rank
 # fsyncs before it closes; with "synckill", each rank fsyncs, then kills
-# itself (SIGKILL) without closing. Each process (a child too) checks that it has as
+# itself (SIGKILL) without closing; with "synchold", each rank fsyncs, then
+# waits for the file $STAGEHAND_HOLD before it closes. Each process (a child too) checks that it has as
 # many descriptors open after its close as before its open.
 random_stripes_script() {
 	py rstripes <<'EOF2'
-import multiprocessing as mp, os, random, signal, sys
+import multiprocessing as mp, os, random, signal, sys, time
 path, n, stripe, k, how = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 WAIT = float(os.environ.get("STAGEHAND_TEST_WAIT", "600"))
 
@@ -776,8 +777,10 @@ def rank_main(rank, opened, written):
         os.pwrite(fd, stripe_bytes(rank, j), (j * n + rank) * stripe)
     if not child:  # (a parent that forked leaves the rest to its child)
         written.wait(WAIT)
-    if how in ("sync", "synckill"):
+    if how in ("sync", "synckill", "synchold"):
         os.fsync(fd)
+    while how == "synchold" and not os.path.exists(os.environ["STAGEHAND_HOLD"]):
+        time.sleep(0.01)
     if how == "synckill":
         os.kill(os.getpid(), signal.SIGKILL)  # never closes
     if how == "again" and rank == 0:
@@ -911,9 +914,35 @@ pending_left() {
 	echo "$(find "$CACHE/tmp" -name '*.commit' | wc -l) $(find "$CACHE/tmp" -name '*.content' | wc -l)"
 }
 
-@test "B23: N-1 of 32 MiB, durability = local: the close leaves a pending commit that a helper packs; a reader, stat, restore and ls right after see the version" {
+# held_open PID FILE: process PID has a descriptor of FILE (a name in tmp/) open.
+held_open() {
+	ls -l "/proc/$1/fd" 2>/dev/null | grep -q -- "/tmp/$2\$"
+}
+
+@test "B23: N-1 of 32 MiB, durability = local: the close leaves a pending commit that a helper packs; a reader in another process waits for it and reads the version" {
 	random_stripes_script
-	twice "$PYTHON" "$T/rstripes.py" @D@/f 4 65536 128 plain
+	# the helper waits for "go" first: the close has returned, the packing
+	# has not happened yet
+	cat >"$T/slowtool" <<EOT
+#!/bin/bash
+while [ ! -e "$T/go" ]; do sleep 0.05; done
+exec "$STAGEHAND" "\$@"
+EOT
+	chmod +x "$T/slowtool"
+	STAGEHAND_TOOL="$T/slowtool" twice "$PYTHON" "$T/rstripes.py" @D@/f 4 65536 128 plain
+	[ "$(pending_left)" = "1 1" ] || fail "pending: $(ls "$CACHE/tmp")"
+	# a reader opening it now waits on the path's lock, which the helper holds
+	LD_PRELOAD="$SHIM" cat "$CKPT/f" >"$T/early" 2>"$T/early.err" 3>&- &
+	local reader=$! id
+	track $reader
+	id=$(basename "$(ls "$CACHE"/tmp/*.commit)" .commit)
+	wait_for "$WAIT" held_open "$reader" "$id.open" || {
+		: >"$T/go"
+		fail "the reader never waited for the lock"
+	}
+	: >"$T/go"
+	wait "$reader" || fail "the reader failed: $(cat "$T/early.err")"
+	cmp "$T/early" "$REF/f" || fail "the reader did not read the version just closed"
 	check_file f 1
 	[ "$(pending_left)" = "0 0" ] || fail "left in tmp/: $(ls "$CACHE/tmp")"
 	# a second checkpoint over it, started from the first one's version
@@ -982,4 +1011,27 @@ EOF
 	# the next writing starts from it and closes a version over it
 	twice "$PYTHON" "$T/rstripes.py" @D@/f 4 65536 128 other
 	check_file f 1
+}
+
+@test "B28: N-1 of 32 MiB, every rank fsyncs and then waits: the sync's pending commit is left alone while they hold the file; their close makes one version" {
+	random_stripes_script
+	export STAGEHAND_HOLD="$T/hold"
+	: >"$STAGEHAND_HOLD"
+	"$PYTHON" "$T/rstripes.py" "$REF/f" 4 65536 128 synchold
+	rm -f "$STAGEHAND_HOLD"
+	LD_PRELOAD="$SHIM" "$PYTHON" "$T/rstripes.py" "$CKPT/f" 4 65536 128 synchold >"$T/ranks.out" 2>&1 3>&- &
+	local ranks=$!
+	track $ranks
+	wait_for "$WAIT" eval '[ "$(pending_left)" = "1 1" ]' || fail "no sync left a record"
+	# a look meanwhile, from a tool and from another process: nothing published
+	run "$STAGEHAND" ls "$CKPT/f"
+	[ "$status" -ne 0 ] && [[ "$output" == *"nothing staged"* ]] || fail "ls while written: $output"
+	run shim stat -c %s "$CKPT/f"
+	[ "$(pending_left)" = "1 1" ] || fail "the sync's record went: $(ls "$CACHE/tmp")"
+	: >"$STAGEHAND_HOLD"
+	wait "$ranks" || fail "ranks: $(cat "$T/ranks.out")"
+	check_file f 1
+	run "$STAGEHAND" ls "$CKPT/f"
+	[[ "$output" != *"not closed"* ]] || fail "ls: $output"
+	[ "$(pending_left)" = "0 0" ] || fail "left in tmp/: $(ls "$CACHE/tmp")"
 }
