@@ -135,6 +135,16 @@ bool stg_pending_exists(struct stg_cache *c, const char *path)
 	return fstatat(c->tmp_fd, record, &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
+bool stg_pending_content_is(struct stg_cache *c, const char *path, int shadowfd)
+{
+	char content[64];
+	name_of(path, "content", content);
+	struct stat mine, named;
+	return fstat(shadowfd, &mine) == 0 &&
+	       fstatat(c->tmp_fd, content, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       mine.st_dev == named.st_dev && mine.st_ino == named.st_ino;
+}
+
 int64_t stg_pending_settle(struct stg_cache *c, const char *path, const struct stg_path_rule *rule)
 {
 	char content[64], record[64];

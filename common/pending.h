@@ -54,6 +54,10 @@ int stg_pending_write(struct stg_cache *c, int shadowfd, const struct stg_pendin
 /* Is a commit of path pending (without a lock: a hint)? */
 bool stg_pending_exists(struct stg_cache *c, const char *path);
 
+/* Is path's pending content the file shadowfd is open on (a sync's of the
+ * writing that holds shadowfd)? */
+bool stg_pending_content_is(struct stg_cache *c, const char *path, int shadowfd);
+
 /* Commits path's pending content, if any, with rule (path's). The caller
  * holds the path's open lock. A close's is published, unless the newest
  * version is already it (a packing that died before it removed the record:

@@ -745,8 +745,11 @@ static int commit_pending(struct session *s, int fd, bool last, int64_t mtime, u
 	if (real_fstat(fd, &st) < 0)
 		return -EAGAIN;
 	p.size = (uint64_t)st.st_size;
-	/* Another's, unpacked (its packing failed): a version before ours. */
-	if (background_settle_locked(s->path, s->rule) < 0)
+	/* A sync's of this writing is replaced (the last holder, letting go,
+	 * no longer holds it). Another's, unpacked (its packing failed), is a
+	 * version before ours. */
+	if (!stg_pending_content_is(shim.cache, s->path, fd) &&
+	    background_settle_locked(s->path, s->rule) < 0)
 		return -EIO;
 	int r = stg_pending_write(shim.cache, fd, &p);
 	if (r < 0) {
