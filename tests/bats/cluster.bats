@@ -1105,12 +1105,14 @@ reference() {
 	for r in 0 1 2 3; do "$PYTHON" "$RANK_WRITER" "$1" "$r" 4 "$2" "$3"; done
 }
 
-@test "N-1 on one node: 4 processes pwrite strides of one file; its one version ships, and an empty node restores it byte for byte" {
+# n1_ships STRIPES: 4 processes write STRIPES stripes of 64 KiB each into one
+# file; its one version ships, and an empty node restores it byte for byte.
+n1_ships() {
 	start_servers 2
 	cluster_default_policy
 	mkdir -p "$CKPT"
-	"$PYTHON" "$BATS_TEST_DIRNAME/../progs/stripes.py" "$REF/f" 4 65536 16 || fail "plain"
-	shim "$PYTHON" "$BATS_TEST_DIRNAME/../progs/stripes.py" "$CKPT/f" 4 65536 16 ||
+	"$PYTHON" "$BATS_TEST_DIRNAME/../progs/stripes.py" "$REF/f" 4 65536 "$1" || fail "plain"
+	shim "$PYTHON" "$BATS_TEST_DIRNAME/../progs/stripes.py" "$CKPT/f" 4 65536 "$1" ||
 		fail "through the shim"
 	flushed "$POLICY"
 	assert_transport_used "$CACHE"
@@ -1118,6 +1120,14 @@ reference() {
 	stop_flusher "$CACHE"
 	rm -rf "$CACHE"
 	assert_restores "$REF/f" "$CKPT/f"
+}
+
+@test "N-1 on one node: 4 processes pwrite strides of one file; its one version ships, and an empty node restores it byte for byte" {
+	n1_ships 16
+}
+
+@test "N-1 of 32 MiB on one node: the close leaves a pending commit, packed by a helper; its one version ships, and an empty node restores it byte for byte" {
+	n1_ships 128
 }
 
 @test "shared = job: ranks on two nodes write one file; each node ships its part, an empty node restores it whole, a missing part is never complete" {
