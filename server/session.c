@@ -300,9 +300,8 @@ static int on_get_manifest(struct session *s, const struct stg_msg *req)
 
 static int on_get_chunk(struct session *s, const struct stg_msg *req)
 {
-	uint8_t *obj;
-	size_t len;
-	int r = stg_store_get(s->srv->store, &req->get_chunk.hash, &obj, &len);
+	struct stg_store_obj o;
+	int r = stg_store_get(s->srv->store, &req->get_chunk.hash, &o);
 	if (r < 0) {
 		char hex[STG_HASH_HEX_LEN + 1];
 		stg_hash_hex(&req->get_chunk.hash, hex);
@@ -312,12 +311,12 @@ static int on_get_chunk(struct session *s, const struct stg_msg *req)
 					   strerror(-r));
 	}
 	/* The object goes as it is, without a copy into a frame buffer. */
-	r = stg_conn_send_bulk(&s->conn, STG_MSG_CHUNK, req->tag, obj, (uint32_t)len);
-	free(obj);
+	r = stg_conn_send_bulk(&s->conn, STG_MSG_CHUNK, req->tag, o.obj, (uint32_t)o.len);
 	if (r == 0) {
 		s->srv->counters.chunks_out++;
-		s->srv->counters.chunk_bytes_out += len;
+		s->srv->counters.chunk_bytes_out += o.len;
 	}
+	stg_store_obj_free(&o);
 	return r;
 }
 

@@ -55,11 +55,20 @@ int stg_store_validate(const uint8_t *obj, size_t len, struct stg_hash *ret_hash
  * Durable only after stg_store_sync. Returns 0, -ENOSPC or -errno. */
 int stg_store_put(struct stg_store *s, const uint8_t *obj, size_t len, const struct stg_hash *h);
 
-/* Reads the chunk object of h into a malloc'ed buffer, checking the record's
- * checksum: a delta object as it is (its reader fetches its base). Returns
- * 0, -ENOENT, -EBADMSG (the stored copy is corrupt) or -errno. */
-int stg_store_get(struct stg_store *s, const struct stg_hash *h, uint8_t **ret_obj,
-		  size_t *ret_len);
+/* A chunk object read back: obj (len bytes) lies in mem, which
+ * stg_store_obj_free releases. */
+struct stg_store_obj {
+	const uint8_t *obj;
+	size_t len;
+	void *mem;
+};
+
+/* Reads the chunk object of h, checking the record's checksum: a delta
+ * object as it is (its reader fetches its base). Returns 0, -ENOENT,
+ * -EBADMSG (the stored copy is corrupt) or -errno. */
+int stg_store_get(struct stg_store *s, const struct stg_hash *h, struct stg_store_obj *ret);
+
+void stg_store_obj_free(struct stg_store_obj *o);
 
 /* Makes every put that returned before this call durable. */
 int stg_store_sync(struct stg_store *s);

@@ -49,12 +49,11 @@ static void free_obj(struct obj *o)
 /* Is o stored, intact? */
 static bool reads_back(struct stg_store *s, const struct obj *o)
 {
-	uint8_t *got;
-	size_t len;
-	if (stg_store_get(s, &o->hash, &got, &len) != 0)
+	struct stg_store_obj got;
+	if (stg_store_get(s, &o->hash, &got) != 0)
 		return false;
-	bool same = len == o->len && memcmp(got, o->data, len) == 0;
-	free(got);
+	bool same = got.len == o->len && memcmp(got.obj, o->data, got.len) == 0;
+	stg_store_obj_free(&got);
 	return same;
 }
 
@@ -135,9 +134,8 @@ static void roundtrip(void)
 	stg_store_stats(s, &st);
 	CHECK_EQ(st.segment_bytes, bytes);
 	struct obj absent = make_obj(4, 100, false);
-	uint8_t *got;
-	size_t len;
-	CHECK_EQ(stg_store_get(s, &absent.hash, &got, &len), -ENOENT);
+	struct stg_store_obj got;
+	CHECK_EQ(stg_store_get(s, &absent.hash, &got), -ENOENT);
 	CHECK_EQ(stg_store_put(s, o[0].data, 10, &o[0].hash), -EINVAL);
 	CHECK_EQ(stg_store_sync(s), 0);
 	CHECK(stg_store_dirfd(s) >= 0);
@@ -265,9 +263,8 @@ static void corrupt_record(void)
 	b ^= 0x01;
 	CHECK_EQ(stg_pwrite_all(fd, &b, 1, at), 0);
 	close(fd);
-	uint8_t *got;
-	size_t len;
-	CHECK_EQ(stg_store_get(s, &o[1].hash, &got, &len), -EBADMSG);
+	struct stg_store_obj got;
+	CHECK_EQ(stg_store_get(s, &o[1].hash, &got), -EBADMSG);
 	CHECK(reads_back(s, &o[0]));
 	CHECK(reads_back(s, &o[2]));
 	stg_store_free(s);
@@ -305,6 +302,75 @@ static void gc_cycle(struct stg_store *s, struct obj *marked, size_t n,
 	for (size_t i = 0; i < n; i++)
 		stg_store_mark(s, &marked[i].hash);
 	CHECK_EQ(stg_store_gc_end(s, res), 0);
+}
+
+/* Descriptors of this process open on path with O_DIRECT. */
+static int direct_fds_on(const char *path)
+{
+	int n = 0;
+	char real[PATH_MAX];
+	if (!realpath(path, real))
+		return -1;
+	for (int fd = 0; fd < 1024; fd++) {
+		char link[64], target[PATH_MAX], info[64];
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+		ssize_t k = readlink(link, target, sizeof(target) - 1);
+		if (k < 0)
+			continue;
+		target[k] = '\0';
+		snprintf(info, sizeof(info), "/proc/self/fdinfo/%d", fd);
+		FILE *f = strcmp(target, real) == 0 ? fopen(info, "r") : NULL;
+		unsigned flags = 0;
+		char line[128];
+		while (f && fgets(line, sizeof(line), f))
+			if (sscanf(line, "flags: %o", &flags) == 1)
+				n += (flags & O_DIRECT) != 0;
+		if (f)
+			fclose(f);
+	}
+	return n;
+}
+
+/* Large records are read with O_DIRECT, from every segment (not only the
+ * one appended to), and their damage is found as in the page cache. */
+static void large_records(void)
+{
+	char dir[512], first[600];
+	subdir(dir, sizeof(dir), "large");
+	seg_path(first, sizeof(first), dir, 1);
+	/* Each record fills a segment of 2 MiB: two segments. */
+	struct stg_store *s = open_store(dir, 2u << 20, 0);
+	struct obj o[2] = {make_obj(31, 1 << 20, false), make_obj(32, 1 << 20, false)};
+	for (int i = 0; i < 2; i++)
+		CHECK_EQ(stg_store_put(s, o[i].data, o[i].len, &o[i].hash), 0);
+	CHECK_EQ(stg_store_sync(s), 0);
+	stg_store_free(s);
+	s = open_store(dir, 2u << 20, 0);
+	/* Where the file system takes O_DIRECT, the first read of the first
+	 * segment (not the one appended to) opens it so. */
+	int probe = open(first, O_RDONLY | O_DIRECT);
+	bool direct = probe >= 0;
+	if (probe >= 0)
+		close(probe);
+	CHECK_EQ(direct_fds_on(first), 0);
+	for (int i = 0; i < 2; i++)
+		CHECK(reads_back(s, &o[i]));
+	CHECK_EQ(direct_fds_on(first), direct ? 1 : 0);
+	/* One byte of the first record's body, written through the page
+	 * cache: the direct read sees it. */
+	off_t at = 4096 + 32 + 500000;
+	int fd = open(first, O_RDWR);
+	uint8_t b;
+	CHECK_EQ(stg_pread_all(fd, &b, 1, at), 0);
+	b ^= 0x10;
+	CHECK_EQ(stg_pwrite_all(fd, &b, 1, at), 0);
+	close(fd);
+	struct stg_store_obj got;
+	CHECK_EQ(stg_store_get(s, &o[0].hash, &got), -EBADMSG);
+	CHECK(reads_back(s, &o[1]));
+	stg_store_free(s);
+	for (int i = 0; i < 2; i++)
+		free_obj(&o[i]);
 }
 
 static void gc_epochs(void)
@@ -580,34 +646,32 @@ static void series_step(uint8_t *p, size_t n, unsigned k)
  * fetched, root first. */
 static int decode_from(struct stg_store *s, const struct stg_hash *h, size_t n, uint8_t *out)
 {
-	uint8_t *obj;
-	size_t len;
-	int r = stg_store_get(s, h, &obj, &len);
+	struct stg_store_obj o;
+	int r = stg_store_get(s, h, &o);
 	if (r < 0)
 		return r;
 	struct stg_hash base;
-	if (!stg_chunk_base(obj, len, &base)) {
-		r = stg_chunk_decode(obj, len, h, (uint32_t)n, out);
+	if (!stg_chunk_base(o.obj, o.len, &base)) {
+		r = stg_chunk_decode(o.obj, o.len, h, (uint32_t)n, out);
 	} else {
 		uint8_t *b = malloc(n);
 		r = decode_from(s, &base, n, b);
 		if (r == 0)
-			r = stg_chunk_decode_delta(obj, len, h, (uint32_t)n, b, out);
+			r = stg_chunk_decode_delta(o.obj, o.len, h, (uint32_t)n, b, out);
 		free(b);
 	}
-	free(obj);
+	stg_store_obj_free(&o);
 	return r;
 }
 
 static bool stored_as_delta(struct stg_store *s, const struct stg_hash *h)
 {
-	uint8_t *obj;
-	size_t len;
+	struct stg_store_obj o;
 	struct stg_hash base;
-	if (stg_store_get(s, h, &obj, &len) < 0)
+	if (stg_store_get(s, h, &o) < 0)
 		return false;
-	bool delta = stg_chunk_base(obj, len, &base);
-	free(obj);
+	bool delta = stg_chunk_base(o.obj, o.len, &base);
+	stg_store_obj_free(&o);
 	return delta;
 }
 
@@ -724,6 +788,7 @@ int main(void)
 	golden();
 	torn_tail();
 	corrupt_record();
+	large_records();
 	gc_epochs();
 	compaction();
 	concurrency();
