@@ -176,8 +176,9 @@ int64_t stg_pending_settle(struct stg_cache *c, const char *path, const struct s
 		r = fd < 0 && errno != ENOENT ? -errno : -EBADMSG;
 		if (fd >= 0)
 			close(fd);
-		stg_log(STG_LOG_ERROR, "the pending commit of '%s': its content tmp/%s is %s; left in place", path,
-			  content, r == -EBADMSG ? "missing or of the wrong size" : strerror(-r));
+		stg_log(STG_LOG_ERROR,
+			"the pending commit of '%s': its content tmp/%s is %s; left in place", path,
+			content, r == -EBADMSG ? "missing or of the wrong size" : strerror(-r));
 		return r;
 	}
 	/* A sync's, its writing going on: that writing commits it. */
