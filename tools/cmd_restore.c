@@ -900,6 +900,12 @@ int cmd_restore(int argc, char **argv)
 			failed = 1;
 			continue;
 		}
+		/* The servers are asked first, by a thread of its own: their
+		 * answer (a handshake, libcrypto loaded for it from a cold disk)
+		 * takes longer than the cache's, and is waited for last. */
+		struct listing l = {.rm = &rm, .prefix = strcmp(abs, "/") == 0 ? NULL : abs};
+		pthread_t th;
+		bool listing = have_remote && pthread_create(&th, NULL, list_servers, &l) == 0;
 		struct find fd = {.prefix = abs};
 		int r = cache ? stg_catalog_scan(cache, find_paths, bad_entry, &fd) : 0;
 		if (r < 0) {
@@ -911,15 +917,12 @@ int cmd_restore(int argc, char **argv)
 		size_t nrv = 0, reached = 0;
 		struct early early = {.pin = -1};
 		if (have_remote) {
-			struct listing l = {.rm = &rm, .prefix = strcmp(abs, "/") == 0 ? NULL : abs};
-			pthread_t th;
-			if (cache && fd.n == 1 && !o.version &&
-			    pthread_create(&th, NULL, list_servers, &l) == 0) {
+			if (listing && cache && fd.n == 1 && !o.version)
 				early_start(cache, fd.paths[0], &o, &early);
+			if (listing)
 				pthread_join(th, NULL);
-			} else {
+			else
 				list_servers(&l);
-			}
 			r = l.r;
 			rv = l.rv;
 			nrv = l.nrv;
