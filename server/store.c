@@ -167,18 +167,32 @@ static int seg_new(uint64_t id, int fd, struct seg **ret)
  * second descriptor for them at once, the others when a large record is
  * first read. Not where a page holds several records' alignments (64 KiB
  * pages): a page written both ways could be written back stale over a
- * record. */
-static void seg_open_direct(struct stg_store *s, struct seg *g)
+ * record. Returns the descriptor, or -1 (then the page cache serves). */
+static int seg_direct_fd(struct stg_store *s, struct seg *g)
 {
+	int fd = atomic_load(&g->dfd);
+	if (fd >= 0 || atomic_load(&g->nodirect))
+		return fd;
 	if (sysconf(_SC_PAGESIZE) > (long)STG_SEGMENT_ALIGN) {
 		atomic_store(&g->nodirect, true);
-		return;
+		return -1;
 	}
 	char name[STG_SEGMENT_NAME_LEN + 1];
 	stg_segment_name(g->id, name);
-	g->dfd = openat(s->segdirfd, name, O_RDWR | O_DIRECT | O_CLOEXEC);
-	if (g->dfd < 0) /* no O_DIRECT here, or the file is being collected */
-		atomic_store(&g->nodirect, true);
+	fd = openat(s->segdirfd, name, O_RDWR | O_DIRECT | O_CLOEXEC);
+	if (fd < 0) {
+		/* Refused: for good. Out of descriptors: tried again later. */
+		if (errno == EINVAL)
+			atomic_store(&g->nodirect, true);
+		return -1;
+	}
+	/* Opened without the store's lock: two readers may race to it. */
+	int none = -1;
+	if (!atomic_compare_exchange_strong(&g->dfd, &none, fd)) {
+		close(fd);
+		fd = none;
+	}
+	return fd;
 }
 
 /* Creates segment id under a temporary name and renames it into place once
@@ -208,7 +222,7 @@ static int segment_create(struct stg_store *s, uint64_t id, struct seg **ret)
 	r = seg_new(id, fd, ret);
 	if (r < 0)
 		goto out_close;
-	seg_open_direct(s, *ret);
+	seg_direct_fd(s, *ret);
 	return 0;
 
 out_unlink:
@@ -463,21 +477,26 @@ static int put_record(struct stg_store *s, const uint8_t *obj, size_t len, const
 
 /* Reads the record at off of g (len body bytes) into *ret_mem, header then
  * body, and checks it is an intact record of chunk h. A large one is read
- * with O_DIRECT into an aligned buffer. Returns 0, -EBADMSG or -errno. */
-static int read_record(struct seg *g, uint64_t off, uint32_t len, const struct stg_hash *h,
-		       uint8_t **ret_mem)
+ * with O_DIRECT into an aligned buffer, padding included. Returns 0,
+ * -EBADMSG or -errno. */
+static int read_record(struct stg_store *s, struct seg *g, uint64_t off, uint32_t len,
+		       const struct stg_hash *h, uint8_t **ret_mem)
 {
 	size_t rsize = (size_t)stg_segment_record_size(len);
+	int dfd = rsize >= DIRECT_MIN ? seg_direct_fd(s, g) : -1;
 	uint8_t *mem = NULL;
 	int r = -EINVAL;
-	if (g->dfd >= 0 && rsize >= DIRECT_MIN && !atomic_load(&g->nodirect) &&
-	    posix_memalign((void **)&mem, STG_SEGMENT_ALIGN, rsize) == 0) {
+	if (dfd >= 0 && posix_memalign((void **)&mem, STG_SEGMENT_ALIGN, rsize) == 0) {
 		struct iovec one = {mem, rsize};
-		r = stg_ringio_preadv(g->dfd, &one, 1, off);
-		if (r == -EINVAL) { /* taken at open, refused at read */
+		r = stg_ringio_preadv(dfd, &one, 1, off);
+		if (r == -EINVAL) /* taken at open, refused at read */
 			atomic_store(&g->nodirect, true);
+		/* (-ENODATA: the file may end without the padding; the
+		 * record alone is read again below.) */
+		if (r == -EINVAL || r == -ENODATA) {
 			free(mem);
 			mem = NULL;
+			r = -EINVAL;
 		}
 	}
 	if (r == -EINVAL) {
@@ -518,9 +537,6 @@ static int locate(struct stg_store *s, const struct stg_hash *h, struct seg **re
 	struct stg_chunkindex_entry *e = stg_chunkindex_find(s->index, h);
 	struct seg *g = e ? seg_find(s, e->segment) : NULL;
 	if (g) {
-		if (g->dfd < 0 && !atomic_load(&g->nodirect) &&
-		    stg_segment_record_size(e->len) >= DIRECT_MIN)
-			seg_open_direct(s, g);
 		g->refs++;
 		*ret_g = g;
 		*ret_off = (uint64_t)e->offset * STG_SEGMENT_ALIGN;
@@ -540,7 +556,7 @@ int stg_store_get(struct stg_store *s, const struct stg_hash *h, struct stg_stor
 	if (r < 0)
 		return r;
 	uint8_t *mem;
-	r = read_record(g, off, len, h, &mem);
+	r = read_record(s, g, off, len, h, &mem);
 	seg_put(s, g);
 	if (r < 0)
 		return r;
@@ -835,7 +851,7 @@ static int move_record(struct stg_store *s, const struct move *m, struct stg_sto
 {
 	uint8_t *mem;
 	uint64_t off = (uint64_t)m->offset * STG_SEGMENT_ALIGN;
-	int r = read_record(m->from, off, m->len, &m->hash, &mem);
+	int r = read_record(s, m->from, off, m->len, &m->hash, &mem);
 	if (r == -EBADMSG) {
 		pthread_mutex_lock(&s->lock);
 		uint64_t size = drop_if_at(s, m);
@@ -1190,11 +1206,21 @@ out_close:
 }
 
 /* The newest segment takes the next records: whatever follows its last
- * valid record (a torn write, garbage) is cut off first. */
+ * valid record (a torn write, garbage) is cut off first, and a last record
+ * without its padding (a file cut inside it) gets it back, so that the next
+ * record starts aligned. */
 static int trim_active(struct stg_store *s, struct seg *g, const struct stg_segment_scan_result *sc)
 {
-	if (sc->size <= sc->end)
+	if (sc->size == sc->end)
 		return 0;
+	if (sc->size < sc->end) {
+		if (ftruncate(g->fd, (off_t)sc->end) < 0 || fdatasync(g->fd) < 0)
+			return stg_log_errno(STG_LOG_ERROR, -errno, "store: cannot pad segment "
+					     "%016" PRIx32, g->id);
+		s->total += sc->end - g->end;
+		g->end = sc->end;
+		return 0;
+	}
 	stg_log(STG_LOG_WARN, "store: segment %016" PRIx32 ": cutting off %" PRIu64
 		" bytes of torn or corrupt tail at offset %" PRIu64, g->id, sc->size - sc->end,
 		sc->end);
@@ -1290,7 +1316,7 @@ static int recover(struct stg_store *s)
 	s->next_id = n ? ids[n - 1] + 1 : 1;
 	if (last) {
 		r = trim_active(s, last, &last_scan);
-		seg_open_direct(s, last);
+		seg_direct_fd(s, last);
 		s->active = last;
 	} else {
 		pthread_mutex_lock(&s->lock); /* roll() expects it */

@@ -40,11 +40,14 @@ static void usage(FILE *f)
 void tool_error(const char *fmt, ...)
 {
 	va_list ap;
+	/* The line whole: restore's threads may report at once. */
+	flockfile(stderr);
 	fputs("stagehand: ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+	funlockfile(stderr);
 }
 
 const char *tool_escape(const char *s, char *buf, size_t len)
