@@ -98,6 +98,15 @@ static struct stg_store *open_store(const char *dir, uint64_t segment_size, uint
 	return s;
 }
 
+/* Reopens the store in dir and checks that o[0..n) read back intact. */
+static void reads_back_reopened(const char *dir, const struct obj *o, int n)
+{
+	struct stg_store *s = open_store(dir, 0, 0);
+	for (int i = 0; i < n; i++)
+		CHECK(reads_back(s, &o[i]));
+	stg_store_free(s);
+}
+
 static void roundtrip(void)
 {
 	char dir[512];
@@ -235,10 +244,7 @@ static void torn_tail(void)
 	/* The store goes on appending where the valid records end. */
 	CHECK_EQ(stg_store_put(s, o[2].data, o[2].len, &o[2].hash), 0);
 	stg_store_free(s);
-	s = open_store(dir, 0, 0);
-	for (int i = 0; i < 3; i++)
-		CHECK(reads_back(s, &o[i]));
-	stg_store_free(s);
+	reads_back_reopened(dir, o, 3);
 	for (int i = 0; i < 3; i++)
 		free_obj(&o[i]);
 	free_obj(&junk);
@@ -400,10 +406,7 @@ static void unpadded_tail(void)
 	for (int i = 0; i < 4; i++)
 		CHECK(reads_back(s, &o[i]));
 	stg_store_free(s);
-	s = open_store(dir, 0, 0);
-	for (int i = 0; i < 4; i++)
-		CHECK(reads_back(s, &o[i]));
-	stg_store_free(s);
+	reads_back_reopened(dir, o, 4);
 	for (int i = 0; i < 4; i++)
 		free_obj(&o[i]);
 }
