@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kx.h"
 #include "libcrypto.h"
 #include "policy.h"
 #include "util.h"
@@ -211,6 +212,9 @@ int stg_secret_from_policy(const struct stg_policy *p, struct stg_secret *ret, c
 		set_err(err, errlen, "munge_socket '%s' is too long", p->munge_socket);
 		return -ENAMETOOLONG;
 	}
+	/* (The policy checked its length.) */
+	snprintf(ret->munge_server_user, sizeof(ret->munge_server_user), "%s",
+		 p->munge_server_user ? p->munge_server_user : STG_MUNGE_SERVER_USER);
 	return 0;
 }
 
@@ -294,6 +298,47 @@ int stg_auth_derive(const uint8_t key[STG_SHA256_LEN], enum stg_auth_derived wha
 	const size_t lens[] = { strlen(labels[what]), STG_AUTH_NONCE_LEN, STG_AUTH_NONCE_LEN,
 				sizeof(tail) };
 	return stg_hmac_sha256(key, STG_SHA256_LEN, pieces, lens, 4, out);
+}
+
+void stg_auth_munge_x(const struct stg_auth_transcript *t, const uint8_t client_pub[32],
+		      const uint8_t server_pub[32], uint8_t out[STG_AUTH_MUNGE_X_LEN])
+{
+	uint8_t *p = out;
+	memcpy(p, t->server_nonce, STG_AUTH_NONCE_LEN);
+	p += STG_AUTH_NONCE_LEN;
+	memcpy(p, t->client_nonce, STG_AUTH_NONCE_LEN);
+	p += STG_AUTH_NONCE_LEN;
+	stg_put_le16(p, t->min_version);
+	stg_put_le16(p + 2, t->max_version);
+	stg_put_le16(p + 4, t->version);
+	memcpy(p + 6, client_pub, 32);
+	memcpy(p + 6 + 32, server_pub, 32);
+}
+
+static const char munge_server_label[] = "stagehand v2 munge server";
+static const char munge_client_label[] = "stagehand v2 munge client";
+static const char munge_key_label[] = "stagehand v2 munge key";
+_Static_assert(sizeof(munge_server_label) - 1 + STG_AUTH_MUNGE_X_LEN ==
+		       STG_AUTH_MUNGE_PAYLOAD_LEN &&
+	       sizeof(munge_client_label) == sizeof(munge_server_label),
+	       "both payloads are STG_AUTH_MUNGE_PAYLOAD_LEN bytes");
+
+void stg_auth_munge_payload(bool server, const uint8_t x[STG_AUTH_MUNGE_X_LEN],
+			    uint8_t out[STG_AUTH_MUNGE_PAYLOAD_LEN])
+{
+	const char *label = server ? munge_server_label : munge_client_label;
+	memcpy(out, label, sizeof(munge_server_label) - 1);
+	memcpy(out + sizeof(munge_server_label) - 1, x, STG_AUTH_MUNGE_X_LEN);
+}
+
+int stg_auth_munge_key(const uint8_t shared[32], const uint8_t x[STG_AUTH_MUNGE_X_LEN],
+		       uint32_t uid, uint8_t out[STG_SHA256_LEN])
+{
+	uint8_t info[STG_AUTH_MUNGE_X_LEN + 4];
+	memcpy(info, x, STG_AUTH_MUNGE_X_LEN);
+	stg_put_le32(info + STG_AUTH_MUNGE_X_LEN, uid);
+	return stg_hkdf_sha256(shared, 32, munge_key_label, sizeof(munge_key_label) - 1, info,
+			       sizeof(info), out, STG_SHA256_LEN);
 }
 
 int stg_auth_mac_equal(const uint8_t *a, const uint8_t *b)

@@ -12,6 +12,8 @@
 #define STG_AUTH_MAC_LEN 32
 #define STG_SECRET_MIN 16   /* bytes of secret at least */
 #define STG_SECRET_MAX 4096
+#define STG_MUNGE_USER_MAX 64 /* bytes of a user name or uid, NUL included */
+#define STG_MUNGE_SERVER_USER "stagehand" /* the servers' user by default */
 
 /* HMAC-SHA256 (RFC 2104, libcrypto's) of the concatenation of n pieces.
  * Returns 0, or -ENOMEM / -EIO / -EOPNOTSUPP when libcrypto cannot. */
@@ -30,6 +32,9 @@ struct stg_secret {
 	 * server takes (besides a key when len). */
 	bool munge;
 	char munge_socket[256]; /* "": libmunge's default */
+	/* A client's: the servers' user (policy munge_server_user), whose
+	 * credentials it takes as a server's, as root's. */
+	char munge_server_user[STG_MUNGE_USER_MAX];
 };
 
 #define STG_USER_KEY_MAGIC "stagehand-user-key"
@@ -87,6 +92,26 @@ enum stg_auth_derived {
  * 0 or stg_hmac_sha256's error. */
 int stg_auth_derive(const uint8_t key[STG_SHA256_LEN], enum stg_auth_derived what,
 		    const struct stg_auth_transcript *t, uint8_t out[STG_SHA256_LEN]);
+
+/* The MUNGE login (docs/PROTOCOL.md, "MUNGE"). X, its transcript: both
+ * nonces, the versions offered and chosen, the client's and the server's
+ * X25519 public keys. */
+#define STG_AUTH_MUNGE_X_LEN (2 * STG_AUTH_NONCE_LEN + 6 + 2 * 32)
+#define STG_AUTH_MUNGE_PAYLOAD_LEN (25 + STG_AUTH_MUNGE_X_LEN)
+
+void stg_auth_munge_x(const struct stg_auth_transcript *t, const uint8_t client_pub[32],
+		      const uint8_t server_pub[32], uint8_t out[STG_AUTH_MUNGE_X_LEN]);
+
+/* What each side's credential carries: its label ("stagehand v2 munge
+ * server" or "... client") || X, so that it vouches for this exchange alone. */
+void stg_auth_munge_payload(bool server, const uint8_t x[STG_AUTH_MUNGE_X_LEN],
+			    uint8_t out[STG_AUTH_MUNGE_PAYLOAD_LEN]);
+
+/* The login's key, from which its proofs and session keys are derived as
+ * AUTH's are from the uid key: HKDF-SHA256(ikm shared, salt "stagehand v2
+ * munge key", info X || uid LE32). Returns 0 or -errno. */
+int stg_auth_munge_key(const uint8_t shared[32], const uint8_t x[STG_AUTH_MUNGE_X_LEN],
+		       uint32_t uid, uint8_t out[STG_SHA256_LEN]);
 
 /* Compares MACs in constant time (CRYPTO_memcmp): 1 when equal. */
 int stg_auth_mac_equal(const uint8_t *a, const uint8_t *b);

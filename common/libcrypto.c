@@ -42,6 +42,14 @@ static void load(void)
 		SYM(OSSL_PARAM_construct_utf8_string),
 		SYM(OSSL_PARAM_construct_end),
 		SYM(CRYPTO_memcmp),    SYM(RAND_bytes),
+		SYM(EVP_PKEY_Q_keygen), SYM(EVP_PKEY_get_raw_public_key),
+		SYM(EVP_PKEY_new_raw_public_key_ex), SYM(EVP_PKEY_free),
+		SYM(EVP_PKEY_CTX_new_from_pkey), SYM(EVP_PKEY_CTX_free),
+		SYM(EVP_PKEY_derive_init), SYM(EVP_PKEY_derive_set_peer),
+		SYM(EVP_PKEY_derive),  SYM(EVP_KDF_fetch),
+		SYM(EVP_KDF_free),     SYM(EVP_KDF_CTX_new),
+		SYM(EVP_KDF_CTX_free), SYM(EVP_KDF_derive),
+		SYM(OSSL_PARAM_construct_octet_string),
 #undef SYM
 	};
 	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "placement.h"
 #include "util.h"
 
@@ -295,6 +296,21 @@ static int handle_cluster(struct parse_state *st, const char *name, const char *
 		p->munge_socket = xstrdup_or_fail(st, value);
 		return 1;
 	}
+	if (strcmp(name, "munge_server_user") == 0) {
+		size_t n = strlen(value);
+		/* A user name as useradd takes it, or a uid. */
+		bool ok = n > 0 && n < STG_MUNGE_USER_MAX && value[0] != '-';
+		for (size_t i = 0; ok && i < n; i++)
+			ok = isalnum((unsigned char)value[i]) || strchr("._-", value[i]);
+		if (!ok) {
+			fail(st, "[cluster] munge_server_user '%s' must be a user name or a uid",
+			     value);
+			return 0;
+		}
+		free(p->munge_server_user);
+		p->munge_server_user = xstrdup_or_fail(st, value);
+		return 1;
+	}
 	if (strcmp(name, "timeout") == 0) {
 		if (parse_uint(value, 1, 3600, &p->timeout_s) < 0) {
 			fail(st, "[cluster] timeout '%s' must be a number of seconds from 1 to 3600",
@@ -305,7 +321,7 @@ static int handle_cluster(struct parse_state *st, const char *name, const char *
 	}
 	fail(st,
 	     "unknown key '%s' in [cluster] (known: servers, replicas, transport, auth, "
-	     "secret_file, munge_socket, timeout)",
+	     "secret_file, munge_socket, munge_server_user, timeout)",
 	     name);
 	return 0;
 }
@@ -704,6 +720,7 @@ void stg_policy_free(struct stg_policy *p)
 	free(p->servers);
 	free(p->secret_file);
 	free(p->munge_socket);
+	free(p->munge_server_user);
 	free(p);
 }
 

@@ -54,6 +54,9 @@ struct stg_policy {
 	char *secret_file;
 	bool munge;          /* auth = munge: MUNGE credentials instead of secret_file */
 	char *munge_socket;  /* NULL: libmunge's default */
+	/* The user the servers run as, whose MUNGE credentials a client takes
+	 * as a server's (besides root's): a name or a uid. NULL: "stagehand". */
+	char *munge_server_user;
 	uint32_t timeout_s;  /* a server that does not answer within this is down */
 	struct stg_path_rule *rules;
 	size_t nrules;

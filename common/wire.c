@@ -20,13 +20,28 @@ static const char *const type_names[] = {
 	[STG_MSG_PUT_MANIFEST] = "PUT_MANIFEST", [STG_MSG_MISSING] = "MISSING",
 	[STG_MSG_LIST] = "LIST",                 [STG_MSG_LIST_REPLY] = "LIST_REPLY",
 	[STG_MSG_LIST_REPLY_FLAGS] = "LIST_REPLY_FLAGS",
-	[STG_MSG_AUTH_MUNGE] = "AUTH_MUNGE",
+	[STG_MSG_AUTH_MUNGE] = "AUTH_MUNGE",     [STG_MSG_MUNGE_HELLO] = "MUNGE_HELLO",
+	[STG_MSG_MUNGE_SERVER] = "MUNGE_SERVER", [STG_MSG_MUNGE_AUTH] = "MUNGE_AUTH",
 	[STG_MSG_GET_MANIFEST] = "GET_MANIFEST", [STG_MSG_MANIFEST] = "MANIFEST",
 	[STG_MSG_GET_CHUNK] = "GET_CHUNK",       [STG_MSG_CHUNK] = "CHUNK",
 	[STG_MSG_STAT] = "STAT",                 [STG_MSG_STAT_REPLY] = "STAT_REPLY",
 	[STG_MSG_PUT_CHUNK_REF] = "PUT_CHUNK_REF", [STG_MSG_GET_CHUNK_REF] = "GET_CHUNK_REF",
 	[STG_MSG_CHUNK_REF] = "CHUNK_REF",
 };
+
+/* A MUNGE credential: 1..STG_WIRE_MAX_MUNGE_CRED printable ASCII bytes, the
+ * rest of a body. */
+static int decode_cred(const uint8_t *b, uint32_t len, const char **ret, uint32_t *ret_len)
+{
+	if (len == 0 || len > STG_WIRE_MAX_MUNGE_CRED)
+		return -EBADMSG;
+	for (uint32_t i = 0; i < len; i++)
+		if (b[i] < 0x21 || b[i] > 0x7e)
+			return -EBADMSG;
+	*ret = (const char *)b;
+	*ret_len = len;
+	return 0;
+}
 
 const char *stg_msg_type_name(uint8_t type)
 {
@@ -189,16 +204,36 @@ int stg_wire_decode(const struct stg_wire_header *h, const uint8_t *b, struct st
 		memcpy(m.auth.mac, b + 4 + STG_AUTH_NONCE_LEN, STG_AUTH_MAC_LEN);
 		break;
 	case STG_MSG_AUTH_MUNGE:
-		if (len <= STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN ||
-		    len > STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN + STG_WIRE_MAX_MUNGE_CRED)
+		if (len <= STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN)
 			return -EBADMSG;
 		memcpy(m.auth_munge.nonce, b, STG_AUTH_NONCE_LEN);
 		memcpy(m.auth_munge.mac, b + STG_AUTH_NONCE_LEN, STG_AUTH_MAC_LEN);
-		m.auth_munge.cred = (const char *)b + STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN;
-		m.auth_munge.cred_len = len - STG_AUTH_NONCE_LEN - STG_AUTH_MAC_LEN;
-		for (uint32_t i = 0; i < m.auth_munge.cred_len; i++)
-			if (m.auth_munge.cred[i] < 0x21 || m.auth_munge.cred[i] > 0x7e)
-				return -EBADMSG;
+		if (decode_cred(b + STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN,
+				len - STG_AUTH_NONCE_LEN - STG_AUTH_MAC_LEN, &m.auth_munge.cred,
+				&m.auth_munge.cred_len) < 0)
+			return -EBADMSG;
+		break;
+	case STG_MSG_MUNGE_HELLO:
+		if (len != STG_AUTH_NONCE_LEN + STG_KX_PUB_LEN || h->version < 2)
+			return -EBADMSG;
+		memcpy(m.munge_hello.nonce, b, STG_AUTH_NONCE_LEN);
+		memcpy(m.munge_hello.pub, b + STG_AUTH_NONCE_LEN, STG_KX_PUB_LEN);
+		break;
+	case STG_MSG_MUNGE_SERVER:
+		if (len <= STG_KX_PUB_LEN || h->version < 2)
+			return -EBADMSG;
+		memcpy(m.munge_server.pub, b, STG_KX_PUB_LEN);
+		if (decode_cred(b + STG_KX_PUB_LEN, len - STG_KX_PUB_LEN, &m.munge_server.cred,
+				&m.munge_server.cred_len) < 0)
+			return -EBADMSG;
+		break;
+	case STG_MSG_MUNGE_AUTH:
+		if (len <= STG_AUTH_MAC_LEN || h->version < 2)
+			return -EBADMSG;
+		memcpy(m.munge_auth.mac, b, STG_AUTH_MAC_LEN);
+		if (decode_cred(b + STG_AUTH_MAC_LEN, len - STG_AUTH_MAC_LEN, &m.munge_auth.cred,
+				&m.munge_auth.cred_len) < 0)
+			return -EBADMSG;
 		break;
 	case STG_MSG_AUTH_OK:
 		if (len != STG_AUTH_MAC_LEN)
@@ -368,6 +403,9 @@ static size_t body_size(const struct stg_msg *m)
 	case STG_MSG_AUTH_OK: return STG_AUTH_MAC_LEN;
 	case STG_MSG_AUTH_MUNGE:
 		return STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN + (size_t)m->auth_munge.cred_len;
+	case STG_MSG_MUNGE_HELLO: return STG_AUTH_NONCE_LEN + STG_KX_PUB_LEN;
+	case STG_MSG_MUNGE_SERVER: return STG_KX_PUB_LEN + (size_t)m->munge_server.cred_len;
+	case STG_MSG_MUNGE_AUTH: return STG_AUTH_MAC_LEN + (size_t)m->munge_auth.cred_len;
 	case STG_MSG_ERROR: return 6 + m->error.text_len;
 	case STG_MSG_HAVE: return 4 + (size_t)m->have.count * 16;
 	case STG_MSG_HAVE_REPLY: return 4 + ((size_t)m->have_reply.count + 7) / 8;
@@ -430,6 +468,22 @@ size_t stg_wire_encode(const struct stg_msg *m, uint8_t *out, size_t cap)
 		memcpy(b + STG_AUTH_NONCE_LEN, m->auth_munge.mac, STG_AUTH_MAC_LEN);
 		memcpy(b + STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN, m->auth_munge.cred,
 		       m->auth_munge.cred_len);
+		break;
+	case STG_MSG_MUNGE_HELLO:
+		memcpy(b, m->munge_hello.nonce, STG_AUTH_NONCE_LEN);
+		memcpy(b + STG_AUTH_NONCE_LEN, m->munge_hello.pub, STG_KX_PUB_LEN);
+		break;
+	case STG_MSG_MUNGE_SERVER:
+		if (!m->munge_server.cred_len || m->munge_server.cred_len > STG_WIRE_MAX_MUNGE_CRED)
+			return 0;
+		memcpy(b, m->munge_server.pub, STG_KX_PUB_LEN);
+		memcpy(b + STG_KX_PUB_LEN, m->munge_server.cred, m->munge_server.cred_len);
+		break;
+	case STG_MSG_MUNGE_AUTH:
+		if (!m->munge_auth.cred_len || m->munge_auth.cred_len > STG_WIRE_MAX_MUNGE_CRED)
+			return 0;
+		memcpy(b, m->munge_auth.mac, STG_AUTH_MAC_LEN);
+		memcpy(b + STG_AUTH_MAC_LEN, m->munge_auth.cred, m->munge_auth.cred_len);
 		break;
 	case STG_MSG_ERROR:
 		if (m->error.text_len > STG_WIRE_MAX_ERROR_TEXT)

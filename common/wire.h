@@ -9,6 +9,7 @@
 
 #include "auth.h"
 #include "hash.h"
+#include "kx.h"
 
 #define STG_WIRE_MAGIC "SHWP"
 /* The version this build speaks, and the oldest whose frames it decodes. */
@@ -21,7 +22,7 @@
 /* A frame body holds at most one chunk object of the largest chunk size. */
 #define STG_WIRE_MAX_BODY ((64u << 20) + (1u << 20))
 /* Before authentication, nothing longer than an AUTH is accepted, or with
- * MUNGE taken, an AUTH_MUNGE. */
+ * MUNGE taken, a message carrying a credential. */
 #define STG_WIRE_MAX_PREAUTH 128
 #define STG_WIRE_MAX_MUNGE_CRED 960
 #define STG_WIRE_MAX_PREAUTH_MUNGE (2 * STG_AUTH_MAC_LEN + STG_WIRE_MAX_MUNGE_CRED)
@@ -55,11 +56,16 @@ enum stg_msg_type {
 	/* LIST_REPLY whose entries carry their manifest's flags: the reply to a
 	 * LIST with STG_LIST_FLAGS (added within version 1). */
 	STG_MSG_LIST_REPLY_FLAGS = 22,
-	/* AUTH with a MUNGE credential instead of a key (added within version
-	 * 2; docs/PROTOCOL.md, "MUNGE"). */
+	/* AUTH with a MUNGE credential carrying a key (added within version
+	 * 2): decoded still, refused by servers since the key exchange below. */
 	STG_MSG_AUTH_MUNGE = 23,
+	/* The MUNGE login with a key exchange (added within version 2;
+	 * docs/PROTOCOL.md, "MUNGE"). */
+	STG_MSG_MUNGE_HELLO = 24,  /* client -> server: its nonce and public key */
+	STG_MSG_MUNGE_SERVER = 25, /* server -> client: its public key and credential */
+	STG_MSG_MUNGE_AUTH = 26,   /* client -> server: its credential and proof */
 };
-#define STG_MSG_TYPE_MAX 23
+#define STG_MSG_TYPE_MAX 26
 
 /* Error codes carried by ERROR (stable on the wire, unlike errno values). */
 enum stg_wire_error {
@@ -99,6 +105,27 @@ struct stg_msg_auth_munge {
 	uint8_t nonce[STG_AUTH_NONCE_LEN];
 	uint8_t mac[STG_AUTH_MAC_LEN];
 	const char *cred; /* not NUL-terminated; printable ASCII */
+	uint32_t cred_len;
+};
+
+struct stg_msg_munge_hello {
+	uint8_t nonce[STG_AUTH_NONCE_LEN];
+	uint8_t pub[STG_KX_PUB_LEN]; /* X25519 */
+};
+
+/* A MUNGE credential of the server's uid, whose payload is the handshake's
+ * transcript (docs/PROTOCOL.md). */
+struct stg_msg_munge_server {
+	uint8_t pub[STG_KX_PUB_LEN];
+	const char *cred; /* not NUL-terminated; printable ASCII */
+	uint32_t cred_len;
+};
+
+/* A MUNGE credential of the client's uid, restricted to the server's, whose
+ * payload is the transcript; mac proves the exchange's key. */
+struct stg_msg_munge_auth {
+	uint8_t mac[STG_AUTH_MAC_LEN];
+	const char *cred;
 	uint32_t cred_len;
 };
 
@@ -230,6 +257,9 @@ struct stg_msg {
 		struct stg_msg_auth auth;
 		struct stg_msg_auth_ok auth_ok;
 		struct stg_msg_auth_munge auth_munge;
+		struct stg_msg_munge_hello munge_hello;
+		struct stg_msg_munge_server munge_server;
+		struct stg_msg_munge_auth munge_auth;
 		struct stg_msg_error error;
 		struct stg_msg_have have;
 		struct stg_msg_have_reply have_reply;

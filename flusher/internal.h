@@ -38,6 +38,10 @@ struct job_stats {
 	uint64_t frames_sent, frames_received;
 };
 
+/* The user data of the poll of the cancel descriptor that each worker's
+ * ring holds for its lifetime: its completion means stop. */
+#define RING_CANCEL (UINT64_C(1) << 63)
+
 /* One staging server: its connection and worker thread. */
 struct server {
 	struct flusher *fl;

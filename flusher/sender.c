@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "cancel.h"
 #include "chunk.h"
 #include "internal.h"
 #include "log.h"
@@ -379,7 +380,7 @@ static void drain(struct pipe *p)
 		}
 		uint64_t ud = io_uring_cqe_get_data64(cqe);
 		io_uring_cqe_seen(p->ring, cqe);
-		if (ud != LIBURING_UDATA_TIMEOUT)
+		if (ud != LIBURING_UDATA_TIMEOUT && ud != RING_CANCEL)
 			p->ops--;
 	}
 }
@@ -389,6 +390,8 @@ int sender_put(struct server *srv, const struct job *job, const uint32_t *entrie
 {
 	if (n == 0)
 		return 0;
+	if (stg_cancelled())
+		return -ECANCELED;
 	struct pipe *p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
@@ -464,6 +467,10 @@ int sender_put(struct server *srv, const struct job *job, const uint32_t *entrie
 			/* Older kernels time the wait out with a request of liburing's. */
 			if (io_uring_cqe_get_data64(cqe) == LIBURING_UDATA_TIMEOUT)
 				continue;
+			if (io_uring_cqe_get_data64(cqe) == RING_CANCEL) {
+				r = r ? r : -ECANCELED;
+				continue;
+			}
 			if (r == 0)
 				r = on_completion(p, cqe);
 			else

@@ -3,11 +3,13 @@
  * out the jobs of each version (ask which chunks the server lacks, send
  * those, then the manifest), so every server is served in parallel. */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cancel.h"
 #include "internal.h"
 #include "log.h"
 #include "util.h"
@@ -344,6 +346,14 @@ int servers_start(struct flusher *fl)
 		if (r < 0)
 			return stg_log_errno(STG_LOG_ERROR, r, "cannot set up io_uring");
 		s->ring_ready = true;
+		/* Every wait on the ring also ends at a stop (SIGTERM): one
+		 * poll of the cancel descriptor, for the ring's lifetime. */
+		if (stg_cancel_fd() >= 0) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+			io_uring_prep_poll_add(sqe, stg_cancel_fd(), POLLIN);
+			io_uring_sqe_set_data64(sqe, RING_CANCEL);
+			io_uring_submit(&s->ring);
+		}
 		/* Signals go to the main thread; a worker's io_uring waits are
 		 * not interrupted by them. */
 		sigset_t all, old;

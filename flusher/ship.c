@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cancel.h"
 #include "catalog.h"
 #include "gc.h"
 #include "internal.h"
@@ -250,6 +251,12 @@ static int ship_once(struct flusher *fl, const char *id, uint64_t version, char 
 			pl->jobs[i].delta = have_base ? &rule->codec : NULL;
 		}
 		size_t failed = servers_run(fl, pl->active);
+		if (stg_cancelled()) {
+			/* Stopping: no server failed, the version stays queued. */
+			placement_done(pl, fl->nservers);
+			r = -ECANCELED;
+			break;
+		}
 		bool local = false;
 		*ret_refused = NULL;
 		for (size_t i = 0; i < fl->nservers; i++) {

@@ -16,6 +16,7 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
+#include "cancel.h"
 #include "config.h"
 #include "internal.h"
 #include "libcrypto.h"
@@ -31,6 +32,8 @@ static volatile sig_atomic_t stop_signal;
 static void on_signal(int sig)
 {
 	stop_signal = sig;
+	/* Every wait for a server ends now, not at its timeout. */
+	stg_cancel();
 }
 
 static void usage(FILE *f)
@@ -93,8 +96,7 @@ static int watch_queue(struct stg_cache *c)
 /* Sleeps until something is queued or ms pass. */
 static void wait_for_work(int inofd, int ms)
 {
-	struct pollfd p = {.fd = inofd, .events = POLLIN};
-	if (poll(&p, 1, ms) > 0) {
+	if (stg_cancel_poll(inofd, POLLIN, ms) == 0) {
 		char buf[4096];
 		while (read(inofd, buf, sizeof(buf)) > 0)
 			;
@@ -126,7 +128,7 @@ static int ship_pass(struct flusher *fl, struct pass *ps)
 			ps->shipped++;
 			evict_if_needed(fl);
 		}
-		else if (r == -EAGAIN)
+		else if (r == -EAGAIN || r == -ECANCELED)
 			ps->blocked++;
 		else {
 			ps->failed++;
@@ -312,6 +314,11 @@ int main(int argc, char **argv)
 	}
 	if (lockfd < 0) {
 		stg_log_errno(STG_LOG_ERROR, lockfd, "cannot lock '%s/flusher.lock'", fl.cache->dir);
+		return 1;
+	}
+	int r = stg_cancel_init();
+	if (r < 0) {
+		stg_log_errno(STG_LOG_ERROR, r, "cannot make the stop descriptor");
 		return 1;
 	}
 	struct sigaction sa = {.sa_handler = on_signal};

@@ -21,18 +21,14 @@
 
 #include "chunk.h"
 #include "conn.h"
+#include "internal.h"
 #include "log.h"
-#include "munge_cred.h"
 #include "transport.h"
 #include "util.h"
 
 #define POOL_ALIGN (1u << 20)
 
-/* Fails the current call with r, saying why in c->error. */
-static int refuse(struct stg_conn *c, int r, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int refuse(struct stg_conn *c, int r, const char *fmt, ...)
+int stg_conn_refuse(struct stg_conn *c, int r, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -503,10 +499,10 @@ static int finish_frame(struct stg_conn *c, struct stg_msg *ret)
 		uint8_t want[STG_WIRE_MAC_SIZE];
 		r = stg_wire_frame_mac(c->key_rx, c->seq_rx, c->hdr, c->buf, want);
 		if (r < 0)
-			return refuse(c, r, "cannot compute the MAC of frame %llu",
+			return stg_conn_refuse(c, r, "cannot compute the MAC of frame %llu",
 				      (unsigned long long)c->seq_rx);
 		if (!stg_auth_mac_equal(want, c->buf + h.length))
-			return refuse(c, -EBADE,
+			return stg_conn_refuse(c, -EBADE,
 				      "frame %llu of the connection fails its MAC: forged, "
 				      "replayed, reordered or dropped on the way",
 				      (unsigned long long)c->seq_rx);
@@ -515,17 +511,17 @@ static int finish_frame(struct stg_conn *c, struct stg_msg *ret)
 	struct stg_msg m;
 	r = stg_wire_decode(&h, c->buf, &m);
 	if (r < 0)
-		return refuse(c, r, "malformed %s", stg_msg_type_name(h.type));
+		return stg_conn_refuse(c, r, "malformed %s", stg_msg_type_name(h.type));
 	c->frames_received++;
 	switch (m.type) {
 	case STG_MSG_ERROR:
 		/* Kept for the caller's message, whichever request it answers
 		 * (tag 0: the server's last word before it closes). */
-		refuse(c, 0, "%.*s", (int)m.error.text_len, m.error.text);
+		stg_conn_refuse(c, 0, "%.*s", (int)m.error.text_len, m.error.text);
 		break;
 	case STG_MSG_PUT_CHUNK_REF: {
 		if (!c->t->one_sided || !c->authenticated)
-			return refuse(c, -EPROTO, "PUT_CHUNK_REF is not valid here");
+			return stg_conn_refuse(c, -EPROTO, "PUT_CHUNK_REF is not valid here");
 		struct stg_msg_put_chunk_ref ref = m.put_chunk_ref;
 		r = stg_conn_pool(c, ref.len, STG_POOL_LOCAL);
 		if (r < 0)
@@ -540,7 +536,7 @@ static int finish_frame(struct stg_conn *c, struct stg_msg *ret)
 	}
 	case STG_MSG_GET_CHUNK_REF: {
 		if (!c->t->one_sided || !c->authenticated)
-			return refuse(c, -EPROTO, "GET_CHUNK_REF is not valid here");
+			return stg_conn_refuse(c, -EPROTO, "GET_CHUNK_REF is not valid here");
 		struct stg_msg_get_chunk_ref ref = m.get_chunk_ref;
 		c->landing = true;
 		c->landing_tag = m.tag;
@@ -554,7 +550,7 @@ static int finish_frame(struct stg_conn *c, struct stg_msg *ret)
 	case STG_MSG_CHUNK_REF: {
 		if (!c->t->one_sided || !c->landing || c->landing_tag != m.tag ||
 		    m.chunk_ref.len > c->landing_cap)
-			return refuse(c, -EPROTO, "CHUNK_REF answers no GET_CHUNK_REF");
+			return stg_conn_refuse(c, -EPROTO, "CHUNK_REF answers no GET_CHUNK_REF");
 		uint32_t len = m.chunk_ref.len;
 		c->landing = false;
 		m.type = STG_MSG_CHUNK;
@@ -576,12 +572,12 @@ static int check_header(struct stg_conn *c, const struct stg_wire_header *h)
 {
 	bool mac = h->flags & STG_WIRE_FLAG_MAC;
 	if (!c->version)
-		return mac ? refuse(c, -EPROTO, "a frame with a MAC before authentication") : 0;
+		return mac ? stg_conn_refuse(c, -EPROTO, "a frame with a MAC before authentication") : 0;
 	if (h->version != c->version)
-		return refuse(c, -EPROTO, "a frame of protocol version %u on a connection of version %u",
+		return stg_conn_refuse(c, -EPROTO, "a frame of protocol version %u on a connection of version %u",
 			      h->version, c->version);
 	if (mac != c->macs)
-		return refuse(c, -EPROTO, mac ? "a frame with a MAC on a connection without"
+		return stg_conn_refuse(c, -EPROTO, mac ? "a frame with a MAC on a connection without"
 					      : "a frame without the MAC it must carry");
 	return 0;
 }
@@ -592,7 +588,7 @@ int stg_conn_try_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret
 		ssize_t n = c->t->read(c, c->hdr + c->hdr_got, STG_WIRE_HEADER_SIZE - c->hdr_got);
 		if (n == 0)
 			return c->hdr_got == 0 ? -EPIPE
-					       : refuse(c, -EPROTO, "the peer closed within a frame");
+					       : stg_conn_refuse(c, -EPROTO, "the peer closed within a frame");
 		if (n < 0)
 			return (int)n;
 		c->hdr_got += (size_t)n;
@@ -602,7 +598,7 @@ int stg_conn_try_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret
 		struct stg_wire_header h;
 		int r = stg_wire_header_decode(c->hdr, max_body, &h);
 		if (r < 0)
-			return refuse(c, r, "malformed frame header");
+			return stg_conn_refuse(c, r, "malformed frame header");
 		r = check_header(c, &h);
 		if (r < 0)
 			return r;
@@ -621,7 +617,7 @@ int stg_conn_try_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret
 	while (c->body_got < c->body_len) {
 		ssize_t n = c->t->read(c, c->buf + c->body_got, c->body_len - c->body_got);
 		if (n == 0)
-			return refuse(c, -EPROTO, "the peer closed within a frame");
+			return stg_conn_refuse(c, -EPROTO, "the peer closed within a frame");
 		if (n < 0)
 			return (int)n;
 		c->body_got += (size_t)n;
@@ -710,302 +706,10 @@ int stg_conn_call(struct stg_conn *c, struct stg_msg *req, uint8_t want, struct 
 	if (m.type == STG_MSG_ERROR && (m.tag == req->tag || m.tag == 0))
 		return stg_wire_error_to_errno(m.error.code);
 	if (m.tag != req->tag)
-		return refuse(c, -EPROTO, "a reply to another request");
+		return stg_conn_refuse(c, -EPROTO, "a reply to another request");
 	if (m.type != want)
-		return refuse(c, -EPROTO, "expected %s, got %s", stg_msg_type_name(want),
+		return stg_conn_refuse(c, -EPROTO, "expected %s, got %s", stg_msg_type_name(want),
 			      stg_msg_type_name(m.type));
 	*ret = m;
 	return 0;
-}
-
-/* The handshake is done: frames from now on are of version v, and from
- * version 2 on carry MACs under the session keys of t. */
-static int start_session(struct stg_conn *c, uint8_t v, const uint8_t key[STG_SHA256_LEN],
-			 const struct stg_auth_transcript *t, bool server)
-{
-	if (v >= 2) {
-		int r = stg_auth_derive(key, server ? STG_AUTH_KEY_S2C : STG_AUTH_KEY_C2S, t,
-					c->key_tx);
-		if (r == 0)
-			r = stg_auth_derive(key, server ? STG_AUTH_KEY_C2S : STG_AUTH_KEY_S2C, t,
-					    c->key_rx);
-		if (r < 0)
-			return r;
-		c->seq_tx = c->seq_rx = 0;
-		c->macs = true;
-	}
-	c->version = v;
-	c->authenticated = true;
-	return 0;
-}
-
-int stg_conn_auth_client(struct stg_conn *c, const struct stg_secret *s, uint32_t uid)
-{
-	struct stg_msg m;
-	int r = stg_conn_recv(c, STG_WIRE_MAX_PREAUTH, &m);
-	if (r < 0)
-		return r;
-	if (m.type == STG_MSG_ERROR)
-		return stg_wire_error_to_errno(m.error.code);
-	if (m.type != STG_MSG_CHALLENGE)
-		return refuse(c, -EPROTO, "expected CHALLENGE, got %s", stg_msg_type_name(m.type));
-	/* This client speaks STG_WIRE_VERSION only: never an older version
-	 * (a man in the middle could ask for one), never a newer one. */
-	if (m.challenge.min_version > STG_WIRE_VERSION || m.challenge.max_version < STG_WIRE_VERSION)
-		return refuse(c, -EPROTO,
-			      "the server speaks protocol versions %u..%u, this client %u..%u: "
-			      "upgrade the older side",
-			      m.challenge.min_version, m.challenge.max_version, STG_WIRE_VERSION,
-			      STG_WIRE_VERSION);
-	struct stg_auth_transcript t = {.uid = uid,
-					.min_version = m.challenge.min_version,
-					.max_version = m.challenge.max_version,
-					.version = STG_WIRE_VERSION};
-	memcpy(t.server_nonce, m.challenge.nonce, sizeof(t.server_nonce));
-	uint8_t key[STG_SHA256_LEN];
-	char cred[STG_WIRE_MAX_MUNGE_CRED + 1];
-	struct stg_msg a = {.version = STG_WIRE_VERSION, .tag = m.tag};
-	if (s->munge) {
-		/* A fresh key, which only the server's munged can read from the
-		 * credential, bound to this connection by the server's nonce. */
-		uint8_t payload[STG_AUTH_NONCE_LEN + STG_SHA256_LEN];
-		r = stg_auth_random(key, sizeof(key));
-		if (r < 0)
-			return r;
-		memcpy(payload, t.server_nonce, STG_AUTH_NONCE_LEN);
-		memcpy(payload + STG_AUTH_NONCE_LEN, key, sizeof(key));
-		r = stg_munge_encode(s->munge_socket, payload, sizeof(payload), cred, sizeof(cred),
-				     c->error, sizeof(c->error));
-		explicit_bzero(payload, sizeof(payload));
-		if (r < 0)
-			goto out;
-		a.type = STG_MSG_AUTH_MUNGE;
-		a.auth_munge.cred = cred;
-		a.auth_munge.cred_len = (uint32_t)strlen(cred);
-	} else {
-		r = stg_auth_uid_key(s, uid, key);
-		if (r == -EACCES)
-			return refuse(c, -EACCES, "the secret file is the key of uid %u, not %u",
-				      s->uid, uid);
-		if (r < 0)
-			return r;
-		a.type = STG_MSG_AUTH;
-		a.auth.uid = uid;
-	}
-	r = stg_auth_random(t.client_nonce, sizeof(t.client_nonce));
-	if (r < 0)
-		goto out;
-	uint8_t *nonce = s->munge ? a.auth_munge.nonce : a.auth.nonce;
-	uint8_t *mac = s->munge ? a.auth_munge.mac : a.auth.mac;
-	memcpy(nonce, t.client_nonce, STG_AUTH_NONCE_LEN);
-	r = stg_auth_derive(key, STG_AUTH_CLIENT_PROOF, &t, mac);
-	if (r == 0)
-		r = stg_conn_send_msg(c, &a);
-	if (r < 0)
-		goto out;
-	r = stg_conn_recv(c, STG_WIRE_MAX_PREAUTH + STG_WIRE_MAX_ERROR_TEXT, &m);
-	if (r < 0)
-		goto out;
-	if (m.type == STG_MSG_ERROR) {
-		r = stg_wire_error_to_errno(m.error.code);
-		goto out;
-	}
-	if (m.type != STG_MSG_AUTH_OK || m.version != STG_WIRE_VERSION) {
-		r = refuse(c, -EPROTO, "expected AUTH_OK of version %u, got %s of version %u",
-			   STG_WIRE_VERSION, stg_msg_type_name(m.type), m.version);
-		goto out;
-	}
-	uint8_t want[STG_AUTH_MAC_LEN];
-	r = stg_auth_derive(key, STG_AUTH_SERVER_PROOF, &t, want);
-	if (r < 0)
-		goto out;
-	/* The server proves it knows the key too, and saw the same handshake:
-	 * a client never talks to an impostor that merely accepts everything. */
-	if (!stg_auth_mac_equal(want, m.auth_ok.mac)) {
-		r = refuse(c, -EACCES, "the server's proof of the secret is wrong");
-		goto out;
-	}
-	r = start_session(c, STG_WIRE_VERSION, key, &t, false);
-out:
-	explicit_bzero(key, sizeof(key));
-	return r;
-}
-
-/* The client has proven it is uid: whether the server takes it on
- * (c->admit_uid), else BUSY and why are sent. Returns 0 or -EBUSY. */
-static int admitted(struct stg_conn *c, uint32_t uid, uint32_t tag)
-{
-	char why[STG_WIRE_MAX_ERROR_TEXT + 1];
-	int r = c->admit_uid ? c->admit_uid(c, uid, why, sizeof(why)) : 0;
-	if (r < 0)
-		stg_conn_send_error(c, tag, r, "%s", why);
-	return r;
-}
-
-/* A version-1 AUTH, checked and answered as version 1 did: no frame MACs. */
-static int auth_v1(struct stg_conn *c, const uint8_t key[STG_SHA256_LEN],
-		   const uint8_t *server_nonce, const struct stg_msg *m)
-{
-	uint8_t want[STG_AUTH_MAC_LEN];
-	int r = stg_auth_client_mac(key, server_nonce, m->auth.nonce, m->auth.uid, want);
-	if (r < 0)
-		return r;
-	if (!stg_auth_mac_equal(want, m->auth.mac))
-		return -EACCES;
-	r = admitted(c, m->auth.uid, m->tag);
-	if (r < 0)
-		return r;
-	struct stg_msg ok = {.version = 1, .type = STG_MSG_AUTH_OK, .tag = m->tag};
-	r = stg_auth_server_mac(key, server_nonce, m->auth.nonce, m->auth.uid, ok.auth_ok.mac);
-	if (r == 0)
-		r = stg_conn_send_msg(c, &ok);
-	if (r == 0)
-		r = start_session(c, 1, key, NULL, true);
-	return r;
-}
-
-/* AUTH_MUNGE m answering the challenge of t: the uid is the one the
- * credential vouches for, the key the one it carries. */
-static int auth_munge(struct stg_conn *c, const struct stg_secret *s,
-		      struct stg_auth_transcript *t, const struct stg_msg *m, uint32_t *ret_uid)
-{
-	if (!s->munge) {
-		refuse(c, -EACCES, "a client with a MUNGE credential, and this server takes "
-		       "secrets only: start it with --auth munge, or set the client's auth = secret");
-		stg_conn_send_error(c, m->tag, -EACCES, "%s", c->error);
-		return -EACCES;
-	}
-	char cred[STG_WIRE_MAX_MUNGE_CRED + 1];
-	memcpy(cred, m->auth_munge.cred, m->auth_munge.cred_len);
-	cred[m->auth_munge.cred_len] = '\0';
-	uint8_t payload[STG_AUTH_NONCE_LEN + STG_SHA256_LEN], want[STG_AUTH_MAC_LEN];
-	uint32_t uid = 0;
-	int r = stg_munge_decode(s->munge_socket, cred, &uid, payload, sizeof(payload), c->error,
-				 sizeof(c->error));
-	if (r == -EAGAIN) {
-		/* munged is away (restarting): the client tries again. */
-		char why[sizeof(c->error)];
-		snprintf(why, sizeof(why), "%s", c->error);
-		refuse(c, r, "the server cannot check MUNGE credentials now: %s", why);
-		stg_conn_send_error(c, m->tag, -EBUSY, "%s", c->error);
-		goto out;
-	}
-	if (r < 0)
-		goto out_refused;
-	/* Made for this connection, not copied from another one. */
-	if (!stg_auth_mac_equal(payload, t->server_nonce)) { /* (32 bytes, constant time) */
-		r = refuse(c, -EACCES, "MUNGE credential refused: it was made for another "
-			   "connection");
-		goto out_refused;
-	}
-	const uint8_t *key = payload + STG_AUTH_NONCE_LEN;
-	t->uid = uid;
-	memcpy(t->client_nonce, m->auth_munge.nonce, sizeof(t->client_nonce));
-	r = stg_auth_derive(key, STG_AUTH_CLIENT_PROOF, t, want);
-	if (r < 0)
-		goto out;
-	if (!stg_auth_mac_equal(want, m->auth_munge.mac)) {
-		r = refuse(c, -EACCES, "the proof of the MUNGE credential's key is wrong");
-		goto out_refused;
-	}
-	if ((r = admitted(c, uid, m->tag)) < 0)
-		goto out;
-	struct stg_msg ok = {.version = STG_WIRE_VERSION, .type = STG_MSG_AUTH_OK, .tag = m->tag};
-	r = stg_auth_derive(key, STG_AUTH_SERVER_PROOF, t, ok.auth_ok.mac);
-	if (r == 0)
-		r = stg_conn_send_msg(c, &ok);
-	if (r == 0)
-		r = start_session(c, STG_WIRE_VERSION, key, t, true);
-	if (r == 0)
-		*ret_uid = uid;
-	goto out;
-out_refused:
-	stg_conn_send_error(c, m->tag, -EACCES, "%s", c->error);
-	r = -EACCES;
-out:
-	explicit_bzero(payload, sizeof(payload));
-	return r;
-}
-
-int stg_conn_auth_server(struct stg_conn *c, const struct stg_secret *s, bool accept_v1,
-			 uint32_t *ret_uid)
-{
-	/* Version 1 is always offered, so that a client of that version learns
-	 * from an ERROR why it is refused; a version-2 client never picks it,
-	 * and its proof binds the range offered. */
-	struct stg_auth_transcript t = {.min_version = 1, .max_version = STG_WIRE_VERSION,
-					.version = STG_WIRE_VERSION};
-	struct stg_msg ch = {.type = STG_MSG_CHALLENGE, .tag = 0};
-	ch.challenge.min_version = t.min_version;
-	ch.challenge.max_version = t.max_version;
-	int r = stg_auth_random(t.server_nonce, sizeof(t.server_nonce));
-	if (r < 0)
-		return r;
-	memcpy(ch.challenge.nonce, t.server_nonce, sizeof(t.server_nonce));
-	r = stg_conn_send_msg(c, &ch);
-	if (r < 0)
-		return r;
-	struct stg_msg m;
-	/* As long as an AUTH_MUNGE, even where MUNGE is not taken: its sender
-	 * is told why not. */
-	r = stg_conn_recv(c, STG_WIRE_MAX_PREAUTH_MUNGE, &m);
-	if (r == -EPROTO || r == -EBADMSG) {
-		stg_conn_send_error(c, 0, -EPROTO, "%s before authentication", c->error);
-		return r;
-	}
-	if (r < 0)
-		return r;
-	if (m.type == STG_MSG_AUTH_MUNGE && m.version >= 2)
-		return auth_munge(c, s, &t, &m, ret_uid);
-	if (m.type != STG_MSG_AUTH) {
-		stg_conn_send_error(c, m.tag, -EPROTO, "expected AUTH, got %s",
-				    stg_msg_type_name(m.type));
-		return refuse(c, -EPROTO, "expected AUTH, got %s", stg_msg_type_name(m.type));
-	}
-	if (!s->len) {
-		refuse(c, -EACCES, "a client with a secret, and this server takes MUNGE credentials "
-		       "only: set auth = munge in the policy's [cluster]");
-		stg_conn_send_error(c, m.tag, -EACCES, "%s", c->error);
-		return -EACCES;
-	}
-	if (m.version == 1 && !accept_v1) {
-		refuse(c, -EPROTO,
-		       "the client speaks protocol version 1, this server %u..%u (1..%u when "
-		       "started with --accept-v1): upgrade the client",
-		       STG_WIRE_VERSION, STG_WIRE_VERSION, STG_WIRE_VERSION);
-		stg_conn_send_error(c, m.tag, -EPROTO, "%s", c->error);
-		return -EPROTO;
-	}
-	uint8_t key[STG_SHA256_LEN], want[STG_AUTH_MAC_LEN];
-	r = stg_auth_uid_key(s, m.auth.uid, key); /* a server holds the cluster secret */
-	if (r < 0)
-		goto out;
-	if (m.version == 1) {
-		r = auth_v1(c, key, t.server_nonce, &m);
-		goto out;
-	}
-	t.uid = m.auth.uid;
-	memcpy(t.client_nonce, m.auth.nonce, sizeof(t.client_nonce));
-	r = stg_auth_derive(key, STG_AUTH_CLIENT_PROOF, &t, want);
-	if (r < 0)
-		goto out;
-	if (!stg_auth_mac_equal(want, m.auth.mac)) {
-		r = -EACCES;
-		goto out;
-	}
-	if ((r = admitted(c, m.auth.uid, m.tag)) < 0)
-		goto out;
-	struct stg_msg ok = {.version = STG_WIRE_VERSION, .type = STG_MSG_AUTH_OK, .tag = m.tag};
-	r = stg_auth_derive(key, STG_AUTH_SERVER_PROOF, &t, ok.auth_ok.mac);
-	if (r == 0)
-		r = stg_conn_send_msg(c, &ok);
-	if (r == 0)
-		r = start_session(c, STG_WIRE_VERSION, key, &t, true);
-out:
-	explicit_bzero(key, sizeof(key));
-	if (r == -EACCES)
-		stg_conn_send_error(c, m.tag, -EACCES, "authentication failed");
-	if (r == 0)
-		*ret_uid = m.auth.uid;
-	return r;
 }

@@ -29,12 +29,18 @@ static int errno_of(munge_err_t e)
 	return e == EMUNGE_SOCKET ? -EAGAIN : e == EMUNGE_NO_MEMORY ? -ENOMEM : -EACCES;
 }
 
-int stg_munge_encode(const char *socket, const void *payload, size_t len, char *out,
-		     size_t outlen, char *why, size_t whylen)
+int stg_munge_encode(const char *socket, const void *payload, size_t len, uint32_t for_uid,
+		     char *out, size_t outlen, char *why, size_t whylen)
 {
 	munge_ctx_t ctx = context(socket, why, whylen);
 	if (!ctx)
 		return -ENOMEM;
+	if (for_uid != STG_MUNGE_ANY_UID &&
+	    munge_ctx_set(ctx, MUNGE_OPT_UID_RESTRICTION, (uid_t)for_uid) != EMUNGE_SUCCESS) {
+		snprintf(why, whylen, "cannot restrict a MUNGE credential to uid %u", for_uid);
+		munge_ctx_destroy(ctx);
+		return -EACCES;
+	}
 	char *cred = NULL;
 	munge_err_t e = munge_encode(&cred, ctx, payload, (int)len);
 	int r = 0;
@@ -63,18 +69,13 @@ int stg_munge_decode(const char *socket, const char *cred, uint32_t *ret_uid, vo
 	uid_t uid;
 	gid_t gid;
 	munge_err_t e = munge_decode(cred, ctx, &data, &dlen, &uid, &gid);
-	int r = 0, cipher = MUNGE_CIPHER_NONE;
+	int r = 0;
 	if (e != EMUNGE_SUCCESS) {
 		const char *detail = munge_ctx_strerror(ctx);
 		snprintf(why, whylen, "%s: %s",
 			 e == EMUNGE_SOCKET ? "cannot reach munged" : "MUNGE credential refused",
 			 detail ? detail : munge_strerror(e));
 		r = errno_of(e);
-	} else if (munge_ctx_get(ctx, MUNGE_OPT_CIPHER_TYPE, &cipher) != EMUNGE_SUCCESS ||
-		   cipher == MUNGE_CIPHER_NONE) {
-		snprintf(why, whylen, "MUNGE credential refused: it is not encrypted "
-			 "(munged runs with cipher none)");
-		r = -EACCES;
 	} else if ((size_t)dlen != len) {
 		snprintf(why, whylen, "MUNGE credential refused: it carries %d bytes, not %zu",
 			 dlen, len);

@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "cancel.h"
 #include "config.h"
 #include "conn.h"
 #include "util.h"
@@ -103,7 +103,7 @@ int stg_conn_login(const char *hostport, enum stg_transport_kind kind, int timeo
 		int ms = pause_ms(tries);
 		if (stg_monotonic_ms() + ms >= deadline)
 			return r;
-		struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
-		nanosleep(&ts, NULL);
+		if (stg_cancel_poll(-1, 0, ms) == -ECANCELED)
+			return -ECANCELED;
 	}
 }

@@ -14,8 +14,9 @@
  * or pushes (RDMA WRITE) exactly the region a request names.
  *
  * Waits poll the completion queue for a bounded moment, then sleep on an
- * epoll set of the completion channel and the rdma_cm event channel, so a
- * disconnect wakes them as well as a completion. */
+ * epoll set of the completion channel, the rdma_cm event channel and the
+ * process's cancel descriptor, so a disconnect wakes them as well as a
+ * completion, and a stop ends them (-ECANCELED). */
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +35,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "cancel.h"
 #include "conn.h"
 #include "log.h"
 #include "rdma.h"
@@ -294,7 +296,8 @@ static bool arm(struct rdma_conn *r)
 }
 
 /* Sleeps until a completion or a connection event, at most timeout_ms (< 0:
- * no limit), after polling for a moment. Returns 0 or -ETIMEDOUT. */
+ * no limit), after polling for a moment. Returns 0, -ETIMEDOUT or
+ * -ECANCELED. */
 static int sleep_for_event(struct rdma_conn *r, bool (*done)(struct rdma_conn *, bool), bool arg,
 			   int timeout_ms)
 {
@@ -307,12 +310,16 @@ static int sleep_for_event(struct rdma_conn *r, bool (*done)(struct rdma_conn *,
 	if (arm(r))
 		return 0;
 	for (;;) {
+		if (stg_cancelled())
+			return -ECANCELED;
 		struct epoll_event ev;
 		int n = epoll_wait(r->epfd, &ev, 1, timeout_ms);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
 			return -errno;
+		if (stg_cancelled())
+			return -ECANCELED;
 		return n == 0 ? -ETIMEDOUT : 0;
 	}
 }
@@ -469,7 +476,12 @@ static int move(struct stg_conn *c, enum ibv_wr_opcode op, uint32_t len, uint64_
 			return -ETIMEDOUT;
 		}
 		r->ops_wait = before;
-		sleep_for_event(r, op_done_cb, false, (int)(left > 1000 ? 1000 : left));
+		if (sleep_for_event(r, op_done_cb, false, (int)(left > 1000 ? 1000 : left)) ==
+		    -ECANCELED) {
+			/* As at the deadline: the device may still use the buffers. */
+			fail(r, -ECANCELED);
+			return -ECANCELED;
+		}
 	}
 	if (r->ops_err)
 		return r->err ? r->err : r->ops_err;
@@ -534,7 +546,8 @@ static void destroy(struct rdma_conn *r)
 		 * message (an ERROR saying why) must go out first. */
 		int64_t until = stg_monotonic_ms() + 1000;
 		while (!sends_done_cb(r, false) && stg_monotonic_ms() < until)
-			sleep_for_event(r, sends_done_cb, false, 100);
+			if (sleep_for_event(r, sends_done_cb, false, 100) == -ECANCELED)
+				break;
 		rdma_disconnect(r->id);
 	}
 	if (r->id && r->id->qp)
@@ -703,7 +716,8 @@ static int setup_verbs(struct rdma_conn *r)
 		return -errno;
 	struct epoll_event ev = {.events = EPOLLIN};
 	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->comp->fd, &ev) < 0 ||
-	    epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->ch->fd, &ev) < 0)
+	    epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->ch->fd, &ev) < 0 ||
+	    (stg_cancel_fd() >= 0 && epoll_ctl(r->epfd, EPOLL_CTL_ADD, stg_cancel_fd(), &ev) < 0))
 		return -errno;
 	r->rd_atom = (unsigned)(da.max_qp_init_rd_atom < MAX_RD_ATOM ? da.max_qp_init_rd_atom
 								      : MAX_RD_ATOM);
@@ -789,9 +803,13 @@ static int expect_event(struct rdma_conn *r, enum rdma_cm_event_type want, int64
 				 rdma_event_str(want));
 			return -ETIMEDOUT;
 		}
-		struct pollfd p = {.fd = r->ch->fd, .events = POLLIN};
-		if (poll(&p, 1, (int)left) < 0 && errno != EINTR)
-			return -errno;
+		int e = stg_cancel_poll(r->ch->fd, POLLIN, (int)left);
+		if (e == -ECANCELED) {
+			snprintf(why, whylen, "stopped while connecting");
+			return e;
+		}
+		if (e < 0 && e != -ETIMEDOUT)
+			return e;
 	}
 }
 

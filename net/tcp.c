@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The TCP transport: non-blocking sockets, every wait a poll() bounded by the
  * caller's deadline, so a peer that vanishes (a cut link, a stopped host)
- * costs at most the timeout. */
+ * costs at most the timeout, and ended by the process's cancel (a stop). */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -14,22 +14,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "cancel.h"
 #include "conn.h"
 #include "transport.h"
 #include "util.h"
-
-static int poll_one(int fd, short events, int timeout_ms)
-{
-	for (;;) {
-		struct pollfd p = {.fd = fd, .events = events};
-		int r = poll(&p, 1, timeout_ms);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		return r == 0 ? -ETIMEDOUT : 0;
-	}
-}
 
 static ssize_t tcp_read(struct stg_conn *c, void *buf, size_t len)
 {
@@ -59,7 +47,7 @@ static ssize_t tcp_write(struct stg_conn *c, const void *buf, size_t len)
 
 static int tcp_wait(struct stg_conn *c, bool for_write, int timeout_ms)
 {
-	return poll_one(c->fd, for_write ? POLLOUT : POLLIN, timeout_ms);
+	return stg_cancel_poll(c->fd, for_write ? POLLOUT : POLLIN, timeout_ms);
 }
 
 static int tcp_pollable(struct stg_conn *c, bool for_write, short *events)
@@ -124,7 +112,7 @@ static int connect_one(const struct addrinfo *ai, int timeout_ms)
 		goto out_close;
 	}
 	if (r < 0) {
-		r = poll_one(fd, POLLOUT, timeout_ms);
+		r = stg_cancel_poll(fd, POLLOUT, timeout_ms);
 		if (r < 0)
 			goto out_close;
 		int err = 0;

@@ -128,6 +128,9 @@ munge_ship_one() {
 	run "$login" "$addr" "$NODE_SOCK" foreign "$M/other/socket"
 	[ "$status" -eq 0 ] && [[ "$output" == "refused: MUNGE credential refused: "* ]] ||
 		fail "another key's: $output"
+	run "$login" "$addr" "$NODE_SOCK" old
+	[ "$status" -eq 0 ] && [[ "$output" == *"refused: "*"older client"*"upgrade the client"* ]] ||
+		fail "an older client's AUTH_MUNGE: $output"
 	# each refusal is in the server's log, with the peer
 	[ "$(grep -c "MUNGE credential refused" "$T/srv0.log")" -ge 3 ] || fail "$(cat "$T/srv0.log")"
 	# and an honest client still logs in
@@ -169,7 +172,7 @@ munge_ship_one() {
 	"$STAGEHAND" flush --wait --timeout "$WAIT" >"$T/flush.out" 2>&1 3>&- &
 	local flush=$!
 	track $flush
-	wait_for "$WAIT" grep -q "cannot check MUNGE credentials" "$T/srv0.log" ||
+	wait_for "$WAIT" grep -q "cannot use MUNGE credentials" "$T/srv0.log" ||
 		fail "the server: $(cat "$T/srv0.log")"
 	start_munged server cluster.key
 	local rc=0
@@ -180,4 +183,88 @@ munge_ship_one() {
 	run "$STAGEHAND" restore --to "$BACK" "$CKPT/f2"
 	[ "$status" -eq 0 ] || fail "restore: $output"
 	cmp "$REF/f2" "$BACK$CKPT/f2"
+}
+
+# relay_as_nobody MODE: the relay of lib/munge-relay.py, run by nobody, in
+# front of server 0; its files in $USERDIR/relay, its address in RELAY,
+# its pid in RELAY_PID.
+relay_as_nobody() {
+	local d="$USERDIR/relay"
+	rm -rf "$d"
+	mkdir -m 700 "$d"
+	chown 65534:65534 "$d"
+	setpriv --reuid=65534 --regid=65534 --clear-groups \
+		/usr/bin/python3 "$BATS_TEST_DIRNAME/lib/munge-relay.py" "${SRV_PORT[0]}" "$NODE_SOCK" "$d" "$1" \
+		</dev/null >"$T/relay.log" 2>&1 3>&- &
+	RELAY_PID=$!
+	track $!
+	disown $!
+	wait_for "$WAIT" eval "test -s $d/port || pid_gone $RELAY_PID"
+	[ -s "$d/port" ] || fail "the relay: $(cat "$T/relay.log")"
+	RELAY="127.0.0.1:$(cat "$d/port")"
+}
+
+@test "auth = munge: another user who relays a login can decode neither credential's secret nor act as the user" {
+	munge_ship_one f
+	stop_flusher "$CACHE"
+	sed "s/^servers = .*/servers = RELAY/" "$POLICY" >"$T/relay.conf.in"
+	local d="$USERDIR/relay"
+	# Through a relay that only forwards, the login and the listing work.
+	relay_as_nobody pass
+	sed "s/RELAY/$RELAY/" "$T/relay.conf.in" >"$T/relay.conf"
+	run "$STAGEHAND" ls --policy "$T/relay.conf" "$CKPT/f"
+	[ "$status" -eq 0 ] && [[ "$output" == *"$CKPT/f "* ]] || fail "ls through the relay: $output"
+	# The relay holds both credentials. The client's is for the server's
+	# uid alone: nobody's munged will not decode it.
+	[ -s "$d/client.cred" ] && [ -s "$d/server.cred" ] || fail "the relay saw no credentials"
+	grep -q "^exit [1-9]" "$d/unmunge" && grep -qi "unauthorized" "$d/unmunge" ||
+		fail "nobody decoded the client's credential: $(cat "$d/unmunge")"
+	# The server's is public (munged says it was decoded already, by the
+	# client, and gives it anyway), and carries no key: only the exchange
+	# it vouches for.
+	setpriv --reuid=65534 --regid=65534 --clear-groups unmunge --socket "$NODE_SOCK" \
+		--metadata /dev/null --input "$d/server.cred" --output "$d/server.payload" 2>/dev/null || true
+	[[ "$(head -c 25 "$d/server.payload")" == "stagehand v2 munge server" ]] ||
+		fail "the server's payload: $(od -c "$d/server.payload" | head -3)"
+	# A relay that takes over once the login is done: its LIST, with the
+	# best MAC it can make, ends the connection, and it lists nothing.
+	kill "$RELAY_PID"
+	wait_for "$WAIT" pid_gone "$RELAY_PID"
+	relay_as_nobody hijack
+	sed "s/RELAY/$RELAY/" "$T/relay.conf.in" >"$T/relay.conf"
+	run "$STAGEHAND" ls --policy "$T/relay.conf" "$CKPT/f"
+	wait_for "$WAIT" test -s "$d/result" || fail "the relay: $(cat "$T/relay.log")"
+	[[ "$(cat "$d/result")" != listed* ]] || fail "the relay listed root's files: $(cat "$d/result")"
+	wait_for "$WAIT" grep -q "fails its MAC" "$T/srv0.log" || fail "the server: $(cat "$T/srv0.log")"
+	# and the server serves the user on
+	run "$STAGEHAND" ls "$CKPT/f"
+	[ "$status" -eq 0 ] && [[ "$output" == *"$CKPT/f "* ]] || fail "ls: $output"
+}
+
+@test "auth = munge: a client logs in only to a server whose credential is root's or munge_server_user's" {
+	munge_ship_one f
+	stop_flusher "$CACHE"
+	# Another user answers as a server would, with a credential of its
+	# own that vouches for the exchange.
+	relay_as_nobody impostor
+	sed "s/^servers = .*/servers = $RELAY/" "$POLICY" >"$T/impostor.conf"
+	run "$STAGEHAND" status --policy "$T/impostor.conf"
+	[[ "$output" == *"$RELAY "*"down: "*"uid 65534, which is neither root nor munge_server_user (stagehand"* ]] ||
+		fail "status: $output"
+	wait_for "$WAIT" test -s "$USERDIR/relay/result"
+	[ "$(cat "$USERDIR/relay/result")" = closed ] || fail "the impostor: $(cat "$USERDIR/relay/result")"
+	# Named as the servers' user, that uid is taken for a server: the
+	# exchange goes on (and the impostor, which holds no key, gets the
+	# client's credential and proof only).
+	sed "s/^\[cluster\]\$/&\nmunge_server_user = 65534/" "$T/impostor.conf" >"$T/impostor2.conf"
+	# The client keeps trying the server that dropped it: stopped once the
+	# impostor has its answer.
+	rm -f "$USERDIR/relay/result"
+	"$STAGEHAND" status --policy "$T/impostor2.conf" >"$T/status.out" 2>&1 3>&- &
+	local status_pid=$!
+	track $status_pid
+	wait_for "$WAIT" test -s "$USERDIR/relay/result"
+	kill "$status_pid"
+	[ "$(cat "$USERDIR/relay/result")" = "the client answered type 26" ] ||
+		fail "the impostor: $(cat "$USERDIR/relay/result") status: $(cat "$T/status.out")"
 }

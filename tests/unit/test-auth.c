@@ -3,6 +3,7 @@
  * secret files, MACs, a golden fixture. */
 #include "auth.h"
 #include "harness.h"
+#include "kx.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -395,6 +396,87 @@ static void test_user_key(void)
 	rmdir(dir);
 }
 
+/* Pins the MUNGE login's derivations from fixed inputs (a change breaks every
+ * deployed client against every deployed server), and checks what each
+ * field is for. Lines: X, the server's payload, the client's, the key. */
+static void test_munge_v2(void)
+{
+	static struct stg_secret s;
+	struct stg_auth_transcript t = {.uid = 1000, .min_version = 1, .max_version = 2,
+					.version = 2};
+	uint8_t cpub[32], spub[32], shared[32], x[STG_AUTH_MUNGE_X_LEN];
+	uint8_t sp[STG_AUTH_MUNGE_PAYLOAD_LEN], cp[STG_AUTH_MUNGE_PAYLOAD_LEN];
+	uint8_t key[STG_SHA256_LEN], other[STG_SHA256_LEN];
+	static char text[2 * STG_AUTH_MUNGE_X_LEN + 4 * STG_AUTH_MUNGE_PAYLOAD_LEN +
+			 2 * STG_SHA256_LEN + 5];
+
+	fixed_inputs(&s, t.server_nonce, t.client_nonce);
+	for (int i = 0; i < 32; i++) {
+		cpub[i] = (uint8_t)(0x40 + i);
+		spub[i] = (uint8_t)(0x80 + i);
+		shared[i] = (uint8_t)(0xc0 + i);
+	}
+	stg_auth_munge_x(&t, cpub, spub, x);
+	stg_auth_munge_payload(true, x, sp);
+	stg_auth_munge_payload(false, x, cp);
+	CHECK_EQ(stg_auth_munge_key(shared, x, 1000, key), 0);
+	char *o = text;
+	to_hex(x, sizeof(x), o);
+	o += 2 * sizeof(x);
+	*o++ = '\n';
+	to_hex(sp, sizeof(sp), o);
+	o += 2 * sizeof(sp);
+	*o++ = '\n';
+	to_hex(cp, sizeof(cp), o);
+	o += 2 * sizeof(cp);
+	*o++ = '\n';
+	to_hex(key, sizeof(key), o);
+	o += 2 * sizeof(key);
+	*o++ = '\n';
+	*o = '\0';
+	CHECK(harness_golden("auth-munge-v2.txt", (const uint8_t *)text, (size_t)(o - text)));
+	CHECK(memcmp(sp, "stagehand v2 munge server", 25) == 0 &&
+	      memcmp(cp, "stagehand v2 munge client", 25) == 0 && memcmp(sp + 25, x, sizeof(x)) == 0);
+
+	/* The key follows the secret, the exchange and the uid. */
+	CHECK_EQ(stg_auth_munge_key(shared, x, 1001, other), 0);
+	CHECK(memcmp(key, other, sizeof(key)) != 0);
+	shared[5] ^= 1;
+	CHECK_EQ(stg_auth_munge_key(shared, x, 1000, other), 0);
+	CHECK(memcmp(key, other, sizeof(key)) != 0);
+	shared[5] ^= 1;
+	/* X changes with each public key, nonce and version field. */
+	uint8_t y[STG_AUTH_MUNGE_X_LEN];
+	spub[31] ^= 1;
+	stg_auth_munge_x(&t, cpub, spub, y);
+	CHECK(memcmp(x, y, sizeof(x)) != 0);
+	spub[31] ^= 1;
+	stg_auth_munge_x(&t, spub, cpub, y); /* the keys swapped */
+	CHECK(memcmp(x, y, sizeof(x)) != 0);
+	struct stg_auth_transcript u = t;
+	u.min_version = 2;
+	stg_auth_munge_x(&u, cpub, spub, y);
+	CHECK(memcmp(x, y, sizeof(x)) != 0);
+	u = t;
+	u.client_nonce[0] ^= 1;
+	stg_auth_munge_x(&u, cpub, spub, y);
+	CHECK(memcmp(x, y, sizeof(x)) != 0);
+
+	/* Two ends of a real exchange agree; a public key of all zeros (a
+	 * point of small order, whose secret would be zero) is refused. */
+	struct stg_kx a = {0}, b = {0};
+	uint8_t sa[STG_KX_SHARED_LEN], sb[STG_KX_SHARED_LEN], zero[STG_KX_PUB_LEN] = {0};
+	CHECK_EQ(stg_kx_new(&a), 0);
+	CHECK_EQ(stg_kx_new(&b), 0);
+	CHECK(memcmp(a.pub, b.pub, STG_KX_PUB_LEN) != 0);
+	CHECK_EQ(stg_kx_shared(&a, b.pub, sa), 0);
+	CHECK_EQ(stg_kx_shared(&b, a.pub, sb), 0);
+	CHECK(memcmp(sa, sb, sizeof(sa)) == 0);
+	CHECK_EQ(stg_kx_shared(&a, zero, sa), -EPROTO);
+	stg_kx_done(&a);
+	stg_kx_done(&b);
+}
+
 int main(void)
 {
 	test_hmac_rfc4231();
@@ -404,6 +486,7 @@ int main(void)
 	test_random();
 	test_golden();
 	test_derive_v2();
+	test_munge_v2();
 	test_user_key();
 	return harness_done();
 }

@@ -204,9 +204,10 @@ static void test_munge_and_metrics(void)
 	const char *path = write_policy("munge.conf",
 		"[cache]\ndir = /c\nmetrics_file = /var/lib/node-exporter/stagehand.prom\n"
 		"[cluster]\nservers = a:1\nreplicas = 1\nauth = munge\n"
-		"munge_socket = /run/munge/munge.socket.2\n");
+		"munge_socket = /run/munge/munge.socket.2\nmunge_server_user = stg-srv_1.a\n");
 	CHECK_EQ(stg_policy_load(path, &p, err, sizeof(err)), 0);
 	CHECK(p && p->munge && !p->secret_file);
+	CHECK(p && strcmp(p->munge_server_user, "stg-srv_1.a") == 0);
 	CHECK(p && strcmp(p->munge_socket, "/run/munge/munge.socket.2") == 0);
 	CHECK(p && strcmp(p->metrics_file, "/var/lib/node-exporter/stagehand.prom") == 0);
 	stg_policy_free(p);
@@ -273,6 +274,12 @@ static void test_errors(void)
 	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1\nreplicas = 1\n", "secret_file is required");
 	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1\nauth = kerberos\n",
 		     "auth 'kerberos' must be secret or munge");
+	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1\nauth = munge\n"
+		     "munge_server_user = -x\n",
+		     "munge_server_user '-x' must be a user name or a uid");
+	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1\nauth = munge\n"
+		     "munge_server_user = a/b\n",
+		     "munge_server_user 'a/b' must be a user name or a uid");
 	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1\nauth = munge\nmunge_socket = m.sock\n",
 		     "munge_socket must be an absolute path");
 	expect_error("[cache]\ndir = /c\nmetrics_file = m.prom\n", "metrics_file must be an absolute path");

@@ -552,6 +552,65 @@ static void test_auth_munge(void)
 	CHECK_EQ(stg_wire_decode(&h, big, &d), -EBADMSG);
 }
 
+/* The MUNGE login's frames (MUNGE_HELLO, MUNGE_SERVER, MUNGE_AUTH): their
+ * golden file, one after the other; each decodes back, version 1 frames of
+ * these types and bodies of the wrong size are refused. */
+static void test_munge_kx(void)
+{
+	static const char cred[] =
+		"MUNGE:AwQFAAD1fOLr0wGiTTb1ZJvBjdlz3AMb0TzJ5f6Kk0nUbq1UxUuW2a+Z7r3CwdTHq5o=:";
+	struct stg_msg m[3] = {
+		{.version = 2, .type = STG_MSG_MUNGE_HELLO, .tag = 0},
+		{.version = 2, .type = STG_MSG_MUNGE_SERVER, .tag = 0},
+		{.version = 2, .type = STG_MSG_MUNGE_AUTH, .tag = 0},
+	};
+	for (size_t i = 0; i < 32; i++) {
+		m[0].munge_hello.nonce[i] = (uint8_t)(0x10 + i);
+		m[0].munge_hello.pub[i] = (uint8_t)(0x30 + i);
+		m[1].munge_server.pub[i] = (uint8_t)(0x50 + i);
+		m[2].munge_auth.mac[i] = (uint8_t)(0x70 + i);
+	}
+	m[1].munge_server.cred = m[2].munge_auth.cred = cred;
+	m[1].munge_server.cred_len = m[2].munge_auth.cred_len = (uint32_t)strlen(cred);
+	static uint8_t all[4096];
+	size_t len = 0, at[3];
+	for (int i = 0; i < 3; i++) {
+		at[i] = len;
+		size_t n = stg_wire_encode(&m[i], all + len, sizeof(all) - len);
+		CHECK(n > 0);
+		len += n;
+	}
+	CHECK_EQ(at[1], STG_WIRE_HEADER_SIZE + 64);
+	CHECK(harness_golden("wire-v2-munge-kx.bin", all, len));
+	for (int i = 0; i < 3; i++) {
+		struct stg_wire_header h;
+		struct stg_msg d;
+		CHECK_EQ(stg_wire_header_decode(all + at[i], STG_WIRE_MAX_PREAUTH_MUNGE, &h), 0);
+		uint8_t *body = all + at[i] + STG_WIRE_HEADER_SIZE;
+		CHECK_EQ(stg_wire_decode(&h, body, &d), 0);
+		CHECK_EQ(d.type, m[i].type);
+		CHECK_EQ(strcmp(stg_msg_type_name(d.type),
+				i == 0 ? "MUNGE_HELLO" : i == 1 ? "MUNGE_SERVER" : "MUNGE_AUTH"), 0);
+		if (i == 0)
+			CHECK(memcmp(&d.munge_hello, &m[0].munge_hello, sizeof(d.munge_hello)) == 0);
+		else if (i == 1)
+			CHECK(memcmp(d.munge_server.pub, m[1].munge_server.pub, 32) == 0 &&
+			      d.munge_server.cred_len == strlen(cred) &&
+			      memcmp(d.munge_server.cred, cred, strlen(cred)) == 0);
+		else
+			CHECK(memcmp(d.munge_auth.mac, m[2].munge_auth.mac, 32) == 0 &&
+			      d.munge_auth.cred_len == strlen(cred) &&
+			      memcmp(d.munge_auth.cred, cred, strlen(cred)) == 0);
+		/* They exist from version 2 on. */
+		h.version = 1;
+		CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
+		h.version = 2;
+		/* A hello one byte short; a credential of nothing. */
+		h.length = i == 0 ? 63 : 32;
+		CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
+	}
+}
+
 int main(void)
 {
 	test_golden_and_round_trip();
@@ -562,5 +621,6 @@ int main(void)
 	test_paths();
 	test_errors();
 	test_auth_munge();
+	test_munge_kx();
 	return harness_done();
 }

@@ -100,6 +100,9 @@ cluster_teardown() {
 		if ! wait_for "$WAIT" eval "! pgrep -f -- '$dir' >/dev/null"; then
 			echo "left running by the test:" >&2
 			ps -o pid,args -p "$(pgrep -d, -f -- "$dir")" >&2
+			for pid in $(pgrep -f -- "$dir"); do
+				proc_stacks "$pid" >&2
+			done
 			status=1
 		fi
 	done
@@ -355,6 +358,16 @@ EOP
 	wait_for "$WAIT" test -e "$T/cut.ready"
 }
 
+# proc_stacks PID: what each thread of PID waits on in the kernel, for a
+# process that does not go away.
+proc_stacks() {
+	local t
+	for t in /proc/"$1"/task/*; do
+		echo "thread ${t##*/} ($(cat "$t/comm" 2>/dev/null)): state $(awk '{ print $3 }' "$t/stat" 2>/dev/null), wchan $(cat "$t/wchan" 2>/dev/null)"
+		sed 's/^/    /' "$t/stack" 2>/dev/null
+	done
+}
+
 # Is no flusher holding the flusher lock of a cache?
 flusher_lock_free() {
 	[ ! -e "$1/flusher.lock" ] || flock -n "$1/flusher.lock" true
@@ -370,7 +383,11 @@ stop_flusher() {
 	if [ -n "$pid" ] && ls -l "/proc/$pid/fd" 2>/dev/null | grep -q -- "-> $cache/flusher.lock\$"; then
 		kill -9 "$pid" 2>/dev/null
 	fi
-	wait_for "$WAIT" flusher_lock_free "$cache"
+	wait_for "$WAIT" flusher_lock_free "$cache" || {
+		echo "the flusher $pid of $cache does not go away:" >&2
+		[ -z "$pid" ] || proc_stacks "$pid" >&2
+		return 1
+	}
 }
 
 # Bytes of segment files in a server's store (apparent sizes).
