@@ -107,49 +107,6 @@ const char *stg_conn_transport(const struct stg_conn *c)
  * connection's budget (if any) and given back once the frame is done with. */
 #define SMALL_FRAME (64u << 10)
 
-void stg_conn_budget_init(struct stg_conn_budget *b, size_t limit)
-{
-	pthread_mutex_init(&b->lock, NULL);
-	/* Waits are timed by the clock that does not jump. */
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&b->freed, &ca);
-	pthread_condattr_destroy(&ca);
-	b->limit = limit;
-	b->held = 0;
-}
-
-int stg_conn_budget_take(struct stg_conn_budget *b, size_t n, int timeout_ms)
-{
-	struct timespec until;
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += timeout_ms / 1000;
-	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000;
-	}
-	int r = 0;
-	pthread_mutex_lock(&b->lock);
-	while (b->held + n > b->limit && r == 0)
-		r = pthread_cond_timedwait(&b->freed, &b->lock, &until);
-	if (b->held + n <= b->limit) {
-		b->held += n;
-		r = 0;
-	}
-	pthread_mutex_unlock(&b->lock);
-	return r ? -ENOBUFS : 0;
-}
-
-void stg_conn_budget_give(struct stg_conn_budget *b, size_t n)
-{
-	pthread_mutex_lock(&b->lock);
-	b->held -= n;
-	pthread_cond_broadcast(&b->freed);
-	pthread_mutex_unlock(&b->lock);
-}
-
 /* Frees the receive buffer if it is larger than keep bytes. */
 static void release_buffer(struct stg_conn *c, size_t keep)
 {
@@ -157,13 +114,14 @@ static void release_buffer(struct stg_conn *c, size_t keep)
 		return;
 	free(c->buf);
 	if (c->budget && c->cap > SMALL_FRAME)
-		stg_conn_budget_give(c->budget, c->cap);
+		stg_conn_budget_give(c->budget, c->budget_uid, c->cap);
 	c->buf = NULL;
 	c->cap = 0;
 }
 
-/* Room for a body of len bytes in c->buf. Returns 0, -ENOMEM or -ENOBUFS
- * (the budget stayed spent for the connection's timeout). */
+/* Room for a body of len bytes in c->buf. Returns 0, -ENOMEM, -ENOBUFS
+ * (the budget stayed spent for the connection's timeout) or -ECANCELED
+ * (budget_wait gave the wait up). */
 static int frame_buffer(struct stg_conn *c, size_t len)
 {
 	/* The previous frame is done with: a large buffer goes back. */
@@ -172,9 +130,11 @@ static int frame_buffer(struct stg_conn *c, size_t len)
 		return 0;
 	size_t want = len <= SMALL_FRAME ? (len < 4096 ? 4096 : len) : len;
 	if (want > SMALL_FRAME && c->budget) {
-		int r = stg_conn_budget_take(c->budget, want, c->timeout_ms);
+		int r = stg_conn_budget_take(c->budget, c->budget_uid, want, c->timeout_ms,
+					     c->budget_wait, c);
 		if (r < 0)
 			return r;
+		c->body_since_ms = stg_monotonic_ms();
 	}
 	uint8_t *nb = malloc(want);
 	if (!nb) {
@@ -626,6 +586,29 @@ int stg_conn_try_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret
 	return finish_frame(c, ret);
 }
 
+/* A large frame keeps its memory while others wait for some only if its
+ * body arrives at this rate at least (on average, after a grace): a frame
+ * whose sender stalls must not keep everyone else's frames out. */
+#define MIN_RATE_BYTES_PER_S (1u << 20)
+#define MIN_RATE_GRACE_MS 2000
+
+/* Whether the large frame being received holds memory that others wait for
+ * while it arrives slower than the minimum rate; c->error says so. */
+static bool too_slow(struct stg_conn *c)
+{
+	if (!c->in_body || !c->budget || c->cap <= SMALL_FRAME ||
+	    !stg_conn_budget_contended(c->budget))
+		return false;
+	int64_t ms = stg_monotonic_ms() - c->body_since_ms;
+	if (ms < MIN_RATE_GRACE_MS || (uint64_t)c->body_got * 1000 >= (uint64_t)ms * MIN_RATE_BYTES_PER_S)
+		return false;
+	stg_conn_refuse(c, -ENOBUFS, "its frame of %u bytes arrived at %llu KiB/s (%zu bytes in "
+			"%lld ms) while others waited for frame memory",
+			c->body_len, (unsigned long long)((uint64_t)c->body_got * 1000 / 1024 / (uint64_t)ms),
+			c->body_got, (long long)ms);
+	return true;
+}
+
 int stg_conn_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret)
 {
 	int64_t deadline = stg_monotonic_ms() + c->timeout_ms;
@@ -633,7 +616,16 @@ int stg_conn_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret)
 		int r = stg_conn_try_recv(c, max_body, ret);
 		if (r != -EAGAIN)
 			return r;
-		r = wait_until(c, false, deadline);
+		if (too_slow(c))
+			return -ENOBUFS;
+		/* In slices while a large frame arrives, to check its rate. */
+		int64_t until = deadline;
+		if (c->in_body && c->budget && c->cap > SMALL_FRAME &&
+		    until - stg_monotonic_ms() > 500)
+			until = stg_monotonic_ms() + 500;
+		r = wait_until(c, false, until);
+		if (r == -ETIMEDOUT && until != deadline)
+			continue;
 		if (r < 0)
 			return r;
 	}

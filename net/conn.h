@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "auth.h"
+#include "budget.h"
 #include "policy.h"
 #include "wire.h"
 
@@ -28,22 +29,6 @@ enum stg_pool_use {
 	STG_POOL_SEND,    /* chunk objects this side sends (PUT_CHUNK) */
 	STG_POOL_RECEIVE, /* chunk objects written here (GET_CHUNK) */
 };
-
-/* Memory for large frames, shared by the connections that name it (a
- * server's bound on what its clients make it hold): a connection receiving
- * one waits, up to its timeout, until others give enough back. */
-struct stg_conn_budget {
-	pthread_mutex_t lock;
-	pthread_cond_t freed;
-	size_t limit, held;
-};
-
-void stg_conn_budget_init(struct stg_conn_budget *b, size_t limit);
-
-/* Takes n bytes of b, waiting up to timeout_ms for them: 0 or -ENOBUFS.
- * (Frames take theirs themselves; a server takes what decoding needs.) */
-int stg_conn_budget_take(struct stg_conn_budget *b, size_t n, int timeout_ms);
-void stg_conn_budget_give(struct stg_conn_budget *b, size_t n);
 
 struct stg_conn {
 	const struct stg_transport *t;
@@ -63,6 +48,9 @@ struct stg_conn {
 	uint32_t body_len;
 	bool in_body;
 	struct stg_conn_budget *budget;
+	uint32_t budget_uid;            /* whose frames these are (a server's: its client's) */
+	stg_budget_wait_fn budget_wait; /* told of waits for the budget, with c */
+	int64_t body_since_ms;          /* when the large frame's budget was taken */
 	size_t unread; /* the body of a frame refused for want of memory */
 
 	/* Server: asked once a client has proven uid whether to take it on; a

@@ -22,6 +22,7 @@ struct session {
 	struct stg_conn conn;
 	int slot;
 	uint32_t uid;
+	bool said_wait; /* the wait for frame memory is logged once a frame */
 };
 
 static int reply(struct session *s, struct stg_msg *m, uint32_t tag)
@@ -54,18 +55,41 @@ static int on_have(struct session *s, const struct stg_msg *req)
 	return reply(s, &m, req->tag);
 }
 
+/* Waiting for frame memory, a connection counts as idle: it may be closed
+ * to make room for a newcomer (then the wait is given up). The wait is
+ * logged once a frame. */
+static bool budget_wait(void *arg, bool waiting)
+{
+	struct stg_conn *c = arg;
+	struct session *s = c->admit_arg;
+	if (waiting && !s->said_wait) {
+		s->said_wait = true;
+		stg_log(STG_LOG_INFO, "%s: uid %u waits for frame memory (%zu of %zu MiB in use)",
+			c->peer, s->uid, stg_conn_budget_held(&s->srv->frames) >> 20,
+			s->srv->frames.limit >> 20);
+	}
+	return admit_idle(&s->srv->admit, s->slot, waiting);
+}
+
+/* Memory of the frame budget for decoding a chunk (besides its frame). */
+static int take_frame_memory(struct session *s, size_t n)
+{
+	return stg_conn_budget_take(&s->srv->frames, s->uid, n, s->srv->timeout_ms, budget_wait,
+				    &s->conn);
+}
+
 static int on_put_chunk(struct session *s, const struct stg_msg *req)
 {
 	struct stg_hash h, base;
 	/* Decompressing takes memory of the frame budget too: a small frame
 	 * may expand to 64 MiB. */
 	size_t dm = stg_chunk_decode_memory(req->put_chunk.obj, req->put_chunk.len);
-	if (dm && stg_conn_budget_take(&s->srv->frames, dm, s->srv->timeout_ms) < 0)
+	if (dm && take_frame_memory(s, dm) < 0)
 		return stg_conn_send_error(&s->conn, req->tag, -EBUSY, "the server's frame memory "
 					   "is in use: try again later");
 	int r = stg_store_validate(req->put_chunk.obj, req->put_chunk.len, &h);
 	if (dm)
-		stg_conn_budget_give(&s->srv->frames, dm);
+		stg_conn_budget_give(&s->srv->frames, s->uid, dm);
 	if (r < 0) {
 		stg_log(STG_LOG_WARN, "%s: rejected a chunk that fails verification",
 			s->conn.peer);
@@ -74,12 +98,12 @@ static int on_put_chunk(struct session *s, const struct stg_msg *req)
 	}
 	/* A delta object is decoded with its base to be checked: memory again. */
 	if (dm && stg_chunk_base(req->put_chunk.obj, req->put_chunk.len, &base) &&
-	    stg_conn_budget_take(&s->srv->frames, dm, s->srv->timeout_ms) < 0)
+	    take_frame_memory(s, dm) < 0)
 		return stg_conn_send_error(&s->conn, req->tag, -EBUSY, "the server's frame memory "
 					   "is in use: try again later");
 	r = stg_store_put(s->srv->store, req->put_chunk.obj, req->put_chunk.len, &h);
 	if (dm && stg_chunk_base(req->put_chunk.obj, req->put_chunk.len, &base))
-		stg_conn_budget_give(&s->srv->frames, dm);
+		stg_conn_budget_give(&s->srv->frames, s->uid, dm);
 	if (r == -ENOLINK) {
 		char hex[STG_HASH_HEX_LEN + 1];
 		stg_hash_hex(&base, hex);
@@ -412,6 +436,7 @@ void *server_session(void *arg)
 	struct session s = {.srv = a->srv, .conn = a->conn, .slot = a->slot};
 	free(a);
 	s.conn.budget = &s.srv->frames;
+	s.conn.budget_wait = budget_wait;
 	s.conn.admit_uid = admit_uid;
 	s.conn.admit_arg = &s;
 
@@ -422,6 +447,7 @@ void *server_session(void *arg)
 		stg_log(STG_LOG_WARN, "%s: uid %u speaks protocol version %u: its frames carry no MAC",
 			s.conn.peer, s.uid, s.conn.version);
 	stg_log(STG_LOG_DEBUG, "%s: authenticated as uid %u", s.conn.peer, s.uid);
+	s.conn.budget_uid = s.uid;
 	for (;;) {
 		struct stg_msg m;
 		/* An idle client may sit between requests for --idle-timeout;
@@ -441,13 +467,25 @@ void *server_session(void *arg)
 				s.srv->idle_ms / 1000);
 			break;
 		}
+		s.said_wait = false;
+		s.conn.error[0] = '\0';
 		if (r == 0)
 			r = stg_conn_recv(&s.conn, STG_WIRE_MAX_BODY, &m);
 		if (r == -EPIPE)
 			break;
+		if (r == -ECANCELED) {
+			stg_log(STG_LOG_DEBUG, "%s: closed while it waited for frame memory, for "
+				"a new connection", s.conn.peer);
+			break;
+		}
 		if (r == -ENOBUFS) {
-			stg_log(STG_LOG_WARN, "%s: dropped: its frame waited %d s for memory "
-				"(--frame-memory is in use)", s.conn.peer, s.srv->timeout_ms / 1000);
+			if (s.conn.error[0])
+				stg_log(STG_LOG_WARN, "%s: dropped: uid %u: %s", s.conn.peer, s.uid,
+					s.conn.error);
+			else
+				stg_log(STG_LOG_WARN, "%s: dropped: uid %u: its frame waited %d s for "
+					"memory (--frame-memory is in use)", s.conn.peer, s.uid,
+					s.srv->timeout_ms / 1000);
 			stg_conn_send_error(&s.conn, 0, -EBUSY, "the server's frame memory is in "
 					    "use: try again later");
 			stg_conn_skip(&s.conn);

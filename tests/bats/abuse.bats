@@ -174,3 +174,24 @@ memory_attack() {
 	grep -q "rejected a chunk that fails verification" "$T/srv0.log" ||
 		fail "no bomb was checked: $(tail -5 "$T/srv0.log")"
 }
+
+@test "headers of large frames from one user hold no memory another user needs: a flush of 1 MiB chunks goes through, and the stalled frames are dropped, saying why" {
+	start_servers 1
+	# (a deadline shorter than the server's wait for frame memory, 60 s)
+	cluster_default_policy cluster.replicas=1 cluster.timeout=30 chunk_size=1M
+	# 8 headers of 64 MiB frames, with nothing after them
+	attack headers 8 --secret "$SECRET" --uid "$ATTACKER_UID"
+	random_file "$REF/f" $((8 << 20))
+	shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output $(cat "$CACHE/flusher.log")"
+	grep -q "dropped: uid $ATTACKER_UID: its frame of [0-9]* bytes arrived at 0 KiB/s .* while others waited for frame memory" "$T/srv0.log" ||
+		fail "the server: $(tail -20 "$T/srv0.log")"
+	! grep "dropped: uid $(id -u):" "$T/srv0.log" || fail "the flush's frames were dropped"
+	stop_attacks
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	run "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore: $output"
+	cmp "$REF/f" "$BACK$CKPT/f"
+}

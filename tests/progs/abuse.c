@@ -15,10 +15,13 @@
  *   bomb       authenticates and sends, one after the other, small PUT_CHUNK
  *              frames whose lz4 chunk expands to 64 MiB (and then fails its
  *              hash: nothing is stored)
+ *   headers    authenticates, sends the header of a PUT_CHUNK frame of
+ *              64 MiB (with its MAC) and nothing more, and stays
  *
  * --from binds the source address (127.0.0.2: another host on loopback).
  * --ready FILE is created once every connection has been tried once (for
- * oversized and bomb: once each has had a frame answered). */
+ * oversized and bomb: once each has had a frame answered; for headers, once
+ * each has sent its header). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -42,7 +45,7 @@
 /* The largest chunk object a frame may carry: refused only once received. */
 #define OVERSIZED_LEN (64u << 20)
 
-enum mode { PREAUTH, SLOWLORIS, IDLE, OVERSIZED, BOMB };
+enum mode { PREAUTH, SLOWLORIS, IDLE, OVERSIZED, BOMB, HEADERS };
 
 static enum mode mode;
 static struct sockaddr_in server, from;
@@ -198,7 +201,7 @@ static void *attacker(void *arg)
 			struct stg_conn c;
 			r = login(&c);
 			if (!counted && (r == 0 || r == -EBUSY) && mode != OVERSIZED &&
-			    mode != BOMB)
+			    mode != BOMB && mode != HEADERS)
 				atomic_fetch_add(&tried, 1), counted = true;
 			if (r == -EBUSY)
 				atomic_fetch_add(&refused, 1);
@@ -224,6 +227,21 @@ static void *attacker(void *arg)
 					}
 				} else if (mode == BOMB) {
 					throw_bombs(&c, &counted);
+				} else if (mode == HEADERS) {
+					uint8_t f[STG_WIRE_HEADER_SIZE];
+					struct stg_wire_header h = {.version = STG_WIRE_VERSION,
+								    .type = STG_MSG_PUT_CHUNK,
+								    .flags = STG_WIRE_FLAG_MAC,
+								    .length = OVERSIZED_LEN -
+									      STG_WIRE_MAC_SIZE,
+								    .tag = 7};
+					stg_wire_header_encode(f, &h);
+					if (send(c.fd, f, sizeof(f), MSG_NOSIGNAL) == (ssize_t)sizeof(f)) {
+						atomic_fetch_add(&frames, 1);
+						if (!counted)
+							atomic_fetch_add(&tried, 1), counted = true;
+						hold(c.fd);
+					}
 				} else {
 					hold(c.fd);
 				}
@@ -238,7 +256,7 @@ static void *attacker(void *arg)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: abuse preauth|slowloris|idle|oversized|bomb HOST:PORT N [--from ADDR] "
+	fprintf(stderr, "usage: abuse preauth|slowloris|idle|oversized|bomb|headers HOST:PORT N [--from ADDR] "
 			"[--secret F --uid U] [--ready FILE]\n");
 	exit(2);
 }
@@ -247,9 +265,9 @@ int main(int argc, char **argv)
 {
 	if (argc < 4)
 		usage();
-	const char *modes[] = {"preauth", "slowloris", "idle", "oversized", "bomb"};
+	const char *modes[] = {"preauth", "slowloris", "idle", "oversized", "bomb", "headers"};
 	mode = (enum mode)-1;
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 6; i++)
 		if (strcmp(argv[1], modes[i]) == 0)
 			mode = (enum mode)i;
 	char host[64], port[16];
@@ -285,7 +303,7 @@ int main(int argc, char **argv)
 			usage();
 		}
 	}
-	if ((mode == IDLE || mode == OVERSIZED || mode == BOMB) && !have_secret)
+	if ((mode == IDLE || mode == OVERSIZED || mode == BOMB || mode == HEADERS) && !have_secret)
 		usage();
 	struct sigaction sa = {.sa_handler = on_term};
 	sigaction(SIGTERM, &sa, NULL);

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Connections over real TCP on loopback: a frame that finds no room in the
- * frame memory budget is refused in a way its sender can read. */
+/* Connections over real TCP on loopback and the frame memory budget: a
+ * frame that finds no room is refused in a way its sender can read; a uid
+ * holding memory gets no more than its share while another waits; a frame
+ * that stalls while others wait loses its memory; a wait can be given up. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -76,7 +78,7 @@ static void test_refused_frame_is_read(void)
 	CHECK(tcp_pair(&cfd, &sfd) == 0);
 	struct stg_conn_budget b;
 	stg_conn_budget_init(&b, BIG);
-	CHECK(stg_conn_budget_take(&b, BIG, 0) == 0); /* held by someone else */
+	CHECK(stg_conn_budget_take(&b, 1, BIG, 0, NULL, NULL) == 0); /* held by someone else */
 	struct stg_conn c;
 	stg_conn_init(&c, sfd, "test", 200);
 	c.budget = &b;
@@ -92,11 +94,135 @@ static void test_refused_frame_is_read(void)
 	CHECK_EQ(s.send_errno, 0);
 	CHECK_EQ(s.reply_type, STG_MSG_ERROR);
 	close(cfd);
-	stg_conn_budget_give(&b, BIG);
+	stg_conn_budget_give(&b, 1, BIG);
+}
+
+struct taker {
+	struct stg_conn_budget *b;
+	uint32_t uid;
+	size_t n;
+	size_t after; /* takes once this much is held by others */
+	int r;
+};
+
+static void *take(void *arg)
+{
+	struct taker *t = arg;
+	for (int i = 0; i < 60000 && stg_conn_budget_held(t->b) < t->after; i++)
+		usleep(1000);
+	t->r = stg_conn_budget_take(t->b, t->uid, t->n, 60000, NULL, NULL);
+	return NULL;
+}
+
+/* Waits (generously) until n takes of b wait. */
+static bool waiters(struct stg_conn_budget *b, unsigned n)
+{
+	for (int i = 0; i < 60000; i++) {
+		pthread_mutex_lock(&b->lock);
+		unsigned w = b->waiting;
+		pthread_mutex_unlock(&b->lock);
+		if (w == n)
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
+/* uid 1 holds 90 of 100 while no one waits; uid 2 then waits for 20, and
+ * uid 1 gets nothing more (it holds more than its half) until 2 has its
+ * 20; then 1 may take again. */
+static void test_fair_share(void)
+{
+	struct stg_conn_budget b;
+	stg_conn_budget_init(&b, 100);
+	CHECK_EQ(stg_conn_budget_take(&b, 1, 90, 0, NULL, NULL), 0);
+	struct taker two = {.b = &b, .uid = 2, .n = 20};
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, take, &two) == 0);
+	CHECK(waiters(&b, 1));
+	/* Room for 5 more, but uid 2 waits and 1 holds more than 100 / 2. */
+	CHECK_EQ(stg_conn_budget_take(&b, 1, 5, 300, NULL, NULL), -ENOBUFS);
+	stg_conn_budget_give(&b, 1, 90);
+	pthread_join(t, NULL);
+	CHECK_EQ(two.r, 0);
+	CHECK_EQ(stg_conn_budget_take(&b, 1, 80, 0, NULL, NULL), 0);
+	stg_conn_budget_give(&b, 1, 80);
+	stg_conn_budget_give(&b, 2, 20);
+	CHECK_EQ(stg_conn_budget_held(&b), 0);
+	CHECK_EQ(b.nusers, 0);
+}
+
+static int wait_calls;
+
+static bool give_up_at_third(void *arg, bool waiting)
+{
+	(void)arg;
+	return waiting && ++wait_calls == 3;
+}
+
+/* A waiting take tells its caller, which may give the wait up. */
+static void test_wait_given_up(void)
+{
+	struct stg_conn_budget b;
+	stg_conn_budget_init(&b, 100);
+	CHECK_EQ(stg_conn_budget_take(&b, 1, 100, 0, NULL, NULL), 0);
+	CHECK_EQ(stg_conn_budget_take(&b, 2, 1, 60000, give_up_at_third, NULL), -ECANCELED);
+	CHECK_EQ(wait_calls, 3);
+	CHECK_EQ(b.waiting, 0);
+	stg_conn_budget_give(&b, 1, 100);
+	CHECK_EQ(b.nusers, 0);
+}
+
+/* Sends the header of a PUT_CHUNK of BIG bytes and one body byte, then
+ * nothing until the other end closes. */
+static void *send_header_and_stall(void *arg)
+{
+	struct sender *s = arg;
+	uint8_t f[STG_WIRE_HEADER_SIZE + 1] = {0};
+	struct stg_wire_header h = {.version = STG_WIRE_VERSION, .type = STG_MSG_PUT_CHUNK,
+				    .length = BIG, .tag = 5};
+	stg_wire_header_encode(f, &h);
+	if (send(s->fd, f, sizeof(f), MSG_NOSIGNAL) != (ssize_t)sizeof(f))
+		s->send_errno = errno;
+	char c;
+	s->reply_type = (int)recv(s->fd, &c, 1, 0);
+	return NULL;
+}
+
+/* A frame whose sender stalls keeps its memory while no one else wants
+ * some; once a take waits, the frame is dropped, saying why, and its
+ * memory goes to the one waiting. */
+static void test_stalled_frame_dropped(void)
+{
+	int cfd = -1, sfd = -1;
+	CHECK(tcp_pair(&cfd, &sfd) == 0);
+	struct stg_conn_budget b;
+	stg_conn_budget_init(&b, BIG);
+	struct stg_conn c;
+	stg_conn_init(&c, sfd, "test", 60000);
+	c.budget = &b;
+	c.budget_uid = 1;
+	struct sender s = {.fd = cfd};
+	pthread_t t, w;
+	CHECK(pthread_create(&t, NULL, send_header_and_stall, &s) == 0);
+	struct taker two = {.b = &b, .uid = 2, .n = BIG, .after = BIG};
+	CHECK(pthread_create(&w, NULL, take, &two) == 0);
+	struct stg_msg m;
+	CHECK_EQ(stg_conn_recv(&c, STG_WIRE_MAX_BODY, &m), -ENOBUFS);
+	CHECK(strstr(c.error, "while others waited for frame memory") != NULL);
+	stg_conn_close(&c);
+	pthread_join(w, NULL);
+	CHECK_EQ(two.r, 0);
+	pthread_join(t, NULL);
+	close(cfd);
+	stg_conn_budget_give(&b, 2, BIG);
 }
 
 int main(void)
 {
 	test_refused_frame_is_read();
+	test_fair_share();
+	test_wait_given_up();
+	test_stalled_frame_dropped();
 	return harness_done();
 }
