@@ -117,6 +117,12 @@ int stg_conn_connect(const char *hostport, int timeout_ms, struct stg_conn *ret)
 int stg_conn_open(const char *hostport, enum stg_transport_kind kind, int timeout_ms,
 		  struct stg_conn *ret, char *why, size_t whylen);
 
+/* The pause before the next try at a server that turned us away (BUSY, or a
+ * connection closed to make room), tries already made: doubling from 50 ms
+ * to 2 s, each drawn between half and all of it, so that the clients a
+ * server turned away together do not come back together. */
+int stg_conn_pause_ms(int tries);
+
 /* Opens a connection as stg_conn_open does and authenticates as uid
  * (stg_conn_auth_client). A server that answers BUSY, or drops the
  * connection while it logs in, is tried again after a pause (growing, with

@@ -61,13 +61,10 @@ int stg_conn_open(const char *hostport, enum stg_transport_kind kind, int timeou
 	return stg_conn_connect(hostport, timeout_ms, ret);
 }
 
-/* Pauses before another try at a busy server: doubling from 50 ms to 2 s,
- * each drawn between half and all of it, so that the clients a server
- * turned away together do not come back together. */
 #define BUSY_PAUSE_MIN_MS 50
 #define BUSY_PAUSE_MAX_MS 2000
 
-static int pause_ms(int tries)
+int stg_conn_pause_ms(int tries)
 {
 	static _Thread_local unsigned seed;
 	if (!seed)
@@ -100,7 +97,7 @@ int stg_conn_login(const char *hostport, enum stg_transport_kind kind, int timeo
 		 * others): again, after a pause, while there is time. */
 		if (r != -EBUSY && r != -ECONNRESET && r != -EPIPE)
 			return r;
-		int ms = pause_ms(tries);
+		int ms = stg_conn_pause_ms(tries);
 		if (stg_monotonic_ms() + ms >= deadline)
 			return r;
 		if (stg_cancel_poll(-1, 0, ms) == -ECANCELED)

@@ -41,6 +41,10 @@ struct admit {
 	struct admit_limits limits;
 	struct admit_slot *slots;
 	unsigned nslots;
+	struct admit_count { /* scratch: connections per uid */
+		uint32_t uid;
+		unsigned n;
+	} *counts;
 };
 
 int admit_init(struct admit *a, const struct admit_limits *l);

@@ -78,7 +78,8 @@ int remote_call(struct remote_session *s, size_t i, struct stg_msg *req, uint8_t
 		size_t pool, struct stg_msg *ret)
 {
 	bool reused = s->open[i];
-	for (;;) {
+	int64_t deadline = stg_monotonic_ms() + s->rm->timeout_ms;
+	for (int tries = 0;; tries++) {
 		struct stg_conn *c = remote_conn(s, i);
 		if (!c)
 			return s->err[i] ? s->err[i] : -ECONNRESET;
@@ -86,12 +87,21 @@ int remote_call(struct remote_session *s, size_t i, struct stg_msg *req, uint8_t
 		int r = pool ? stg_conn_pool(c, pool, STG_POOL_RECEIVE) : 0;
 		if (r == 0)
 			r = stg_conn_call(c, req, want, ret);
-		/* A connection that served before may have been closed by the
-		 * server meanwhile (idle too long, or making room): a new one. */
-		if (!reused || (r != -EPIPE && r != -ECONNRESET))
+		if (r != -EPIPE && r != -ECONNRESET)
 			return r;
 		stg_conn_close(c);
 		s->open[i] = false;
+		/* A connection that served before may have been closed by the
+		 * server meanwhile (idle too long): a new one at once. A new one
+		 * closed before it answered made room for others (a user holding
+		 * more than its share of the connections): again after a pause,
+		 * as after BUSY, while there is time. */
+		if (!reused) {
+			int ms = stg_conn_pause_ms(tries);
+			if (stg_monotonic_ms() + ms >= deadline)
+				return r;
+			usleep((useconds_t)ms * 1000);
+		}
 		reused = false;
 	}
 }

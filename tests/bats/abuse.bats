@@ -195,3 +195,39 @@ memory_attack() {
 	[ "$status" -eq 0 ] || fail "restore: $output"
 	cmp "$REF/f" "$BACK$CKPT/f"
 }
+
+# all_get_in N WHAT: N clients (`stagehand ls` of $CKPT/f) at once, each
+# within the policy's timeout; fails unless all N list the file.
+all_get_in() {
+	local k ok=0 pids=()
+	for ((k = 0; k < $1; k++)); do
+		"$STAGEHAND" ls "$CKPT/f" >"$T/ls$k.out" 2>&1 3>&- &
+		pids+=("$!")
+	done
+	for k in "${!pids[@]}"; do
+		if wait "${pids[$k]}" && grep -q "$CKPT/f " "$T/ls$k.out"; then
+			ok=$((ok + 1))
+		fi
+	done
+	echo "# $2: $ok of $1 clients got in" >&3
+	[ "$ok" -eq "$1" ] || fail "$2: $ok of $1 clients got in; they said: $(cat "$T"/ls*.out | grep -v "^PATH\\|$CKPT/f " | sort | uniq -c)"
+}
+
+@test "connections logging in from a node's address fill its share: 20 of 20 clients from that address get in" {
+	# (a deadline shorter than the attack's: the attacker's connections
+	# never log in, and are reopened at once)
+	SERVER_OPTS=()
+	staged 1 cluster.replicas=1 cluster.timeout=30
+	# the attacker shares the clients' address, 127.0.0.1, and fills its
+	# quarter of --max-handshakes (256)
+	attack preauth 64
+	all_get_in 20 "64 silent connections from the same address"
+}
+
+@test "two users keeping frames in flight on every slot: 20 of 20 clients of a third get in" {
+	SERVER_OPTS=(--max-connections 16 --max-per-user 16)
+	staged 1 cluster.replicas=1 cluster.timeout=30
+	attack slowloris 16 --secret "$SECRET" --uid "$ATTACKER_UID"
+	attack slowloris 16 --secret "$SECRET" --uid $((ATTACKER_UID + 1))
+	all_get_in 20 "two uids trickling requests on all 16 slots"
+}
