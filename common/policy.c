@@ -35,6 +35,7 @@ struct parse_state {
 	size_t errlen;
 	int failed;
 	size_t rule; /* the [path GLOB] section being read */
+	int cache_line, cluster_line; /* where [cache] and [cluster] begin */
 	char *value; /* the value of a line too long for inih, see long_line() */
 };
 
@@ -112,6 +113,31 @@ static bool long_line(struct parse_state *st, const char *l, size_t n, char *str
 /* inih reads through this, one whole line at a time, so that handlers know
  * the line number, [path GLOB] headers keep their glob, and a line too long
  * for inih is read whole or is an error, never pieces misread. */
+/* A [cache] or [cluster] header at line l (n bytes): each may appear once,
+ * since a second would silently override what the first said. Returns -1
+ * (failed) or 0. */
+static int single_section(struct parse_state *st, const char *l, size_t n)
+{
+	while (n && isspace((unsigned char)l[n - 1]))
+		n--;
+	while (n && isspace((unsigned char)*l))
+		l++, n--;
+	int *seen = NULL;
+	const char *name = NULL;
+	if (n == 7 && memcmp(l, "[cache]", 7) == 0)
+		seen = &st->cache_line, name = "cache";
+	else if (n == 9 && memcmp(l, "[cluster]", 9) == 0)
+		seen = &st->cluster_line, name = "cluster";
+	if (!seen)
+		return 0;
+	if (*seen) {
+		fail(st, "a second [%s] section; the first is at line %d", name, *seen);
+		return -1;
+	}
+	*seen = st->line;
+	return 0;
+}
+
 static char *reader(char *str, int num, void *stream)
 {
 	struct parse_state *st = stream;
@@ -121,6 +147,8 @@ static char *reader(char *str, int num, void *stream)
 	size_t n = nl ? (size_t)(nl - l) : strlen(l);
 	st->text = nl ? nl + 1 : l + n;
 	st->line++;
+	if (single_section(st, l, n) < 0)
+		return NULL;
 	int h = path_header(st, l, n);
 	if (h < 0)
 		return NULL;
@@ -503,9 +531,12 @@ static int handler(void *user, const char *section, const char *name, const char
 	return r;
 }
 
+/* Reads a regular file of at most POLICY_MAX_BYTES. Returns 0, -EFBIG,
+ * -EINVAL (not a regular file: a FIFO, a device, a directory) or -errno. */
 static int read_whole(const char *path, char **ret, size_t *ret_len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* Non-blocking: opening a FIFO would wait for a writer. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return -errno;
 	struct stat st;
@@ -576,7 +607,9 @@ int stg_policy_load(const char *path, struct stg_policy **ret_policy, char *err,
 	if (r < 0) {
 		if (err)
 			snprintf(err, errlen, "%s: cannot read the policy file: %s", path,
-				 r == -EFBIG ? "larger than 1 MiB" : strerror(-r));
+				 r == -EFBIG    ? "larger than 1 MiB"
+				 : r == -EINVAL ? "not a regular file"
+						: strerror(-r));
 		stg_policy_free(p);
 		return r;
 	}

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -192,15 +193,24 @@ int stg_fsync_dir(int dirfd, const char *path)
 
 int stg_write_file_atomic(int dirfd, const char *name, const void *data, size_t len, bool sync)
 {
+	/* The temporary name is unpredictable, so that nobody who may write to
+	 * the directory can block us by planting it. (Cleanups find leftovers
+	 * by the ".tmp." that follows the name.) */
 	char tmp[PATH_MAX];
-	static unsigned counter;
-	int n = snprintf(tmp, sizeof(tmp), "%s.tmp.%d.%u", name, (int)getpid(),
-			 __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
-	if (n < 0 || (size_t)n >= sizeof(tmp))
-		return -ENAMETOOLONG;
-	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	int fd = -1;
+	for (int tries = 0; fd < 0 && tries < 16; tries++) {
+		uint64_t rnd;
+		if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
+			rnd = (uint64_t)stg_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)tries;
+		int n = snprintf(tmp, sizeof(tmp), "%s.tmp.%016llx", name, (unsigned long long)rnd);
+		if (n < 0 || (size_t)n >= sizeof(tmp))
+			return -ENAMETOOLONG;
+		fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+		if (fd < 0 && errno != EEXIST)
+			return -errno;
+	}
 	if (fd < 0)
-		return -errno;
+		return -EEXIST;
 	int r = stg_write_all(fd, data, len);
 	if (r == 0 && sync && fsync(fd) < 0)
 		r = -errno;

@@ -71,8 +71,8 @@ int stg_flock(int fd, int op);
 /* fsync()s the directory at path (relative to dirfd). Returns 0 or -errno. */
 int stg_fsync_dir(int dirfd, const char *path);
 
-/* Writes data to dirfd/name atomically: a temporary file, optional fsync, rename.
- * Returns 0 or -errno. */
+/* Writes data to dirfd/name atomically: a temporary file of an unpredictable
+ * name (name.tmp.<random>), optional fsync, rename. Returns 0 or -errno. */
 int stg_write_file_atomic(int dirfd, const char *name, const void *data, size_t len, bool sync);
 
 /* Reads dirfd/name whole into a malloc'ed buffer, refusing files over max bytes

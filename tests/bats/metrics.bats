@@ -133,3 +133,19 @@ EOP
 	[ "$status" -ne 0 ]
 	[[ "$output" == *"metrics_file must be an absolute path"* ]] || fail "$output"
 }
+
+@test "temporary names planted beside the metrics file do not keep the server from writing it" {
+	mkdir "$T/m"
+	start_server 0 --metrics-file "$T/m/server.prom" --metrics-interval 1
+	wait_for "$WAIT" test -s "$T/m/server.prom"
+	# Every name a temporary of the server's could have had when it was
+	# made of the pid and a count (another user who may write to the
+	# directory would plant them).
+	local pid="${SRV_PID[0]}" n
+	for ((n = 0; n < 3000; n++)); do
+		printf '%s\n' "$T/m/server.prom.tmp.$pid.$n"
+	done | xargs touch
+	rm "$T/m/server.prom"
+	wait_for "$WAIT" test -s "$T/m/server.prom" || fail "no metrics: $(tail -3 "$T/srv0.log")"
+	! grep "cannot write the metrics" "$T/srv0.log" || fail "the server could not write them"
+}

@@ -68,3 +68,30 @@ EOP
 	[ "$status" -ne 0 ]
 	[[ "$output" == *"policy.conf:4: [path ...] has no closing ']'"* ]] || fail "$output"
 }
+
+@test "a second [cache] section is an error naming both lines, for the tool and the shim" {
+	printf '[cache]\ndir = %s\n[path %s/*]\nkeep = 2\n[cache]\ndir = %s/other\n' \
+		"$CACHE" "$DEEP" "$T" >"$POLICY"
+	run "$STAGEHAND" ls
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"policy.conf:5: a second [cache] section; the first is at line 1"* ]] ||
+		fail "$output"
+	run shim cp "$POLICY" "$DEEP/x"
+	[ "$status" -eq 0 ] && cmp "$POLICY" "$DEEP/x"
+	[[ "$output" == *"a second [cache] section"*"passing every file through untouched"* ]] ||
+		fail "$output"
+}
+
+@test "a FIFO, a directory or a device given as the policy is refused at once, by the tool and the shim" {
+	mkfifo "$T/fifo.conf"
+	local p
+	for p in "$T/fifo.conf" "$T" /dev/null; do
+		run timeout 60 "$STAGEHAND" ls --policy "$p"
+		[ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "$p: status $status: $output"
+		[[ "$output" == *"$p: cannot read the policy file: not a regular file"* ]] ||
+			fail "$p: $output"
+		run env STAGEHAND_POLICY="$p" LD_PRELOAD="$SHIM" timeout 60 cp /etc/hostname "$DEEP/y"
+		[ "$status" -eq 0 ] && cmp /etc/hostname "$DEEP/y" || fail "$p: shim: $status: $output"
+		[[ "$output" == *"not a regular file"* ]] || fail "$p: shim: $output"
+	done
+}

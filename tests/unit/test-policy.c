@@ -3,6 +3,7 @@
 #include "harness.h"
 
 #include <limits.h>
+#include <sys/stat.h>
 
 #include "policy.h"
 
@@ -332,9 +333,32 @@ static void test_sizes(void)
 	CHECK(stg_parse_size("20000000T", &v) < 0);
 }
 
+/* A section that would silently override another of its name, and a file
+ * that is not a regular one (a FIFO would block the reader for ever), are
+ * refused, saying so. */
+static void test_once_and_regular(void)
+{
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nkeep = 2\n[cache]\ndir = /d\n",
+		     "bad.conf:5: a second [cache] section; the first is at line 1");
+	expect_error("[cache]\ndir = /c\n[cluster]\nservers = a:1\nsecret_file = /s\n"
+		     "  [cluster]  \nreplicas = 1\n",
+		     "bad.conf:6: a second [cluster] section; the first is at line 3");
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/fifo.conf", dir);
+	CHECK_EQ(mkfifo(path, 0600), 0);
+	struct stg_policy *p = NULL;
+	char err[1024];
+	CHECK_EQ(stg_policy_load(path, &p, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "cannot read the policy file: not a regular file") != NULL);
+	CHECK_EQ(stg_policy_load(dir, &p, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "not a regular file") != NULL);
+	CHECK(p == NULL);
+}
+
 int main(void)
 {
 	dir = harness_tmpdir();
+	test_once_and_regular();
 	test_full();
 	test_cache_excluded();
 	test_errors();
