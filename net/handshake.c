@@ -40,6 +40,34 @@ static int start_session(struct stg_conn *c, uint8_t v, const uint8_t key[STG_SH
 	return 0;
 }
 
+/* The client's last step: sends its proof (a), then takes AUTH_OK, whose
+ * proof under key shows that the server knows the key too (what) and saw
+ * the same handshake: a client never talks to an impostor that merely
+ * accepts everything. Then the session starts. Returns 0 or -errno. */
+static int client_finish(struct stg_conn *c, const struct stg_msg *a,
+			 const uint8_t key[STG_SHA256_LEN], const struct stg_auth_transcript *t,
+			 const char *what)
+{
+	struct stg_msg m;
+	int r = stg_conn_send_msg(c, a);
+	if (r == 0)
+		r = stg_conn_recv(c, STG_WIRE_MAX_PREAUTH + STG_WIRE_MAX_ERROR_TEXT, &m);
+	if (r < 0)
+		return r;
+	if (m.type == STG_MSG_ERROR)
+		return stg_wire_error_to_errno(m.error.code);
+	if (m.type != STG_MSG_AUTH_OK || m.version != STG_WIRE_VERSION)
+		return stg_conn_refuse(c, -EPROTO, "expected AUTH_OK of version %u, got %s of version %u",
+				       STG_WIRE_VERSION, stg_msg_type_name(m.type), m.version);
+	uint8_t want[STG_AUTH_MAC_LEN];
+	r = stg_auth_derive(key, STG_AUTH_SERVER_PROOF, t, want);
+	if (r < 0)
+		return r;
+	if (!stg_auth_mac_equal(want, m.auth_ok.mac))
+		return stg_conn_refuse(c, -EACCES, "the server's proof of %s is wrong", what);
+	return start_session(c, STG_WIRE_VERSION, key, t, false);
+}
+
 /* ------------------------------------------------------------------------
  * The MUNGE login (docs/PROTOCOL.md, "MUNGE"). Each side's credential
  * carries its label and the exchange's transcript X (auth.h), so it vouches
@@ -163,26 +191,7 @@ static int munge_client(struct stg_conn *c, const struct stg_secret *s,
 	a.munge_auth.cred_len = (uint32_t)strlen(cred);
 	r = stg_auth_derive(key, STG_AUTH_CLIENT_PROOF, t, a.munge_auth.mac);
 	if (r == 0)
-		r = stg_conn_send_msg(c, &a);
-	if (r == 0)
-		r = stg_conn_recv(c, STG_WIRE_MAX_PREAUTH + STG_WIRE_MAX_ERROR_TEXT, &m);
-	if (r < 0)
-		goto out;
-	if (m.type == STG_MSG_ERROR) {
-		r = stg_wire_error_to_errno(m.error.code);
-		goto out;
-	}
-	if (m.type != STG_MSG_AUTH_OK || m.version != STG_WIRE_VERSION) {
-		r = stg_conn_refuse(c, -EPROTO, "expected AUTH_OK of version %u, got %s of version %u",
-				    STG_WIRE_VERSION, stg_msg_type_name(m.type), m.version);
-		goto out;
-	}
-	uint8_t proof[STG_AUTH_MAC_LEN];
-	r = stg_auth_derive(key, STG_AUTH_SERVER_PROOF, t, proof);
-	if (r == 0 && !stg_auth_mac_equal(proof, m.auth_ok.mac))
-		r = stg_conn_refuse(c, -EACCES, "the server's proof of the exchanged key is wrong");
-	if (r == 0)
-		r = start_session(c, STG_WIRE_VERSION, key, t, false);
+		r = client_finish(c, &a, key, t, "the exchanged key");
 out:
 	stg_kx_done(&kx);
 	explicit_bzero(key, sizeof(key));
@@ -230,32 +239,7 @@ int stg_conn_auth_client(struct stg_conn *c, const struct stg_secret *s, uint32_
 	memcpy(a.auth.nonce, t.client_nonce, STG_AUTH_NONCE_LEN);
 	r = stg_auth_derive(key, STG_AUTH_CLIENT_PROOF, &t, a.auth.mac);
 	if (r == 0)
-		r = stg_conn_send_msg(c, &a);
-	if (r < 0)
-		goto out;
-	r = stg_conn_recv(c, STG_WIRE_MAX_PREAUTH + STG_WIRE_MAX_ERROR_TEXT, &m);
-	if (r < 0)
-		goto out;
-	if (m.type == STG_MSG_ERROR) {
-		r = stg_wire_error_to_errno(m.error.code);
-		goto out;
-	}
-	if (m.type != STG_MSG_AUTH_OK || m.version != STG_WIRE_VERSION) {
-		r = stg_conn_refuse(c, -EPROTO, "expected AUTH_OK of version %u, got %s of version %u",
-				    STG_WIRE_VERSION, stg_msg_type_name(m.type), m.version);
-		goto out;
-	}
-	uint8_t want[STG_AUTH_MAC_LEN];
-	r = stg_auth_derive(key, STG_AUTH_SERVER_PROOF, &t, want);
-	if (r < 0)
-		goto out;
-	/* The server proves it knows the key too, and saw the same handshake:
-	 * a client never talks to an impostor that merely accepts everything. */
-	if (!stg_auth_mac_equal(want, m.auth_ok.mac)) {
-		r = stg_conn_refuse(c, -EACCES, "the server's proof of the secret is wrong");
-		goto out;
-	}
-	r = start_session(c, STG_WIRE_VERSION, key, &t, false);
+		r = client_finish(c, &a, key, &t, "the secret");
 out:
 	explicit_bzero(key, sizeof(key));
 	return r;
