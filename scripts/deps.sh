@@ -17,6 +17,7 @@ packages=(
 	help2man # the man pages, from --help
 	python3-prometheus-client # metrics.bats parses the metrics with Prometheus' own parser
 	systemd # install.bats checks the server's unit, user and directories offline
+	python3-seccomp # install.bats runs the server in its unit's sandbox (tests/bats/lib/sandbox.py)
 )
 # safetensors (not packaged in Debian 12), beside Debian's numpy, for the
 # tests of programs that make system calls without libc.

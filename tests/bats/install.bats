@@ -88,65 +88,56 @@ teardown() {
 	cmp "$REF/f" "$BACK$CKPT/f"
 }
 
-@test "installed: the server's unit, user and directories check out, and the server runs as the unit says" {
-	local unit sysusers tmpfiles
-	unit=$(installed "systemd/system/stagehand-server@.service")
+# unit_instance: instance "a" of the installed server unit ($UNIT),
+# configured as the example says, with its user ($UID_A, $GID_A) and
+# directories made as at boot; ARGV is its ExecStart with the environment
+# file's values, every absolute path inside $ROOT.
+unit_instance() {
+	UNIT=$(installed "systemd/system/stagehand-server@.service")
+	local sysusers tmpfiles
 	sysusers=$(installed "sysusers.d/stagehand.conf")
 	tmpfiles=$(installed "tmpfiles.d/stagehand.conf")
-	grep -qx "ExecStart=${PREFIX#"$ROOT"}/sbin/stagehand-server .*" "$unit" ||
-		fail "the unit runs another program: $(grep ExecStart "$unit")"
-	# the instance "a", configured as the example says
 	mkdir -p "$ROOT/etc/stagehand"
 	sed -e 's/^LISTEN=.*/LISTEN=127.0.0.1:0/' \
 		-e 's|^OPTIONS=.*|OPTIONS=--port-file /var/lib/stagehand/a/port --log-level info|' \
 		"$PREFIX/share/doc/stagehand/examples/server-example.env" >"$ROOT/etc/stagehand/server-a.env"
 	cp "$SECRET" "$ROOT/etc/stagehand/secret"
-
-	# systemd's own checker, offline, on the instance (the targets it
-	# names come from this machine)
-	mkdir -p "$ROOT/usr/lib/systemd/system"
-	cp /lib/systemd/system/*.target "$ROOT/usr/lib/systemd/system/"
-	run systemd-analyze verify --man=no --root="$ROOT" "$(dirname "$unit")/stagehand-server@a.service"
-	[ "$status" -eq 0 ] && [ -z "$output" ] || fail "systemd-analyze verify: $output"
-
-	# the user, the directories and the secret's mode, made as at boot
 	touch "$ROOT/etc/passwd" "$ROOT/etc/group"
 	systemd-sysusers --root="$ROOT" "$sysusers" 2>"$T/sysusers.log" || fail "$(cat "$T/sysusers.log")"
-	local uid gid
-	uid=$(awk -F: '$1 == "stagehand" { print $3 }' "$ROOT/etc/passwd")
-	gid=$(awk -F: '$1 == "stagehand" { print $4 }' "$ROOT/etc/passwd")
-	[ -n "$uid" ] && [ "$uid" -gt 0 ] || fail "no stagehand user: $(cat "$ROOT/etc/passwd")"
+	UID_A=$(awk -F: '$1 == "stagehand" { print $3 }' "$ROOT/etc/passwd")
+	GID_A=$(awk -F: '$1 == "stagehand" { print $4 }' "$ROOT/etc/passwd")
+	[ -n "$UID_A" ] && [ "$UID_A" -gt 0 ] || fail "no stagehand user: $(cat "$ROOT/etc/passwd")"
 	systemd-tmpfiles --root="$ROOT" --create "$tmpfiles" 2>"$T/tmpfiles.log" ||
 		fail "$(cat "$T/tmpfiles.log")"
-	[ "$(stat -c '%u:%g %a' "$ROOT/var/lib/stagehand")" = "$uid:$gid 750" ]
-	[ "$(stat -c '%u:%g %a' "$ROOT/etc/stagehand/secret")" = "0:$gid 640" ]
 	# StateDirectory=stagehand/%i, as systemd makes it
-	install -d -o "$uid" -g "$gid" -m 750 "$ROOT/var/lib/stagehand/a"
-
-	# ExecStart for instance a with the environment file's values, every
-	# absolute path inside $ROOT, as User= and Group= say
+	install -d -o "$UID_A" -g "$GID_A" -m 750 "$ROOT/var/lib/stagehand/a"
 	local listen options cmd w
 	# (as systemd reads it: a value is the rest of its line, spaces too)
 	listen=$(sed -n 's/^LISTEN=//p' "$ROOT/etc/stagehand/server-a.env")
 	options=$(sed -n 's/^OPTIONS=//p' "$ROOT/etc/stagehand/server-a.env")
-	cmd=$(sed -n 's/^ExecStart=//p' "$unit")
+	cmd=$(sed -n 's/^ExecStart=//p' "$UNIT")
 	cmd=${cmd//%i/a}
 	cmd=${cmd//'${LISTEN}'/$listen}
 	cmd=${cmd//'$OPTIONS'/$options}
-	local -a argv=()
+	ARGV=()
 	for w in $cmd; do
 		[[ "$w" == /* ]] && w="$ROOT$w"
-		argv+=("$w")
+		ARGV+=("$w")
 	done
+}
+
+# unit_serves LAUNCHER...: runs $ARGV through LAUNCHER (which makes it the
+# unit's user), and checks that it says it is ready, serves a node that
+# ships a version and an empty node that restores it, keeps its store as
+# the unit's user's, and stops when told.
+unit_serves() {
 	# (an abstract socket: the unit's user may not enter $T)
 	listen_notify "@stagehand-install-$$-$BATS_TEST_NUMBER"
-	NOTIFY_SOCKET="@stagehand-install-$$-$BATS_TEST_NUMBER" setpriv --reuid="$uid" --regid="$gid" --clear-groups \
-		"${argv[@]}" 2>"$T/unit.log" </dev/null >/dev/null 3>&- &
+	NOTIFY_SOCKET="@stagehand-install-$$-$BATS_TEST_NUMBER" "$@" "${ARGV[@]}" \
+		2>"$T/unit.log" </dev/null >/dev/null 3>&- &
 	local pid=$!
 	track $pid
 	wait_for "$WAIT" grep -q '^READY=1$' "$T/notify" || fail "not ready: $(cat "$T/unit.log")"
-
-	# it serves: a node ships a version to it, an empty node restores it
 	SRV_HOST[0]=127.0.0.1 SRV_PORT[0]=$(cat "$ROOT/var/lib/stagehand/a/port") NSERVERS=1
 	cluster_default_policy cluster.replicas=1
 	random_file "$REF/f" 300000
@@ -158,12 +149,46 @@ teardown() {
 	run "$BIN/stagehand" restore --policy "$POLICY" --to "$BACK" "$CKPT/f"
 	[ "$status" -eq 0 ] || fail "restore: $output"
 	cmp "$REF/f" "$BACK$CKPT/f"
-	# its store is the unit's user's
-	[ -z "$(find "$ROOT/var/lib/stagehand/a" ! -uid "$uid")" ] ||
-		fail "not the unit's user's: $(find "$ROOT/var/lib/stagehand/a" ! -uid "$uid" -ls)"
+	[ -z "$(find "$ROOT/var/lib/stagehand/a" ! -uid "$UID_A")" ] ||
+		fail "not the unit's user's: $(find "$ROOT/var/lib/stagehand/a" ! -uid "$UID_A" -ls)"
 	kill -TERM "$pid"
 	wait_for "$WAIT" grep -q '^STOPPING=1$' "$T/notify"
 	wait_for "$WAIT" pid_gone "$pid"
+}
+
+@test "installed: the server's unit, user and directories check out, and the server runs as the unit says" {
+	unit_instance
+	grep -qx "ExecStart=${PREFIX#"$ROOT"}/sbin/stagehand-server .*" "$UNIT" ||
+		fail "the unit runs another program: $(grep ExecStart "$UNIT")"
+	# systemd's own checker, offline, on the instance (the targets it
+	# names come from this machine)
+	mkdir -p "$ROOT/usr/lib/systemd/system"
+	cp /lib/systemd/system/*.target "$ROOT/usr/lib/systemd/system/"
+	run systemd-analyze verify --man=no --root="$ROOT" "$(dirname "$UNIT")/stagehand-server@a.service"
+	[ "$status" -eq 0 ] && [ -z "$output" ] || fail "systemd-analyze verify: $output"
+	[ "$(stat -c '%u:%g %a' "$ROOT/var/lib/stagehand")" = "$UID_A:$GID_A 750" ]
+	[ "$(stat -c '%u:%g %a' "$ROOT/etc/stagehand/secret")" = "0:$GID_A 640" ]
+	unit_serves setpriv --reuid="$UID_A" --regid="$GID_A" --clear-groups
+}
+
+@test "installed: the server runs and serves in the unit's sandbox" {
+	"$PYTHON" -c 'import seccomp' 2>/dev/null || skip "no python3-seccomp"
+	unit_instance
+	# systemd's own judgement of it
+	run systemd-analyze security --offline=yes "$UNIT"
+	[[ "$output" == *"Overall exposure level for stagehand-server@"*": "[0-2].*" OK"* ]] ||
+		fail "systemd-analyze security: $output"
+	# (systemd is not PID 1 here: lib/sandbox.py confines it as it would)
+	unit_serves unshare --mount --propagation private \
+		"$BATS_TEST_DIRNAME/lib/sandbox.py" "$UNIT" a "$ROOT" "$UID_A" "$GID_A"
+	# refused in the sandbox, not outside it
+	run unshare --mount --propagation private "$BATS_TEST_DIRNAME/lib/sandbox.py" "$UNIT" a \
+		"$ROOT" "$UID_A" "$GID_A" "$PYTHON" -c 'import socket; socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM)'
+	[[ "$output" == *"PermissionError"* ]] || fail "AF_PACKET in the sandbox: $output"
+	run unshare --mount --propagation private "$BATS_TEST_DIRNAME/lib/sandbox.py" "$UNIT" a \
+		"$ROOT" "$UID_A" "$GID_A" touch "$ROOT/etc/stagehand/x" "$ROOT/var/lib/stagehand/a/x"
+	[[ "$output" == *"$ROOT/etc/stagehand/x"*"Read-only file system"* ]] && [ -e "$ROOT/var/lib/stagehand/a/x" ] ||
+		fail "ProtectSystem=strict in the sandbox: $output"
 }
 
 @test "the Spack recipe parses, and passes only options meson.build defines" {
