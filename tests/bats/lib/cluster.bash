@@ -358,6 +358,49 @@ EOP
 	wait_for "$WAIT" test -e "$T/cut.ready"
 }
 
+# manifest_count I: how many manifests server I holds.
+manifest_count() {
+	find "$T/srv$1/files" -type f ! -name path ! -name '*.tmp.*' 2>/dev/null | wc -l
+}
+
+# stop_when_stored I BYTES MANIFESTS: stops server I (SIGSTOP) as soon as its
+# segments hold BYTES, and prints "early" when it held no more than
+# MANIFESTS manifests then (the flush needs its new one still), "late" when
+# it did. One process polling every
+# 2 ms: starting a process for each look takes up to a second under
+# emulation, while a server stores a few MiB in milliseconds. Fails when
+# server I stores nothing before the suite's deadline.
+stop_when_stored() {
+	"$PYTHON" - "$T/srv$1" "${SRV_PID[$1]}" "$2" "$3" "$WAIT" <<'EOP' 3>&-
+import os, signal, sys, time
+
+store, server, want, had = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+wait = float(sys.argv[5])
+
+
+def stored():
+    try:
+        return sum(e.stat().st_size for e in os.scandir(store + '/segments') if e.name.endswith('.seg'))
+    except FileNotFoundError:
+        return 0
+
+
+def manifests():
+    return sum(1 for d, _, files in os.walk(store + '/files') for f in files
+               if f != 'path' and '.tmp.' not in f)
+
+
+deadline = time.monotonic() + wait
+while time.monotonic() < deadline:
+    if stored() >= want:
+        os.kill(server, signal.SIGSTOP)
+        print('late' if manifests() > had else 'early')
+        sys.exit(0)
+    time.sleep(0.002)
+sys.exit('the server stored nothing')
+EOP
+}
+
 # proc_stacks PID: what each thread of PID waits on in the kernel, for a
 # process that does not go away.
 proc_stacks() {
