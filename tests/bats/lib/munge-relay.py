@@ -10,11 +10,12 @@ connection to the server on SERVER_PORT, writing the MUNGE credentials that
 cross it to DIR/client.cred and DIR/server.cred. It then tries to decode the
 client's with `unmunge` through NODE_SOCKET (DIR/unmunge: the output).
 
-With hijack, once the server has accepted the login it stops forwarding the
-client and sends a LIST of its own, with a frame MAC under the best key it
+With hijack, once the server has accepted the first connection's login it
+stops forwarding that client and sends a LIST of its own, with a frame MAC under the best key it
 has: the one an older client's credential carried (its payload's bytes
 32..63), when `unmunge` could read it. DIR/result then says what the server
-answered: "listed N bytes", "refused: TEXT" or "closed".
+answered: "listed N bytes", "refused: TEXT" or "closed". Later connections
+(the client trying again) are forwarded.
 
 With impostor, it does not forward at all: it answers as a server would,
 with a credential of its own user (made with `munge` through NODE_SOCKET)
@@ -71,9 +72,13 @@ def unmunge(cred):
     return p.stdout if p.returncode == 0 else None
 
 
+hijacked = threading.Lock()  # taken by the one session that hijacks
+
+
 class Session:
     def __init__(self, client, server):
         self.client, self.server = client, server
+        self.hijack = mode == "hijack" and hijacked.acquire(blocking=False)
         self.established = threading.Event()
         self.server_nonce = self.client_nonce = b""
         self.versions = (1, 2)
@@ -95,7 +100,7 @@ class Session:
                 if payload is not None and len(payload) >= 64:
                     self.key = payload[32:64]
             self.server.sendall(frame)
-            if typ in (AUTH_MUNGE, MUNGE_AUTH) and mode == "hijack":
+            if typ in (AUTH_MUNGE, MUNGE_AUTH) and self.hijack:
                 self.established.wait(60)
                 self.forge_list()
                 return
@@ -125,7 +130,7 @@ class Session:
                     write("result", f"answered type {typ}\n")
                 return
             self.client.sendall(frame)
-            if typ == AUTH_OK and mode == "hijack":
+            if typ == AUTH_OK and self.hijack:
                 self.established.set()
 
 
@@ -162,7 +167,7 @@ def serve(client):
     for t in ends:
         t.start()
     ends[1].join()
-    if mode == "hijack" and s.established.is_set():
+    if s.hijack and s.established.is_set():
         try:
             open(f"{out_dir}/result").close()
         except FileNotFoundError:
