@@ -81,6 +81,39 @@ static int probe_tmpfile(int tmp_fd)
 	return 0;
 }
 
+int stg_cache_owned(const struct stg_cache *c, char *why, size_t whylen)
+{
+	const struct {
+		int fd;
+		const char *sub;
+	} dirs[] = {{c->dirfd, ""},         {c->files_fd, "/files"}, {c->packs_fd, "/packs"},
+		    {c->index_fd, "/index"}, {c->tmp_fd, "/tmp"},     {c->queue_fd, "/queue"}};
+	uid_t me = geteuid();
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		struct stat st;
+		if (fstat(dirs[i].fd, &st) < 0) {
+			snprintf(why, whylen, "cannot check who owns '%s%s': %s", c->dir, dirs[i].sub,
+				 strerror(errno));
+			return -errno;
+		}
+		if (st.st_uid != 0 && st.st_uid != me) {
+			snprintf(why, whylen, "'%s%s' belongs to uid %u, neither to you (uid %u) nor "
+				 "to root: whoever owns it decides what is published, shipped and "
+				 "restored as yours", c->dir, dirs[i].sub, (unsigned)st.st_uid,
+				 (unsigned)me);
+			return -EPERM;
+		}
+		if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+			snprintf(why, whylen, "'%s%s' may be written by %s (mode %04o): they could "
+				 "plant what is published, shipped and restored as yours", c->dir,
+				 dirs[i].sub, st.st_mode & S_IWOTH ? "every user" : "its group",
+				 (unsigned)(st.st_mode & 07777));
+			return -EPERM;
+		}
+	}
+	return 0;
+}
+
 const char *stg_cache_strerror(int r)
 {
 	switch (r) {

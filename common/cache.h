@@ -39,6 +39,12 @@ int stg_cache_open(const char *dir, struct stg_cache **ret_cache);
  * holds what only that format allows. Returns 0 or -errno. */
 int stg_cache_require_format(struct stg_cache *c, unsigned format);
 
+/* Whether the cache and its directories are ours to trust: each belongs to
+ * root or to this process's effective uid, and none may be written by group
+ * or others (who would plant records that we publish and ship as ours).
+ * Returns 0, or -EPERM with why ("'DIR' belongs to uid N ...") or -errno. */
+int stg_cache_owned(const struct stg_cache *c, char *why, size_t whylen);
+
 /* Why stg_cache_open failed with r, for a message. */
 const char *stg_cache_strerror(int r);
 

@@ -145,11 +145,29 @@ bool stg_pending_content_is(struct stg_cache *c, const char *path, int shadowfd)
 	       mine.st_dev == named.st_dev && mine.st_ino == named.st_ino;
 }
 
+/* Whether st, the pending commit's file tmp/name of path, is a regular file
+ * of this process's user; else says it is ignored. */
+static bool ours(const char *path, const char *name, const struct stat *st)
+{
+	if (S_ISREG(st->st_mode) && st->st_uid == geteuid())
+		return true;
+	stg_log(STG_LOG_WARN, "the pending commit of '%s': tmp/%s is %s: ignored", path, name,
+		S_ISREG(st->st_mode) ? "another user's" : "not a regular file");
+	return false;
+}
+
 int64_t stg_pending_settle(struct stg_cache *c, const char *path, const struct stg_path_rule *rule)
 {
 	char content[64], record[64];
 	name_of(path, "content", content);
 	name_of(path, "commit", record);
+	/* Only a record of ours is settled: one that another user could put
+	 * here (a cache they may write) would publish their bytes as ours. */
+	struct stat rst;
+	if (fstatat(c->tmp_fd, record, &rst, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!ours(path, record, &rst))
+		return 0;
 	uint8_t *buf;
 	size_t len;
 	int r = stg_read_file(c->tmp_fd, record, STG_PENDING_MAX, &buf, &len);
@@ -180,6 +198,10 @@ int64_t stg_pending_settle(struct stg_cache *c, const char *path, const struct s
 			"the pending commit of '%s': its content tmp/%s is %s; left in place", path,
 			content, r == -EBADMSG ? "missing or of the wrong size" : strerror(-r));
 		return r;
+	}
+	if (!ours(path, content, &st)) {
+		close(fd);
+		return 0;
 	}
 	/* A sync's, its writing going on: that writing commits it. */
 	if (p.open && stg_cache_shadow_held(c, st.st_dev, st.st_ino)) {

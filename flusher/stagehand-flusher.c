@@ -182,6 +182,12 @@ static int load(struct flusher *fl, const char *policy_file)
 			stg_cache_strerror(r));
 		return r;
 	}
+	char whose[PATH_MAX + 256];
+	r = stg_cache_owned(fl->cache, whose, sizeof(whose));
+	if (r < 0) {
+		stg_log(STG_LOG_ERROR, "the cache is refused: %s", whose);
+		return r;
+	}
 	fl->cache->capacity = fl->policy->capacity;
 	fl->cache->ship = true;
 	fl->uid = (uint32_t)getuid();

@@ -231,6 +231,15 @@ struct stg_cache *shim_cache(void)
 	pthread_mutex_lock(&shim.lock);
 	if (!shim.cache && !shim.cache_failed) {
 		int r = stg_cache_open(shim.policy->cache_dir, &shim.cache);
+		char why[PATH_MAX + 256];
+		if (r == 0 && stg_cache_owned(shim.cache, why, sizeof(why)) < 0) {
+			stg_cache_free(shim.cache);
+			shim.cache = NULL;
+			shim.cache_failed = true;
+			shim_log(STG_LOG_WARN, "cache directory refused: %s; passing every file "
+				 "through untouched", why);
+			r = 1; /* said */
+		}
 		if (r == 0) {
 			shim.cache->capacity = shim.policy->capacity;
 			shim.cache->ship = shim.policy->has_cluster;

@@ -21,7 +21,7 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: stagehand ls [--policy F] [PATH|PREFIX]\n"
+	fprintf(f, "usage: stagehand ls [--policy F] [--allow-foreign-cache] [PATH|PREFIX]\n"
 		   "\n"
 		   "Lists every staged version of every captured file, or of one file, or\n"
 		   "of the files below a directory: size, bytes it added to the store,\n"
@@ -33,6 +33,10 @@ static void usage(FILE *f)
 		   "Names are printed with C escapes for backslashes and control\n"
 		   "characters (\\\\, \\n, \\t, \\r, else \\ooo), as ls -b does: one line\n"
 		   "per version, whatever the names hold.\n"
+		   "\n"
+		   "  --allow-foreign-cache\n"
+		   "      use a cache that belongs to another user than you or root, or that\n"
+		   "      others may write (refused by default: they decide what it holds)\n"
 		   "exit status: 0 when everything was listed; 1 when nothing is staged at\n"
 		   "PATH, a manifest is corrupt or a cache entry was refused; 3 when no\n"
 		   "server answered (or all refused the key), or as many as `replicas` did\n"
@@ -308,6 +312,7 @@ int cmd_ls(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{"policy", required_argument, NULL, 'p'},
+		{"allow-foreign-cache", no_argument, NULL, 'F'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -316,6 +321,7 @@ int cmd_ls(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "p:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': policy = optarg; break;
+		case 'F': tool_foreign_cache_ok = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return EXIT_USAGE;
 		}

@@ -43,8 +43,9 @@ static void usage(FILE *f)
 		"               nothing is ever written outside DIR, and no symbolic link\n"
 		"               below DIR is followed\n"
 		"  --allow-foreign-cache\n"
-		"               use a cache that belongs to another user than you or root\n"
-		"               (refused by default: its owner decides what is written)\n"
+		"               use a cache that belongs to another user than you or root,\n"
+		"               or that others may write (refused by default: they decide\n"
+		"               what is written)\n"
 		"  --keep-special-bits\n"
 		"               restore the setuid, setgid and sticky bits too (dropped by\n"
 		"               default)\n"
@@ -810,23 +811,6 @@ static int restore_path(struct stg_cache *cache, struct remote *rm,
 	return failed;
 }
 
-/* Whether the cache and the directories restore reads belong to the user
- * or to root (else says so). */
-static bool cache_owned(const struct stg_cache *c)
-{
-	const struct {
-		int fd;
-		const char *sub;
-	} dirs[] = {{c->dirfd, ""}, {c->files_fd, "/files"}, {c->packs_fd, "/packs"}};
-	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
-		char name[PATH_MAX + 8];
-		snprintf(name, sizeof(name), "%s%s", c->dir, dirs[i].sub);
-		if (!tool_owned("restore", dirs[i].fd, name, "--allow-foreign-cache"))
-			return false;
-	}
-	return true;
-}
-
 int cmd_restore(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -882,13 +866,9 @@ int cmd_restore(int argc, char **argv)
 	}
 	struct stg_policy *p;
 	struct stg_cache *cache;
+	tool_foreign_cache_ok = allow_foreign;
 	if (tool_open(policy, &p, &cache))
 		return 1;
-	if (cache && !allow_foreign && !cache_owned(cache)) {
-		stg_cache_free(cache);
-		stg_policy_free(p);
-		return 1;
-	}
 	int failed = tool_settle(p, cache);
 	const struct opts o = {.to = to, .version = version, .keep_special = keep_special};
 	struct remote rm;

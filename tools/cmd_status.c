@@ -21,7 +21,7 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: stagehand status [--policy F] [--json]\n"
+	fprintf(f, "usage: stagehand status [--policy F] [--json] [--allow-foreign-cache]\n"
 		   "\n"
 		   "Shows the node cache: files and versions staged, space used by chunk\n"
 		   "objects against the capacity, how much deduplication and compression\n"
@@ -31,6 +31,10 @@ static void usage(FILE *f)
 		   "  --policy F  the policy file (default: $STAGEHAND_POLICY, ./stagehand.conf,\n"
 		   "              /etc/stagehand/policy.conf)\n"
 		   "  --json      the same facts as one JSON object, for scripts\n"
+		   "  --allow-foreign-cache\n"
+		   "              use a cache that belongs to another user than you or root, or\n"
+		   "              that others may write (refused by default: they decide what\n"
+		   "              it holds)\n"
 		   "              (docs/METRICS.md)\n");
 }
 
@@ -225,6 +229,7 @@ int cmd_status(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{"policy", required_argument, NULL, 'p'},
+		{"allow-foreign-cache", no_argument, NULL, 'F'},
 		{"json", no_argument, NULL, 'j'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
@@ -235,6 +240,7 @@ int cmd_status(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "p:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': policy = optarg; break;
+		case 'F': tool_foreign_cache_ok = true; break;
 		case 'j': json = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return EXIT_USAGE;

@@ -90,20 +90,7 @@ int tool_find(enum stg_layout_file what, char *out, size_t len)
 	return stg_layout_find(what, STG_LAYOUT_TOOL, self, out, len);
 }
 
-bool tool_owned(const char *cmd, int dirfd, const char *dir, const char *option)
-{
-	struct stat st;
-	if (fstat(dirfd, &st) < 0) {
-		tool_error("%s: cannot check who owns '%s': %s", cmd, dir, strerror(errno));
-		return false;
-	}
-	if (st.st_uid == 0 || st.st_uid == geteuid())
-		return true;
-	tool_error("%s: '%s' belongs to uid %u, neither to you (uid %u) nor to root: whoever owns "
-		   "it decides what is restored, and where; %s uses it anyway",
-		   cmd, dir, (unsigned)st.st_uid, (unsigned)geteuid(), option);
-	return false;
-}
+bool tool_foreign_cache_ok;
 
 int tool_open(const char *policy_file, struct stg_policy **ret_policy, struct stg_cache **ret_cache)
 {
@@ -135,6 +122,13 @@ int tool_open(const char *policy_file, struct stg_policy **ret_policy, struct st
 	if (r < 0) {
 		tool_error("cannot open the cache '%s': %s", (*ret_policy)->cache_dir,
 			   stg_cache_strerror(r));
+		stg_policy_free(*ret_policy);
+		return 1;
+	}
+	char why[PATH_MAX + 256];
+	if (!tool_foreign_cache_ok && stg_cache_owned(*ret_cache, why, sizeof(why)) < 0) {
+		tool_error("the cache is refused: %s; --allow-foreign-cache uses it anyway", why);
+		stg_cache_free(*ret_cache);
 		stg_policy_free(*ret_policy);
 		return 1;
 	}

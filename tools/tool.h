@@ -9,9 +9,15 @@
 #include "layout.h"
 #include "policy.h"
 
-/* Loads the policy (--policy F or the usual places) and opens its cache.
+/* Set by --allow-foreign-cache: tool_open uses a cache that
+ * stg_cache_owned refuses. */
+extern bool tool_foreign_cache_ok;
+
+/* Loads the policy (--policy F or the usual places) and opens its cache,
+ * refused unless it is ours (stg_cache_owned; tool_foreign_cache_ok).
  * Prints the reason and returns non-zero on failure. With must_exist, a cache
  * directory that does not exist yet is reported as empty: *ret_cache NULL. */
+
 int tool_open(const char *policy_file, struct stg_policy **ret_policy, struct stg_cache **ret_cache);
 
 /* Absolute, normalized form of a user-supplied path. Returns 0 or prints why. */
@@ -31,9 +37,6 @@ const char *tool_escape(const char *s, char *buf, size_t len);
 /* Says why a cache entry was skipped (stg_catalog_scan's bad callback). */
 void tool_bad_entry(const char *cmd, const char *id, int err);
 
-/* Whether dir (a descriptor of it) belongs to the user running the tool or
- * to root; else says so, naming it, and how to use it anyway: option. */
-bool tool_owned(const char *cmd, int dirfd, const char *dir, const char *option);
 
 /* One of stagehand's files, found from this program (stg_layout_find).
  * Returns 0 or -errno. */

@@ -202,3 +202,47 @@ needs_root() {
 	cmp "$REF/f" "$BACK$CKPT/a"$'\n'"b"
 	cmp "$REF/f" "$BACK$CKPT/c"$'\t'"d\\e"
 }
+
+@test "a cache owned by another user, or that others may write, is refused by every program: the shim passes through, saying so once; ls, status and the pending-commit helper refuse it; the flusher does not start" {
+	needs_root
+	echo v1 >"$REF/f"
+	shim cp "$REF/f" "$CKPT/f"
+	stop_flusher "$CACHE" 2>/dev/null || true
+	chown -R 1000 "$CACHE"
+	# The shim: the application's bytes go to the real file, uncaptured,
+	# and the refusal is said once for the whole program.
+	printf 'v2 of root\n' >"$REF/g"
+	run shim tee "$CKPT/f" "$CKPT/h" <"$REF/g"
+	[ "$status" -eq 0 ] || fail "shim: $output"
+	[ "$(grep -c "cache directory refused: '$CACHE' belongs to uid 1000" <<<"$output")" -eq 1 ] ||
+		fail "shim: $output"
+	cmp "$REF/g" "$CKPT/f" && cmp "$REF/g" "$CKPT/h"
+	local what
+	for what in ls status; do
+		run "$STAGEHAND" "$what"
+		[ "$status" -ne 0 ] && [[ "$output" == *"the cache is refused: '$CACHE' belongs to uid 1000"*"--allow-foreign-cache"* ]] ||
+			fail "$what: $output"
+		"$STAGEHAND" "$what" --help | grep -q -- --allow-foreign-cache
+	done
+	# Nothing of the shim's run was staged: one version of f, none of h.
+	run "$STAGEHAND" ls --allow-foreign-cache
+	[ "$status" -eq 0 ] && [ "$(grep -c "^$CKPT/f " <<<"$output")" -eq 1 ] &&
+		[[ "$output" != *"$CKPT/h "* ]] || fail "ls --allow-foreign-cache: $output"
+	run "$STAGEHAND" __commit --pending "$CKPT/f"
+	[ "$status" -ne 0 ] && [[ "$output" == *"the cache is refused"* ]] || fail "__commit: $output"
+	# The flusher refuses it, whoever starts it.
+	printf '[cluster]\nservers = 127.0.0.1:9\nreplicas = 1\nsecret_file = %s\n' "$SECRET" |
+		cat "$POLICY" - >"$T/cluster.conf"
+	run "$FLUSHER" --policy "$T/cluster.conf"
+	[ "$status" -ne 0 ] && [[ "$output$(cat "$CACHE/flusher.log" 2>/dev/null)" == *"the cache is refused: '$CACHE' belongs to uid 1000"* ]] ||
+		fail "flusher: $output"
+	# Ours again, but its tmp/ may be written by every user: refused too.
+	chown -R 0 "$CACHE"
+	chmod 1777 "$CACHE/tmp"
+	run "$STAGEHAND" ls
+	[ "$status" -ne 0 ] && [[ "$output" == *"'$CACHE/tmp' may be written by every user (mode 1777)"* ]] ||
+		fail "ls: $output"
+	chmod 700 "$CACHE/tmp"
+	run "$STAGEHAND" ls
+	[ "$status" -eq 0 ] || fail "ls: $output"
+}

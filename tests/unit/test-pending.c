@@ -306,11 +306,47 @@ static void settling(void)
 	stg_cache_free(c);
 }
 
+/* A record or content of another user (one who could write the cache) is
+ * ignored, saying so, never published; ours again, it is. (Run as root, the
+ * test gives the files away; as another user it cannot, and says so.) */
+static void foreign_records(void)
+{
+	if (geteuid() != 0) {
+		fprintf(stderr, "foreign_records: needs root to give files away; skipped\n");
+		return;
+	}
+	struct stg_cache *c;
+	char dir[] = "/tmp/stagehand-unit-XXXXXX";
+	CHECK(mkdtemp(dir) != NULL);
+	CHECK_EQ(stg_cache_open(dir, &c), 0);
+	char id[STG_HASH_HEX_LEN + 1], rec[64], content[64];
+	stg_catalog_file_id(P, id);
+	snprintf(rec, sizeof(rec), "%s.commit", id);
+	snprintf(content, sizeof(content), "%s.content", id);
+	const char *names[] = {rec, content};
+	for (int i = 0; i < 2; i++) {
+		int fd = shadow(c, (uint8_t)(10 + i));
+		struct stg_pending p = record(false, 1000 + i);
+		CHECK_EQ(stg_pending_write(c, fd, &p), 0);
+		close(fd);
+		CHECK_EQ(fchownat(c->tmp_fd, names[i], 65534, 65534, AT_SYMLINK_NOFOLLOW), 0);
+		size_t before = versions(c);
+		CHECK_EQ(stg_pending_settle(c, P, &rule), 0);
+		CHECK_EQ(versions(c), before);
+		CHECK_EQ(pending_files(c), 2);
+		CHECK_EQ(fchownat(c->tmp_fd, names[i], 0, 0, AT_SYMLINK_NOFOLLOW), 0);
+		CHECK(stg_pending_settle(c, P, &rule) > 0);
+		CHECK_EQ(versions(c), before + 1);
+	}
+	stg_cache_free(c);
+}
+
 int main(void)
 {
 	round_trip();
 	corruption();
 	field_rules();
 	settling();
+	foreign_records();
 	return harness_done();
 }
