@@ -210,8 +210,26 @@ int64_t stg_pending_settle(struct stg_cache *c, const char *path, const struct s
 	}
 	/* An open one holds what its writers wrote (at least what they synced). */
 	uint64_t size = (uint64_t)st.st_size;
-	struct stg_file_state state;
-	bool moved = stg_catalog_state(c, path, &state) == 0 && state.exists && state.latest != p.base;
+	/* Whether a version newer than the record's base was published: its
+	 * base may have been re-minted since (the flusher gives a version a new
+	 * id when another node's took its first on the servers), and is the
+	 * same version under its new id. A sync's record was written against
+	 * an open version, a close's against a closed one, but for a close
+	 * that followed a sync: then the close that superseded the open base
+	 * (its own, if a packing died before it removed the record) passes
+	 * for the base re-minted, and the version is published again rather
+	 * than lost. Decided under the entry's lock, so that a re-minting is
+	 * seen whole. */
+	struct stg_file_state state = {0};
+	uint64_t base = p.base;
+	struct stg_catalog_file f;
+	if (stg_catalog_lock(c, path, false, &f) == 0) {
+		base = stg_catalog_reminted(f.dirfd, p.base, p.open);
+		if (stg_catalog_state(c, path, &state) < 0)
+			state.exists = false;
+		stg_catalog_unlock(&f);
+	}
+	bool moved = state.exists && state.latest != base;
 	int64_t v = 0;
 	/* A sync's, superseded by a version published since: stale. A close's
 	 * published already, by a packing that died before it removed the

@@ -245,6 +245,22 @@ static void settling(void)
 	CHECK(stg_pending_settle(c, P, &rule) > 0);
 	CHECK_EQ(versions(c), 3);
 
+	/* The same again, and the newest version re-minted meanwhile (the
+	 * flusher gave it a new id, its first having been taken on the servers
+	 * by another node's): the record's base is that version still, so
+	 * nothing newer was published: published. */
+	fd = shadow(c, 30);
+	p = record(false, 2000);
+	CHECK_EQ(stg_pending_write(c, fd, &p), 0);
+	close(fd);
+	struct stg_file_state before;
+	CHECK_EQ(stg_catalog_state(c, P, &before), 0);
+	uint64_t reminted;
+	CHECK_EQ(stg_catalog_remint(c, P, before.latest, &reminted), 0);
+	CHECK(reminted != before.latest);
+	CHECK(stg_pending_settle(c, P, &rule) > 0);
+	CHECK_EQ(versions(c), 4);
+
 	/* A sync's: left alone while its shadow is held, dropped by
 	 * stg_pending_drop; a close's is not. */
 	fd = shadow(c, 4);
@@ -258,7 +274,7 @@ static void settling(void)
 	CHECK_EQ(stg_pending_write(c, fd, &p), 0);
 	CHECK_EQ(stg_pending_settle(c, P, &rule), 0);
 	CHECK_EQ(pending_files(c), 2);
-	CHECK_EQ(versions(c), 3);
+	CHECK_EQ(versions(c), 4);
 	stg_pending_drop(c, P);
 	CHECK_EQ(pending_files(c), 0);
 	p = record(false, 4000);
@@ -266,7 +282,7 @@ static void settling(void)
 	stg_pending_drop(c, P);
 	CHECK_EQ(pending_files(c), 2);
 	CHECK(stg_pending_settle(c, P, &rule) > 0);
-	CHECK_EQ(versions(c), 4);
+	CHECK_EQ(versions(c), 5);
 
 	/* A sync's whose writers died: an open version. One that a version
 	 * published meanwhile superseded: dropped. */
@@ -274,7 +290,7 @@ static void settling(void)
 	CHECK_EQ(stg_pending_write(c, fd, &p), 0);
 	close(h);
 	CHECK(stg_pending_settle(c, P, &rule) > 0);
-	CHECK_EQ(versions(c), 5);
+	CHECK_EQ(versions(c), 6);
 	struct stg_file_state state;
 	CHECK_EQ(stg_catalog_state(c, P, &state), 0);
 	uint64_t open_version = state.latest;
