@@ -231,3 +231,24 @@ all_get_in() {
 	attack slowloris 16 --secret "$SECRET" --uid $((ATTACKER_UID + 1))
 	all_get_in 20 "two uids trickling requests on all 16 slots"
 }
+
+@test "hostile PUT_MANIFEST frames: refused, the server serves on, and every manifest it serves names only chunks it holds" {
+	SERVER_OPTS=()
+	start_servers 1
+	cluster_default_policy cluster.replicas=1
+	random_file "$REF/f" 300000
+	shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	run "$PROGS/manifest-fuzz" "$(srv_addr 0)" "$SECRET" "$(id -u)" "$CKPT/f" 2000
+	echo "# $output" >&3
+	[ "$status" -eq 0 ] || fail "manifest-fuzz: $output"
+	[[ "$output" == *"every chunk of each held"* ]] || fail "manifest-fuzz: $output"
+	kill -0 "${SRV_PID[0]}" || fail "the server is gone: $(tail -5 "$T/srv0.log")"
+	# and the real version still restores, from the server alone
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	run "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore: $output"
+	cmp "$REF/f" "$BACK$CKPT/f"
+}

@@ -762,7 +762,8 @@ def fds():
     return len(os.listdir("/proc/self/fd"))
 
 def stripe_bytes(rank, j):
-    return random.Random(rank * 1000 + j + (10**6 if how == "other" else 0)).randbytes(stripe)
+    seed = 10**6 if how == "other" else int(how[4:]) * 10**7 if how.startswith("seed") else 0
+    return random.Random(rank * 1000 + j + seed).randbytes(stripe)
 
 def rank_main(rank, opened, written):
     before = fds()
@@ -964,6 +965,31 @@ helper_dies() {
 	[ "$(shim stat -c %s "$CKPT/f")" = $((32 << 20)) ]
 	[ "$(pending_left)" = "0 0" ] || fail "left in tmp/: $(ls "$CACHE/tmp")"
 	check_file f 1
+}
+
+@test "B24b: the pending commit's helper killed -9 at random points, 8 versions: the next reader settles each, every one restores byte for byte, none twice" {
+	random_stripes_script
+	# The helper runs as it would, and is killed at a random point of its
+	# work (or after it).
+	cat >"$T/killtool" <<EOT
+#!/bin/bash
+"$STAGEHAND" "\$@" &
+pid=\$!
+sleep "\$(printf '0.%03d' \$((RANDOM % 500)))"
+kill -9 \$pid 2>/dev/null
+wait \$pid
+exit 0
+EOT
+	chmod +x "$T/killtool"
+	local k
+	for k in 1 2 3 4 5 6 7 8; do
+		STAGEHAND_TOOL="$T/killtool" twice "$PYTHON" "$T/rstripes.py" @D@/f 4 65536 128 "seed$k"
+		# the next reader through the shim settles what the helper left
+		[ "$(shim stat -c %s "$CKPT/f")" = $((32 << 20)) ] || fail "round $k: stat"
+		[ "$(pending_left)" = "0 0" ] || fail "round $k: left in tmp/: $(ls "$CACHE/tmp")"
+		assert_versions "$CKPT/f" "$k"
+		check_file f "$k"
+	done
 }
 
 @test "B25: the pending commit's helper dies: stagehand ls packs it and lists it; the next writing, whose helper packs, starts from it" {
