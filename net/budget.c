@@ -45,12 +45,19 @@ static struct stg_budget_user *user(struct stg_conn_budget *b, uint32_t uid)
 	return &b->users[b->nusers++];
 }
 
-/* Forgets u once it holds nothing and waits for nothing. Lock held. */
+/* Forgets u once it holds nothing and waits for nothing; the table goes
+ * with the last one (a budget that holds nothing holds no memory). Lock
+ * held. */
 static void forget_if_done(struct stg_conn_budget *b, struct stg_budget_user *u)
 {
 	if (u->held || u->waiting)
 		return;
 	*u = b->users[--b->nusers];
+	if (b->nusers == 0) {
+		free(b->users);
+		b->users = NULL;
+		b->users_cap = 0;
+	}
 }
 
 /* Whether u may take n bytes now. Lock held. */
