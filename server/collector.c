@@ -8,14 +8,29 @@
 #include "internal.h"
 #include "log.h"
 
-static int mark_manifest(void *arg, const char *path, const struct stg_manifest *m)
+/* Marks the chunks of a manifest, and gives its user the ones its put said
+ * this server holds (owners.h): the same pairs a running server recorded,
+ * so that a restart or a collection gives nobody more. */
+static int mark_manifest(void *arg, uint32_t uid, const struct stg_manifest *m,
+			 const uint8_t *held)
 {
-	struct stg_store *store = arg;
-	(void)path;
-	for (uint32_t i = 0; i < m->nchunks; i++)
-		if (!(m->entries[i].flags & STG_ENTRY_ZERO))
-			stg_store_mark(store, &m->entries[i].hash);
+	struct server *srv = arg;
+	for (uint32_t i = 0; i < m->nchunks; i++) {
+		const struct stg_hash *h = &m->entries[i].hash;
+		if (m->entries[i].flags & STG_ENTRY_ZERO || !stg_store_mark(srv->store, h))
+			continue;
+		if (!held || held[i / 8] & (1u << (i % 8))) {
+			int r = stg_owners_add(srv->owners, uid, h);
+			if (r < 0)
+				return r;
+		}
+	}
 	return 0;
+}
+
+int server_owners_load(struct server *srv)
+{
+	return stg_files_foreach(srv->files, mark_manifest, srv);
 }
 
 static void collect(struct server *srv)
@@ -25,13 +40,17 @@ static void collect(struct server *srv)
 	 * below reads; one stored after marks its own chunks in the new epoch. */
 	pthread_rwlock_wrlock(&srv->manifest_lock);
 	stg_store_gc_begin(srv->store);
+	stg_owners_gc_begin(srv->owners);
 	pthread_rwlock_unlock(&srv->manifest_lock);
-	int r = stg_files_foreach(srv->files, mark_manifest, srv->store);
+	int r = stg_files_foreach(srv->files, mark_manifest, srv);
 	if (r < 0) {
 		/* Without every mark, dropping anything could lose a live chunk. */
 		stg_log_errno(STG_LOG_ERROR, r, "collection skipped: cannot read the manifests");
 		return;
 	}
+	size_t forgotten = stg_owners_gc_end(srv->owners);
+	if (forgotten)
+		stg_log(STG_LOG_DEBUG, "collection: %zu chunks no longer any user's", forgotten);
 	struct stg_store_gc_result res;
 	r = stg_store_gc_end(srv->store, &res);
 	if (r < 0) {

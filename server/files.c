@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The server's manifests: files/<uid>/<file id>/{path, v<N>.mf}. */
+/* The server's manifests: files/<uid>/<file id>/{path, v<N>.mf, v<N>.held}. */
 #include "files.h"
 
 #include <dirent.h>
@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "catalog.h"
+#include "heldmap.h"
 #include "log.h"
 #include "util.h"
 
@@ -175,8 +176,58 @@ static int may_put(int filedirfd, uint64_t version, const uint8_t *mf, size_t le
 	return same ? 0 : -EEXIST;
 }
 
+static void held_name(uint64_t version, char out[40])
+{
+	snprintf(out, 40, "v%020" PRIu64 ".held", version);
+}
+
+/* Removes the held maps whose manifest is gone (retired, or never written
+ * after a crash between the two). */
+static void drop_orphan_held(int filedirfd)
+{
+	DIR *d = stg_opendir_at(filedirfd, ".");
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		uint64_t v;
+		char name[40], mf[40];
+		if (sscanf(de->d_name, "v%20" SCNu64 ".held", &v) != 1)
+			continue;
+		held_name(v, name);
+		stg_catalog_manifest_name(v, mf);
+		if (strcmp(name, de->d_name) == 0 && faccessat(filedirfd, mf, F_OK, 0) < 0 &&
+		    errno == ENOENT)
+			unlinkat(filedirfd, name, 0);
+	}
+	closedir(d);
+}
+
+/* Writes the held map of version (before its manifest, so that a filed
+ * manifest never lacks it). */
+static int put_held(int filedirfd, uint64_t version, const uint8_t *mf, size_t len,
+		    const uint8_t *held)
+{
+	struct stg_manifest m;
+	int r = stg_manifest_decode(mf, len, &m);
+	if (r < 0)
+		return r;
+	uint32_t nchunks = m.nchunks;
+	stg_manifest_done(&m);
+	size_t n = stg_heldmap_size(nchunks);
+	uint8_t *buf = malloc(n);
+	if (!buf)
+		return -ENOMEM;
+	stg_heldmap_encode(version, nchunks, held, buf);
+	char name[40];
+	held_name(version, name);
+	r = stg_write_file_atomic(filedirfd, name, buf, n, true);
+	free(buf);
+	return r;
+}
+
 int stg_files_put(struct stg_files *f, uint32_t uid, const char *path, const uint8_t *mf,
-		  size_t len, uint64_t version, uint32_t keep)
+		  size_t len, uint64_t version, uint32_t keep, const uint8_t *held)
 {
 	if (check_path(path) < 0 || version == 0)
 		return -EINVAL;
@@ -196,12 +247,16 @@ int stg_files_put(struct stg_files *f, uint32_t uid, const char *path, const uin
 	}
 	char name[40];
 	stg_catalog_manifest_name(version, name);
-	r = stg_write_file_atomic(fd, name, mf, len, true);
+	r = put_held(fd, version, mf, len, held);
+	if (r == 0)
+		r = stg_write_file_atomic(fd, name, mf, len, true);
 	if (r == 0 && fsync(fd) < 0)
 		r = -errno;
 	int removed = r == 0 ? stg_catalog_prune(fd, keep, true) : 0;
 	if (removed < 0)
 		r = removed;
+	if (removed > 0)
+		drop_orphan_held(fd);
 	if (removed > 0 && fsync(fd) < 0 && r == 0)
 		r = -errno;
 	close(fd);
@@ -239,9 +294,52 @@ int stg_files_get(struct stg_files *f, uint32_t uid, const char *path, uint64_t 
 
 typedef int (*manifest_fn)(void *arg, const char *path, const struct stg_manifest *m);
 
-/* Calls fn for each readable version of one entry, without any lock held
- * (fn may put to the same path); a version removed meanwhile is skipped. */
-static int list_entry(int filedirfd, const char *path, manifest_fn fn, void *arg)
+/* A walk of manifests: for a listing (fn), or for the owners (owned_fn,
+ * with the uid and held map). */
+struct walk {
+	manifest_fn fn;
+	stg_files_owned_fn owned_fn;
+	void *arg;
+	uint32_t uid;
+};
+
+/* The held map of version m of an entry into *ret_buf (to free), with
+ * *ret_bits in it; NULL bits when the manifest was filed without one (by a
+ * server of before held maps) or its map is unreadable: all its chunks count
+ * as held then, as they did, so that no restore is lost to it. */
+static void read_held(int filedirfd, const char *path, const struct stg_manifest *m,
+		      uint8_t **ret_buf, const uint8_t **ret_bits)
+{
+	char name[40];
+	held_name(m->version, name);
+	size_t len;
+	*ret_buf = NULL;
+	*ret_bits = NULL;
+	int r = stg_read_file(filedirfd, name, stg_heldmap_size(m->nchunks), ret_buf, &len);
+	if (r == 0)
+		r = stg_heldmap_decode(*ret_buf, len, m->version, m->nchunks, ret_bits);
+	if (r < 0 && r != -ENOENT)
+		stg_log_errno(STG_LOG_WARN, r, "files: the held map of '%s' version %" PRIu64
+			      " is unreadable: all its chunks count as held", path, m->version);
+}
+
+static int walk_one(const struct walk *w, int filedirfd, const char *path,
+		    const struct stg_manifest *m)
+{
+	if (w->fn)
+		return w->fn(w->arg, path, m);
+	uint8_t *buf;
+	const uint8_t *bits;
+	read_held(filedirfd, path, m, &buf, &bits);
+	int r = w->owned_fn(w->arg, w->uid, m, bits);
+	free(buf);
+	return r;
+}
+
+/* Calls the walk's function for each readable version of one entry, without
+ * any lock held (it may put to the same path); a version removed meanwhile
+ * is skipped. */
+static int list_entry(int filedirfd, const char *path, const struct walk *w)
 {
 	uint64_t *v;
 	size_t n;
@@ -263,14 +361,14 @@ static int list_entry(int filedirfd, const char *path, manifest_fn fn, void *arg
 				      path, v[i]);
 			continue;
 		}
-		r = fn(arg, path, &m);
+		r = walk_one(w, filedirfd, path, &m);
 		stg_manifest_done(&m);
 	}
 	free(v);
 	return r;
 }
 
-static int list_uid(int uidfd, const char *prefix, manifest_fn fn, void *arg)
+static int list_uid(int uidfd, const char *prefix, const struct walk *w)
 {
 	DIR *d = stg_opendir_at(uidfd, ".");
 	if (!d)
@@ -289,7 +387,7 @@ static int list_uid(int uidfd, const char *prefix, manifest_fn fn, void *arg)
 			stg_catalog_file_id(path, id);
 			/* An entry whose path does not hash to its name is not one. */
 			if (strcmp(id, de->d_name) == 0 && strncmp(path, prefix, plen) == 0)
-				r = list_entry(ffd, path, fn, arg);
+				r = list_entry(ffd, path, w);
 		}
 		close(ffd);
 	}
@@ -305,7 +403,8 @@ int stg_files_list(struct stg_files *f, uint32_t uid, const char *prefix, manife
 	int ufd = openat(f->fd, uidname, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (ufd < 0)
 		return errno == ENOENT ? 0 : -errno;
-	int r = list_uid(ufd, prefix ? prefix : "", fn, arg);
+	struct walk w = {.fn = fn, .arg = arg};
+	int r = list_uid(ufd, prefix ? prefix : "", &w);
 	close(ufd);
 	return r;
 }
@@ -328,7 +427,7 @@ static bool parse_uid(const char *name, uint32_t *ret)
 	return true;
 }
 
-int stg_files_foreach(struct stg_files *f, manifest_fn fn, void *arg)
+int stg_files_foreach(struct stg_files *f, stg_files_owned_fn fn, void *arg)
 {
 	DIR *d = stg_opendir_at(f->fd, ".");
 	if (!d)
@@ -342,7 +441,8 @@ int stg_files_foreach(struct stg_files *f, manifest_fn fn, void *arg)
 		int ufd = openat(f->fd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (ufd < 0)
 			continue;
-		r = list_uid(ufd, "", fn, arg);
+		struct walk w = {.owned_fn = fn, .arg = arg, .uid = uid};
+		r = list_uid(ufd, "", &w);
 		close(ufd);
 	}
 	closedir(d);

@@ -17,11 +17,12 @@ void stg_files_free(struct stg_files *f);
 
 /* Stores an encoded manifest (already validated) of path for uid as version
  * m->version, atomically and durably (replacing one of the same id only if
- * its chunks are the same: -EEXIST otherwise, and only then), then applies
- * retention (stg_catalog_prune: keep closed versions, 0 keeps all). Returns
- * how many versions were removed, or -errno. */
+ * its chunks are the same: -EEXIST otherwise, and only then), with held, the
+ * bitmap of its chunks this server holds (heldmap.h), then applies retention
+ * (stg_catalog_prune: keep closed versions, 0 keeps all). Returns how many
+ * versions were removed, or -errno. */
 int stg_files_put(struct stg_files *f, uint32_t uid, const char *path, const uint8_t *mf,
-		  size_t len, uint64_t version, uint32_t keep);
+		  size_t len, uint64_t version, uint32_t keep, const uint8_t *held);
 
 /* Reads version (0: the newest) of uid's path into a malloc'ed buffer,
  * validated. Returns 0, -ENOENT, -EBADMSG or -errno. */
@@ -35,8 +36,11 @@ int stg_files_get(struct stg_files *f, uint32_t uid, const char *path, uint64_t 
 int stg_files_list(struct stg_files *f, uint32_t uid, const char *prefix,
 		   int (*fn)(void *arg, const char *path, const struct stg_manifest *m), void *arg);
 
+/* A manifest of uid, with the bitmap of the chunks its put said this server
+ * holds (NULL: all of them, for a manifest filed before held maps). */
+typedef int (*stg_files_owned_fn)(void *arg, uint32_t uid, const struct stg_manifest *m,
+				  const uint8_t *held);
+
 /* Calls fn for every manifest of every user (garbage collection marks what
- * they reference). */
-int stg_files_foreach(struct stg_files *f,
-		      int (*fn)(void *arg, const char *path, const struct stg_manifest *m),
-		      void *arg);
+ * they reference; the owners of chunks are rebuilt from them). */
+int stg_files_foreach(struct stg_files *f, stg_files_owned_fn fn, void *arg);

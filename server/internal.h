@@ -10,6 +10,7 @@
 #include "auth.h"
 #include "conn.h"
 #include "files.h"
+#include "owners.h"
 #include "store.h"
 
 enum admit_state {
@@ -88,6 +89,7 @@ struct server_counters {
 struct server {
 	struct stg_store *store;
 	struct stg_files *files;
+	struct stg_owners *owners; /* which user may see which chunk */
 	struct stg_secret secret;
 	int timeout_ms;
 	int handshake_ms; /* to log in, at each step */
@@ -133,6 +135,10 @@ void *server_collector(void *arg);
 /* The metrics thread: writes metrics_file every metrics_interval_s, and
  * once more when the server stops. */
 void *server_metrics(void *arg);
+
+/* Gives every user back the chunks its manifests name as held here (at
+ * start, before the first connection). Returns 0 or -errno. */
+int server_owners_load(struct server *srv);
 
 /* Asks the collector to run soon. */
 void server_collector_wake(struct server *srv);

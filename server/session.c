@@ -40,10 +40,11 @@ static int on_have(struct session *s, const struct stg_msg *req)
 	for (uint32_t i = 0; i < n; i++) {
 		struct stg_hash h;
 		memcpy(h.b, req->have.hashes + (size_t)i * 16, 16);
-		/* Marking first keeps a chunk we say we hold from being collected
-		 * before the manifest that needs it arrives. */
-		stg_store_mark(s->srv->store, &h);
-		if (stg_store_has(s->srv->store, &h)) {
+		/* Only the user's own chunks (owners.h). Marking keeps a chunk we
+		 * say we hold from being collected before the manifest that needs
+		 * it arrives. */
+		if (stg_owners_has(s->srv->owners, s->uid, &h) &&
+		    stg_store_mark(s->srv->store, &h)) {
 			bitmap[i / 8] |= (uint8_t)(1u << (i % 8));
 			held++;
 		}
@@ -78,6 +79,29 @@ static int take_frame_memory(struct session *s, size_t n)
 				    &s->conn);
 }
 
+/* The chunk h was stored already, and not by this user: it becomes the
+ * user's only if the bytes it sent are the stored ones (store.h,
+ * stg_store_same). Returns 0, -EEXIST (they differ) or -errno. */
+static int claim(struct session *s, const struct stg_msg *req, const struct stg_hash *h)
+{
+	const uint8_t *obj = req->put_chunk.obj;
+	size_t len = req->put_chunk.len;
+	size_t dm = 2 * (size_t)stg_get_le32(obj + 8); /* both decoded */
+	if (take_frame_memory(s, dm) < 0)
+		return -EBUSY;
+	int r = stg_store_same(s->srv->store, h, obj, len);
+	stg_conn_budget_give(&s->srv->frames, s->uid, dm);
+	if (r == 0) {
+		char hex[STG_HASH_HEX_LEN + 1];
+		stg_hash_hex(h, hex);
+		stg_log(STG_LOG_WARN, "%s: uid %u sent chunk %s, whose bytes differ from the "
+			"stored copy of that id (an XXH3-128 collision, or the copy is damaged): "
+			"refused", s->conn.peer, s->uid, hex);
+		return -EEXIST;
+	}
+	return r < 0 ? r : stg_owners_add(s->srv->owners, s->uid, h);
+}
+
 static int on_put_chunk(struct session *s, const struct stg_msg *req)
 {
 	struct stg_hash h, base;
@@ -96,14 +120,35 @@ static int on_put_chunk(struct session *s, const struct stg_msg *req)
 		return stg_conn_send_error(&s->conn, req->tag, -EBADMSG,
 					   "chunk object fails verification");
 	}
+	/* A delta against a chunk the user may not see would reveal it (the
+	 * delta of a copy decodes to the base): refused as if it were absent. */
+	bool delta = stg_chunk_base(req->put_chunk.obj, req->put_chunk.len, &base);
+	if (delta && !stg_owners_has(s->srv->owners, s->uid, &base))
+		r = -ENOLINK;
 	/* A delta object is decoded with its base to be checked: memory again. */
-	if (dm && stg_chunk_base(req->put_chunk.obj, req->put_chunk.len, &base) &&
-	    take_frame_memory(s, dm) < 0)
+	else if (dm && delta && take_frame_memory(s, dm) < 0)
 		return stg_conn_send_error(&s->conn, req->tag, -EBUSY, "the server's frame memory "
 					   "is in use: try again later");
-	r = stg_store_put(s->srv->store, req->put_chunk.obj, req->put_chunk.len, &h);
-	if (dm && stg_chunk_base(req->put_chunk.obj, req->put_chunk.len, &base))
-		stg_conn_budget_give(&s->srv->frames, s->uid, dm);
+	else {
+		r = stg_store_put(s->srv->store, req->put_chunk.obj, req->put_chunk.len, &h);
+		if (dm && delta)
+			stg_conn_budget_give(&s->srv->frames, s->uid, dm);
+	}
+	if (r == 0)
+		r = stg_owners_add(s->srv->owners, s->uid, &h);
+	else if (r == 1 && !stg_owners_has(s->srv->owners, s->uid, &h))
+		r = claim(s, req, &h);
+	else if (r == 1)
+		r = 0;
+	if (r == -EEXIST)
+		return stg_conn_send_error(&s->conn, req->tag, -EEXIST, "another chunk with this "
+					   "id is stored here (a hash collision)");
+	if (r == -EBUSY)
+		return stg_conn_send_error(&s->conn, req->tag, -EBUSY, "the server's frame memory "
+					   "is in use: try again later");
+	if (r == -ENOENT) /* collected between the put and the comparison */
+		return stg_conn_send_error(&s->conn, req->tag, -EBUSY, "the chunk was collected "
+					   "while it was stored: try again");
 	if (r == -ENOLINK) {
 		char hex[STG_HASH_HEX_LEN + 1];
 		stg_hash_hex(&base, hex);
@@ -144,8 +189,9 @@ static uint32_t find_missing(struct session *s, const struct stg_manifest *mf, c
 	for (uint32_t i = 0; i < mf->nchunks; i++) {
 		if (!held(map, i))
 			continue;
-		stg_store_mark(s->srv->store, &mf->entries[i].hash);
-		if (!stg_store_has(s->srv->store, &mf->entries[i].hash))
+		/* A chunk counts as held only if it is the user's own. */
+		const struct stg_hash *h = &mf->entries[i].hash;
+		if (!stg_owners_has(s->srv->owners, s->uid, h) || !stg_store_mark(s->srv->store, h))
 			stg_put_le32(missing + 4 * (size_t)n++, i);
 	}
 	return n;
@@ -200,7 +246,7 @@ static int on_put_manifest(struct session *s, const struct stg_msg *req)
 			r = stg_store_require_format(s->srv->store, 2);
 		if (r == 0)
 			removed = stg_files_put(s->srv->files, s->uid, path, p->manifest,
-						p->manifest_len, mf.version, p->keep);
+						p->manifest_len, mf.version, p->keep, p->held);
 		else
 			removed = r;
 	}
@@ -325,7 +371,17 @@ static int on_get_manifest(struct session *s, const struct stg_msg *req)
 static int on_get_chunk(struct session *s, const struct stg_msg *req)
 {
 	struct stg_store_obj o;
-	int r = stg_store_get(s->srv->store, &req->get_chunk.hash, &o);
+	const struct stg_hash *h = &req->get_chunk.hash;
+	struct stg_hash base;
+	/* Another user's chunk is absent for this one, as on HAVE. */
+	int r = stg_owners_has(s->srv->owners, s->uid, h) ? stg_store_get(s->srv->store, h, &o)
+							   : -ENOENT;
+	/* A delta goes as it is only to a user who may see its base. */
+	if (r == 0 && stg_chunk_base(o.obj, o.len, &base) &&
+	    !stg_owners_has(s->srv->owners, s->uid, &base)) {
+		stg_store_obj_free(&o);
+		r = stg_store_get_whole(s->srv->store, h, &o);
+	}
 	if (r < 0) {
 		char hex[STG_HASH_HEX_LEN + 1];
 		stg_hash_hex(&req->get_chunk.hash, hex);

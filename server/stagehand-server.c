@@ -570,6 +570,15 @@ int main(int argc, char **argv)
 		stg_log_errno(STG_LOG_ERROR, r, "cannot open the manifests of '%s'", store_dir);
 		return 1;
 	}
+	if (stg_owners_new(&srv.owners) < 0) {
+		stg_log(STG_LOG_ERROR, "out of memory");
+		return 1;
+	}
+	/* Before the first client: a user's own chunks must be its own. */
+	r = server_owners_load(&srv);
+	if (r < 0)
+		stg_log_errno(STG_LOG_ERROR, r, "cannot read every manifest of '%s': the chunks of "
+			      "those unread are not served until they are sent again", store_dir);
 	srv.timeout_ms = (int)(timeout_s * 1000);
 	srv.handshake_ms = (int)(handshake_s * 1000);
 	srv.idle_ms = (int)(idle_s * 1000);
@@ -618,8 +627,9 @@ int main(int argc, char **argv)
 
 	struct stg_store_stats st;
 	stg_store_stats(srv.store, &st);
-	stg_log(STG_LOG_INFO, "listening on %s; store '%s': %llu chunks in %llu segments", bound,
-		store_dir, (unsigned long long)st.chunks, (unsigned long long)st.segments);
+	stg_log(STG_LOG_INFO, "listening on %s; store '%s': %llu chunks in %llu segments, "
+		"%zu (user, chunk) pairs", bound, store_dir, (unsigned long long)st.chunks,
+		(unsigned long long)st.segments, stg_owners_count(srv.owners));
 
 	pthread_t collector;
 	sigset_t all, old;

@@ -402,7 +402,7 @@ int stg_store_put(struct stg_store *s, const uint8_t *obj, size_t len, const str
 	if (len <= STG_CHUNK_HEADER_SIZE || len > stg_segment_body_max())
 		return -EINVAL;
 	if (mark_if_present(s, h))
-		return 0;
+		return 1;
 	struct stg_hash base;
 	bool delta = stg_chunk_base(obj, len, &base);
 	uint8_t *plain = NULL;
@@ -454,7 +454,8 @@ static int put_record(struct stg_store *s, const uint8_t *obj, size_t len, const
 		if (base && !mark_locked(s, base))
 			r = -ENOLINK;
 		/* A concurrent put of the same chunk may have won: its entry
-		 * stays and this record is garbage for compaction. */
+		 * stays, this record is garbage for compaction, and the put
+		 * says the chunk was there (its caller may compare them). */
 		if (r == 0)
 			r = stg_chunkindex_insert(s->index, &ent, &e);
 		if (r == 1) {
@@ -468,7 +469,7 @@ static int put_record(struct stg_store *s, const uint8_t *obj, size_t len, const
 		} else if (r == 0) {
 			e->epoch = s->epoch;
 		}
-		r = r < 0 ? r : 0;
+		r = r < 0 ? r : !r; /* inserted: 0; there already: 1 */
 	}
 	pthread_mutex_unlock(&s->lock);
 	seg_put(s, g);
@@ -613,6 +614,21 @@ static int decode_stored(struct stg_store *s, const struct stg_hash *h, uint32_t
 	return r;
 }
 
+/* Encodes raw, the chunk h of hd's raw_len bytes, on its own with the codec
+ * and filter hd names, into *ret (malloc'ed). */
+static int encode_whole(const struct stg_chunk_header *hd, const struct stg_hash *h,
+			const uint8_t *raw, uint8_t **ret, size_t *ret_len)
+{
+	struct stg_chunk_codec c = {.compress = hd->codec, .filter = hd->filter,
+				    .element = hd->element};
+	uint8_t *p = malloc(stg_chunk_bound(hd->raw_len));
+	if (!p)
+		return -ENOMEM;
+	*ret_len = stg_chunk_encode(raw, hd->raw_len, h, &c, p);
+	*ret = p;
+	return 0;
+}
+
 /* A delta object to store: its base is stored (-ENOLINK if not) and it
  * decodes to h. When its chain would get deeper than
  * STG_CHUNK_DELTA_DEPTH, *ret_plain receives the chunk encoded on its own
@@ -639,18 +655,79 @@ static int check_delta(struct stg_store *s, const uint8_t *obj, size_t len,
 	if (r == 0)
 		r = stg_chunk_decode_delta(obj, len, h, hd.raw_len, braw, raw);
 	*ret_plain = NULL;
-	if (r == 0 && depth + 1 > STG_CHUNK_DELTA_DEPTH) {
-		struct stg_chunk_codec c = {.compress = hd.codec, .filter = hd.filter,
-					    .element = hd.element};
-		uint8_t *p = malloc(stg_chunk_bound(hd.raw_len));
-		if (!p)
-			r = -ENOMEM;
-		else
-			*ret_plain_len = stg_chunk_encode(raw, hd.raw_len, h, &c, p);
-		*ret_plain = p;
-	}
+	if (r == 0 && depth + 1 > STG_CHUNK_DELTA_DEPTH)
+		r = encode_whole(&hd, h, raw, ret_plain, ret_plain_len);
 	free(braw);
 	free(raw);
+	return r;
+}
+
+/* Decodes the object (a delta with its stored chain) into raw, hd's raw_len
+ * bytes; the content hash is checked. */
+static int decode_obj(struct stg_store *s, const uint8_t *obj, size_t len,
+		      const struct stg_chunk_header *hd, uint8_t *raw)
+{
+	struct stg_hash base;
+	if (!stg_chunk_base(obj, len, &base))
+		return stg_chunk_decode(obj, len, &hd->hash, hd->raw_len, raw);
+	uint8_t *braw = malloc(hd->raw_len);
+	if (!braw)
+		return -ENOMEM;
+	unsigned depth;
+	int r = decode_stored(s, &base, hd->raw_len, braw, &depth);
+	if (r == -ENOENT)
+		r = -ENOLINK;
+	if (r == 0)
+		r = stg_chunk_decode_delta(obj, len, &hd->hash, hd->raw_len, braw, raw);
+	free(braw);
+	return r;
+}
+
+int stg_store_same(struct stg_store *s, const struct stg_hash *h, const uint8_t *obj, size_t len)
+{
+	struct stg_chunk_header hd;
+	if (len < STG_CHUNK_HEADER_SIZE ||
+	    stg_chunk_header_decode(obj, len, h, stg_get_le32(obj + 8), &hd) < 0)
+		return -EBADMSG;
+	uint8_t *mine = malloc(hd.raw_len), *held = malloc(hd.raw_len);
+	int r = mine && held ? decode_obj(s, obj, len, &hd, mine) : -ENOMEM;
+	if (r == 0) {
+		unsigned depth;
+		r = decode_stored(s, h, hd.raw_len, held, &depth);
+		/* Another length, or damage: not the same bytes either way. */
+		if (r == -EBADMSG)
+			r = 0;
+		else if (r == 0)
+			r = memcmp(mine, held, hd.raw_len) == 0;
+	}
+	free(mine);
+	free(held);
+	return r;
+}
+
+int stg_store_get_whole(struct stg_store *s, const struct stg_hash *h, struct stg_store_obj *ret)
+{
+	struct stg_store_obj o;
+	int r = stg_store_get(s, h, &o);
+	struct stg_hash base;
+	if (r < 0 || !stg_chunk_base(o.obj, o.len, &base)) {
+		*ret = o;
+		return r;
+	}
+	struct stg_chunk_header hd;
+	r = stg_chunk_header_decode(o.obj, o.len, h, stg_get_le32(o.obj + 8), &hd);
+	stg_store_obj_free(&o);
+	if (r < 0)
+		return -EBADMSG;
+	uint8_t *raw = malloc(hd.raw_len), *whole = NULL;
+	size_t len = 0;
+	unsigned depth;
+	r = raw ? decode_stored(s, h, hd.raw_len, raw, &depth) : -ENOMEM;
+	if (r == 0)
+		r = encode_whole(&hd, h, raw, &whole, &len);
+	free(raw);
+	if (r == 0)
+		*ret = (struct stg_store_obj){whole, len, whole};
 	return r;
 }
 
@@ -741,11 +818,9 @@ void stg_store_gc_begin(struct stg_store *s)
 	pthread_mutex_unlock(&s->lock);
 }
 
-void stg_store_mark(struct stg_store *s, const struct stg_hash *h)
+bool stg_store_mark(struct stg_store *s, const struct stg_hash *h)
 {
-	pthread_mutex_lock(&s->lock);
-	mark_locked(s, h);
-	pthread_mutex_unlock(&s->lock);
+	return mark_if_present(s, h);
 }
 
 /* A record to move out of a segment being compacted. */

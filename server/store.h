@@ -48,11 +48,13 @@ bool stg_store_has(struct stg_store *s, const struct stg_hash *h);
 int stg_store_validate(const uint8_t *obj, size_t len, struct stg_hash *ret_hash);
 
 /* Stores a chunk object already validated with stg_store_validate (h is its
- * hash). Storing a chunk already present is a no-op. A delta object is
+ * hash). Storing a chunk already present is a no-op that returns 1 (the
+ * bytes stored are not compared: stg_store_same does). A delta object is
  * decoded with its stored base and verified first (-ENOLINK: the base is not
  * stored; -EBADMSG: it does not decode to h); one that would make a chain
  * deeper than STG_CHUNK_DELTA_DEPTH is stored encoded on its own instead.
- * Durable only after stg_store_sync. Returns 0, -ENOSPC or -errno. */
+ * Durable only after stg_store_sync. Returns 0 (stored), 1 (it was
+ * there), -ENOSPC or -errno. */
 int stg_store_put(struct stg_store *s, const uint8_t *obj, size_t len, const struct stg_hash *h);
 
 /* A chunk object read back: obj (len bytes) lies in mem, which
@@ -69,6 +71,19 @@ struct stg_store_obj {
 int stg_store_get(struct stg_store *s, const struct stg_hash *h, struct stg_store_obj *ret);
 
 void stg_store_obj_free(struct stg_store_obj *o);
+
+/* Like stg_store_get, but a delta object is decoded with its chain and
+ * encoded on its own (the codec and filter it used): for a reader who may
+ * not see its base, which the delta and the chunk would reveal. */
+int stg_store_get_whole(struct stg_store *s, const struct stg_hash *h, struct stg_store_obj *ret);
+
+/* Does obj, a chunk object validated as h (a delta decodes with its stored
+ * base), hold the same bytes as the stored chunk h? The hash is XXH3-128,
+ * not collision-resistant: two users' chunks of one hash are compared byte
+ * for byte before the second may count on the first's copy. Returns 1, 0
+ * (they differ, or the stored copy is damaged), -ENOLINK (the delta's base
+ * is not stored), -ENOENT (h is not stored) or -errno. */
+int stg_store_same(struct stg_store *s, const struct stg_hash *h, const uint8_t *obj, size_t len);
 
 /* Makes every put that returned before this call durable. */
 int stg_store_sync(struct stg_store *s);
@@ -91,7 +106,8 @@ void stg_store_stats(struct stg_store *s, struct stg_store_stats *ret);
  * by copying their live records to the newest segment. Puts and gets go on
  * meanwhile; only index updates take the store's lock. */
 void stg_store_gc_begin(struct stg_store *s);
-void stg_store_mark(struct stg_store *s, const struct stg_hash *h);
+/* Marks h (and its chain of bases); returns whether h is stored. */
+bool stg_store_mark(struct stg_store *s, const struct stg_hash *h);
 struct stg_store_gc_result {
 	uint64_t chunks_dropped, bytes_dropped;
 	uint64_t segments_removed, segments_compacted;

@@ -252,3 +252,34 @@ all_get_in() {
 	[ "$status" -eq 0 ] || fail "restore: $output"
 	cmp "$REF/f" "$BACK$CKPT/f"
 }
+
+@test "another user's chunks, known by hash and bytes: not held, not served, not claimable in a manifest, no base for a delta; sent by that user, taken as one copy, and its own after a restart" {
+	SERVER_OPTS=()
+	start_servers 1
+	cluster_default_policy cluster.replicas=1 compress=off
+	random_file "$REF/f" 300000
+	shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	run "$PROGS/chunk-scope" "$(srv_addr 0)" "$SECRET" "$(id -u)" "$CKPT/f" "$ATTACKER_UID" attack
+	echo "# $output" >&3
+	[ "$status" -eq 0 ] || fail "chunk-scope attack: $output"
+	run "$PROGS/chunk-scope" "$(srv_addr 0)" "$SECRET" "$(id -u)" "$CKPT/f" "$ATTACKER_UID" prove
+	echo "# $output" >&3
+	[ "$status" -eq 0 ] || fail "chunk-scope prove: $output"
+	# After a restart, the pairs come back from the held maps: the same
+	# answers, and a third user is still refused.
+	stop_server 0
+	start_server 0
+	run "$PROGS/chunk-scope" "$(srv_addr 0)" "$SECRET" "$(id -u)" "$CKPT/f" "$ATTACKER_UID" check
+	echo "# $output" >&3
+	[ "$status" -eq 0 ] || fail "chunk-scope check: $output"
+	run "$PROGS/chunk-scope" "$(srv_addr 0)" "$SECRET" "$(id -u)" "$CKPT/f" 4343 attack
+	[ "$status" -eq 0 ] || fail "chunk-scope attack after the restart: $output"
+	# and the owner's version still restores, from the server alone
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	run "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore: $output"
+	cmp "$REF/f" "$BACK$CKPT/f"
+}

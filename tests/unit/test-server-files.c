@@ -6,7 +6,12 @@
 #include "catalog.h"
 #include "files.h"
 #include "harness.h"
+#include "heldmap.h"
 #include "make-part.h"
+#include "util.h"
+
+/* The held map of a put: every chunk held (the test manifests have up to 3). */
+static const uint8_t ALL[1] = {0x07};
 
 static uint8_t *make_manifest_flags(uint64_t version, uint64_t size, uint32_t flags,
 				    size_t *ret_len)
@@ -43,7 +48,7 @@ static int put_flags(struct stg_files *f, const char *path, uint64_t version, ui
 {
 	size_t len;
 	uint8_t *mf = make_manifest_flags(version, 1u << 20, flags, &len);
-	int r = stg_files_put(f, 3000, path, mf, len, version, keep);
+	int r = stg_files_put(f, 3000, path, mf, len, version, keep, ALL);
 	free(mf);
 	return r;
 }
@@ -53,7 +58,7 @@ static int put(struct stg_files *f, uint32_t uid, const char *path, uint64_t ver
 {
 	size_t len;
 	uint8_t *mf = make_manifest(version, 3u << 20, &len);
-	int r = stg_files_put(f, uid, path, mf, len, version, keep);
+	int r = stg_files_put(f, uid, path, mf, len, version, keep, ALL);
 	free(mf);
 	return r;
 }
@@ -75,6 +80,36 @@ static int record(void *arg, const char *path, const struct stg_manifest *m)
 	return 0;
 }
 
+/* What stg_files_foreach gave: per manifest its uid, version and held map
+ * (its first byte; 0xff when there was none). */
+struct owned {
+	uint32_t uid[16];
+	uint64_t versions[16];
+	int held[16];
+	int n;
+};
+
+static int record_owned(void *arg, uint32_t uid, const struct stg_manifest *m,
+			const uint8_t *held)
+{
+	struct owned *o = arg;
+	if (o->n < 16) {
+		o->uid[o->n] = uid;
+		o->versions[o->n] = m->version;
+		o->held[o->n] = held ? held[0] : 0xff;
+	}
+	o->n++;
+	return 0;
+}
+
+static int count_uid(const struct owned *o, uint32_t uid)
+{
+	int n = 0;
+	for (int i = 0; i < o->n && i < 16; i++)
+		n += o->uid[i] == uid;
+	return n;
+}
+
 static int stop_at_first(void *arg, const char *path, const struct stg_manifest *m)
 {
 	(void)path;
@@ -93,6 +128,76 @@ static int versions_of(const struct seen *s, const char *path, uint64_t *out)
 	return n;
 }
 
+/* The held map's bytes are pinned; every field is checked when read. */
+static void test_heldmap_format(void)
+{
+	const uint8_t bits[2] = {0x05, 0x04};
+	uint8_t buf[64];
+	size_t n = stg_heldmap_size(11);
+	CHECK_EQ(n, 30);
+	stg_heldmap_encode(7, 11, bits, buf);
+	CHECK(harness_golden("heldmap-v1.bin", buf, n));
+	const uint8_t *got;
+	CHECK_EQ(stg_heldmap_decode(buf, n, 7, 11, &got), 0);
+	CHECK(got[0] == 0x05 && got[1] == 0x04);
+	CHECK_EQ(stg_heldmap_decode(buf, n, 8, 11, &got), -EBADMSG);  /* another version */
+	CHECK_EQ(stg_heldmap_decode(buf, n, 7, 12, &got), -EBADMSG);  /* another count */
+	CHECK_EQ(stg_heldmap_decode(buf, n - 1, 7, 11, &got), -EBADMSG); /* cut short */
+	for (size_t i = 0; i < n; i++) { /* any byte flipped */
+		buf[i] ^= 0x10;
+		CHECK(stg_heldmap_decode(buf, n, 7, 11, &got) < 0);
+		buf[i] ^= 0x10;
+	}
+	/* A bit past the last chunk, with a valid checksum, is refused. */
+	buf[STG_HELDMAP_HEADER_SIZE + 1] |= 0x08;
+	stg_put_le64(buf + n - 8, stg_hash64(buf, n - 8));
+	CHECK_EQ(stg_heldmap_decode(buf, n, 7, 11, &got), -EBADMSG);
+	stg_put_le32(buf + 4, 2); /* a later format */
+	CHECK_EQ(stg_heldmap_decode(buf, n, 7, 11, &got), -EPROTONOSUPPORT);
+}
+
+/* The held map goes with its manifest: given back by foreach, none for a
+ * manifest filed without one (all held, as before held maps), retired with
+ * its version. */
+static void test_held(struct stg_files *f, const char *dir)
+{
+	size_t len;
+	uint8_t *mf = make_manifest(1, 3u << 20, &len);
+	const uint8_t some[1] = {0x05};
+	CHECK_EQ(stg_files_put(f, 2000, "/held/a", mf, len, 1, 1, some), 0);
+	free(mf);
+	struct owned o = {0};
+	CHECK_EQ(stg_files_foreach(f, record_owned, &o), 0);
+	int i = 0;
+	while (i < o.n && o.uid[i] != 2000)
+		i++;
+	CHECK(i < o.n && o.held[i] == 0x05);
+	char id[STG_HASH_HEX_LEN + 1], path[512];
+	stg_catalog_file_id("/held/a", id);
+	snprintf(path, sizeof(path), "%s/files/2000/%s/v%020d.held", dir, id, 1);
+	CHECK_EQ(unlink(path), 0);
+	memset(&o, 0, sizeof(o));
+	CHECK_EQ(stg_files_foreach(f, record_owned, &o), 0);
+	for (i = 0; i < o.n && o.uid[i] != 2000;)
+		i++;
+	CHECK(i < o.n && o.held[i] == 0xff);
+	/* Retired with version 1 (keep 1). */
+	mf = make_manifest(2, 3u << 20, &len);
+	CHECK_EQ(stg_files_put(f, 2000, "/held/a", mf, len, 2, 1, some), 1);
+	CHECK_EQ(stg_files_put(f, 2000, "/held/a", mf, len, 2, 1, ALL), 0); /* a retry */
+	free(mf);
+	mf = make_manifest(3, 3u << 20, &len);
+	CHECK_EQ(stg_files_put(f, 2000, "/held/a", mf, len, 3, 1, ALL), 1);
+	free(mf);
+	snprintf(path, sizeof(path), "%s/files/2000/%s/v%020d.held", dir, id, 2);
+	CHECK(access(path, F_OK) < 0 && errno == ENOENT);
+	snprintf(path, sizeof(path), "%s/files/2000/%s/v%020d.held", dir, id, 3);
+	CHECK_EQ(access(path, F_OK), 0);
+	memset(&o, 0, sizeof(o));
+	CHECK_EQ(stg_files_foreach(f, record_owned, &o), 0);
+	CHECK_EQ(count_uid(&o, 2000), 1);
+}
+
 /* Two nodes' parts of one job version, minted the same id, with the same
  * chunks (ranks writing the same bytes): the second is refused, so that its
  * node re-mints it, never taken as a retry of the first. */
@@ -107,12 +212,12 @@ static void test_parts_collide(struct stg_files *f)
 	len = stg_manifest_encoded_size(&m);
 	mf = malloc(len);
 	stg_manifest_encode(&m, mf);
-	CHECK_EQ(stg_files_put(f, 3000, "/ckpt/p.bin", mf, len, 1, 0), 0);
-	CHECK_EQ(stg_files_put(f, 3000, "/ckpt/p.bin", mf, len, 1, 0), 0); /* a retry */
+	CHECK_EQ(stg_files_put(f, 3000, "/ckpt/p.bin", mf, len, 1, 0, ALL), 0);
+	CHECK_EQ(stg_files_put(f, 3000, "/ckpt/p.bin", mf, len, 1, 0, ALL), 0); /* a retry */
 	m.part->node = 12;
 	m.part->ranks[0] = 1;
 	stg_manifest_encode(&m, mf);
-	CHECK_EQ(stg_files_put(f, 3000, "/ckpt/p.bin", mf, len, 1, 0), -EEXIST);
+	CHECK_EQ(stg_files_put(f, 3000, "/ckpt/p.bin", mf, len, 1, 0, ALL), -EEXIST);
 	stg_manifest_done(&m);
 	free(mf);
 }
@@ -134,7 +239,7 @@ static int put_part(struct stg_files *f, const char *path, uint64_t t, uint64_t 
 	len = stg_manifest_encoded_size(&m);
 	mf = malloc(len);
 	stg_manifest_encode(&m, mf);
-	int r = stg_files_put(f, 3000, path, mf, len, id, keep);
+	int r = stg_files_put(f, 3000, path, mf, len, id, keep, ALL);
 	stg_manifest_done(&m);
 	free(mf);
 	return r;
@@ -195,6 +300,7 @@ int main(void)
 	int dirfd = open(dir, O_RDONLY | O_DIRECTORY);
 	struct stg_files *f;
 	CHECK_EQ(stg_files_open(dirfd, &f), 0);
+	test_heldmap_format();
 
 	/* Round trip: newest and a given version. */
 	CHECK_EQ(put(f, 1000, "/ckpt/a.bin", 1, 0), 0);
@@ -214,16 +320,16 @@ int main(void)
 	CHECK(len == want_len && memcmp(mf, want, len) == 0);
 	free(mf);
 	/* The same version again (a retry), and with its mode amended: taken. */
-	CHECK_EQ(stg_files_put(f, 1000, "/ckpt/a.bin", want, want_len, 1, 0), 0);
+	CHECK_EQ(stg_files_put(f, 1000, "/ckpt/a.bin", want, want_len, 1, 0, ALL), 0);
 	struct stg_manifest amended;
 	CHECK_EQ(stg_manifest_decode(want, want_len, &amended), 0);
 	amended.mode = 0600;
 	stg_manifest_encode(&amended, want);
-	CHECK_EQ(stg_files_put(f, 1000, "/ckpt/a.bin", want, want_len, 1, 0), 0);
+	CHECK_EQ(stg_files_put(f, 1000, "/ckpt/a.bin", want, want_len, 1, 0, ALL), 0);
 	/* Other content under a held id never replaces it. */
 	amended.entries[1].hash.b[9] ^= 1;
 	stg_manifest_encode(&amended, want);
-	CHECK_EQ(stg_files_put(f, 1000, "/ckpt/a.bin", want, want_len, 1, 0), -EEXIST);
+	CHECK_EQ(stg_files_put(f, 1000, "/ckpt/a.bin", want, want_len, 1, 0, ALL), -EEXIST);
 	amended.entries[1].hash.b[9] ^= 1;
 	CHECK_EQ(stg_files_get(f, 1000, "/ckpt/a.bin", 1, &mf, &len), 0);
 	struct stg_manifest held;
@@ -235,8 +341,8 @@ int main(void)
 	CHECK_EQ(stg_files_get(f, 1000, "/ckpt/a.bin", 7, &mf, &len), -ENOENT);
 	CHECK_EQ(stg_files_get(f, 1000, "/ckpt/none", 0, &mf, &len), -ENOENT);
 	/* The manifest must be the version it is filed as; paths are absolute. */
-	CHECK_EQ(stg_files_put(f, 1000, "/ckpt/a.bin", want, want_len, 5, 0), -EINVAL);
-	CHECK_EQ(stg_files_put(f, 1000, "ckpt/a.bin", want, want_len, 1, 0), -EINVAL);
+	CHECK_EQ(stg_files_put(f, 1000, "/ckpt/a.bin", want, want_len, 5, 0, ALL), -EINVAL);
+	CHECK_EQ(stg_files_put(f, 1000, "ckpt/a.bin", want, want_len, 1, 0, ALL), -EINVAL);
 	free(want);
 
 	/* Retention: keep 2 over 6 versions. */
@@ -288,11 +394,12 @@ int main(void)
 	CHECK_EQ(stg_files_list(f, 4242, "", record, &s), 0);
 	CHECK_EQ(s.n, 0);
 
-	/* foreach: every manifest of every user. */
-	memset(&s, 0, sizeof(s));
-	CHECK_EQ(stg_files_foreach(f, record, &s), 0);
-	CHECK_EQ(s.n, 6);
-	CHECK_EQ(versions_of(&s, "/private/d.bin", v), 1);
+	/* foreach: every manifest of every user, with its uid. */
+	struct owned o = {0};
+	CHECK_EQ(stg_files_foreach(f, record_owned, &o), 0);
+	CHECK_EQ(o.n, 6);
+	CHECK_EQ(count_uid(&o, 1001), 1);
+	CHECK_EQ(count_uid(&o, 1000), 5);
 
 	/* A corrupt manifest is refused by get and skipped by list. */
 	char id[STG_HASH_HEX_LEN + 1], path[512];
@@ -310,9 +417,9 @@ int main(void)
 	/* Reopened, everything is still there. */
 	stg_files_free(f);
 	CHECK_EQ(stg_files_open(dirfd, &f), 0);
-	memset(&s, 0, sizeof(s));
-	CHECK_EQ(stg_files_foreach(f, record, &s), 0);
-	CHECK_EQ(s.n, 5);
+	memset(&o, 0, sizeof(o));
+	CHECK_EQ(stg_files_foreach(f, record_owned, &o), 0);
+	CHECK_EQ(o.n, 5);
 
 	/* Retention counts closed versions; an open one (a sync's) goes when a
 	 * newer one takes its number or a newer closed one comes. */
@@ -332,6 +439,7 @@ int main(void)
 	CHECK_EQ(stg_files_get(f, 3000, "/ckpt/o.bin", c1, &mf, &len), -ENOENT);
 	test_parts_collide(f);
 	test_parts_retention(f);
+	test_held(f, dir);
 	stg_files_free(f);
 	stg_files_free(NULL);
 	close(dirfd);

@@ -138,8 +138,8 @@ static void roundtrip(void)
 	uint64_t bytes = st.segment_bytes;
 	CHECK_EQ(bytes, STG_SEGMENT_HEADER_SIZE + st.chunk_bytes);
 	CHECK(st.index_bytes > 0);
-	/* A second put of a stored chunk writes nothing. */
-	CHECK_EQ(stg_store_put(s, o[1].data, o[1].len, &o[1].hash), 0);
+	/* A second put of a stored chunk writes nothing, and says so. */
+	CHECK_EQ(stg_store_put(s, o[1].data, o[1].len, &o[1].hash), 1);
 	stg_store_stats(s, &st);
 	CHECK_EQ(st.segment_bytes, bytes);
 	struct obj absent = make_obj(4, 100, false);
@@ -820,6 +820,67 @@ static void deltas(void)
 	free(out);
 }
 
+/* Two users' copies of one chunk are compared byte for byte, whatever their
+ * encodings; a delta is served whole to whoever may not see its base. */
+static void same_and_whole(void)
+{
+	enum { N = 64 << 10 };
+	char dir[512];
+	subdir(dir, sizeof(dir), "same");
+	struct stg_store *s = open_store(dir, 0, 0);
+	uint8_t *raw0 = malloc(N), *raw1 = malloc(N), *out = malloc(N);
+	series_step(raw0, N, 0);
+	series_step(raw1, N, 1);
+	struct stg_hash h0, h1;
+	stg_hash_compute(raw0, N, &h0);
+	stg_hash_compute(raw1, N, &h1);
+	struct stg_chunk_codec zstd = {.compress = 2}, none = {0};
+	uint8_t *z0 = malloc(stg_chunk_bound(N)), *p0 = malloc(stg_chunk_bound(N)),
+		*d1 = malloc(stg_chunk_bound(N) + STG_CHUNK_BASE_SIZE),
+		*p1 = malloc(stg_chunk_bound(N));
+	size_t z0len = stg_chunk_encode(raw0, N, &h0, &zstd, z0);
+	size_t p0len = stg_chunk_encode(raw0, N, &h0, &none, p0);
+	size_t d1len = stg_chunk_encode_delta(raw1, N, &h1, raw0, &h0, &zstd, d1);
+	size_t p1len = stg_chunk_encode(raw1, N, &h1, &none, p1);
+	CHECK(d1len > 0);
+	CHECK_EQ(stg_store_same(s, &h0, p0, p0len), -ENOENT); /* not stored */
+	CHECK_EQ(stg_store_same(s, &h1, d1, d1len), -ENOLINK); /* no base */
+	CHECK_EQ(stg_store_put(s, z0, z0len, &h0), 0);
+	CHECK_EQ(stg_store_same(s, &h0, p0, p0len), 1); /* another encoding */
+	CHECK_EQ(stg_store_put(s, d1, d1len, &h1), 0);
+	CHECK_EQ(stg_store_same(s, &h1, p1, p1len), 1); /* whole against a delta */
+	CHECK_EQ(stg_store_same(s, &h1, d1, d1len), 1);
+
+	/* Served whole: not a delta, and it decodes to the chunk alone. */
+	struct stg_store_obj o;
+	struct stg_hash b;
+	CHECK_EQ(stg_store_get(s, &h1, &o), 0);
+	CHECK(stg_chunk_base(o.obj, o.len, &b) && stg_hash_eq(&b, &h0));
+	stg_store_obj_free(&o);
+	CHECK_EQ(stg_store_get_whole(s, &h1, &o), 0);
+	CHECK(!stg_chunk_base(o.obj, o.len, &b));
+	CHECK_EQ(stg_chunk_decode(o.obj, o.len, &h1, N, out), 0);
+	CHECK(memcmp(out, raw1, N) == 0);
+	stg_store_obj_free(&o);
+	CHECK_EQ(stg_store_get_whole(s, &h0, &o), 0); /* not a delta: as stored */
+	CHECK(o.len == z0len && memcmp(o.obj, z0, z0len) == 0);
+	stg_store_obj_free(&o);
+
+	/* A damaged stored copy is not the same bytes. */
+	char path[600];
+	seg_path(path, sizeof(path), dir, 1);
+	int fd = open(path, O_RDWR);
+	uint8_t c;
+	off_t at = 4096 + 32 + STG_CHUNK_HEADER_SIZE + 10; /* in z0's payload */
+	CHECK_EQ(stg_pread_all(fd, &c, 1, at), 0);
+	c ^= 0x40;
+	CHECK_EQ(stg_pwrite_all(fd, &c, 1, at), 0);
+	close(fd);
+	CHECK_EQ(stg_store_same(s, &h0, p0, p0len), 0);
+	stg_store_free(s);
+	free(raw0), free(raw1), free(out), free(z0), free(p0), free(d1), free(p1);
+}
+
 int main(void)
 {
 	roundtrip();
@@ -834,6 +895,7 @@ int main(void)
 	capacity();
 	refusals();
 	deltas();
+	same_and_whole();
 	/* The segments take megabytes: kept only when something failed. */
 	if (!harness_failures && base)
 		nftw(base, remove_one, 16, FTW_DEPTH | FTW_PHYS);
