@@ -162,17 +162,22 @@ int64_t stg_pending_settle(struct stg_cache *c, const char *path, const struct s
 	name_of(path, "content", content);
 	name_of(path, "commit", record);
 	/* Only a record of ours is settled: one that another user could put
-	 * here (a cache they may write) would publish their bytes as ours. */
-	struct stat rst;
-	if (fstatat(c->tmp_fd, record, &rst, AT_SYMLINK_NOFOLLOW) < 0)
+	 * here (a cache they may write) would publish their bytes as ours.
+	 * Checked and read through one descriptor, so that the name cannot
+	 * be swapped between the two. */
+	int rfd = openat(c->tmp_fd, record, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	struct stat rst = {.st_mode = S_IFLNK};
+	if (rfd < 0 && errno != ELOOP)
 		return errno == ENOENT ? 0 : -errno;
-	if (!ours(path, record, &rst))
+	if (rfd < 0 || fstat(rfd, &rst) < 0 || !ours(path, record, &rst)) {
+		if (rfd >= 0)
+			close(rfd);
 		return 0;
+	}
 	uint8_t *buf;
 	size_t len;
-	int r = stg_read_file(c->tmp_fd, record, STG_PENDING_MAX, &buf, &len);
-	if (r == -ENOENT)
-		return 0;
+	int r = stg_read_fd(rfd, STG_PENDING_MAX, &buf, &len);
+	close(rfd);
 	if (r == -EFBIG)
 		r = -EBADMSG;
 	if (r < 0)

@@ -260,39 +260,34 @@ int stg_format_write(int dirfd, const char *kind, unsigned version)
 	return r;
 }
 
+int stg_read_fd(int fd, size_t max, uint8_t **ret_data, size_t *ret_len)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode))
+		return -EBADMSG;
+	if ((uint64_t)st.st_size > max)
+		return -EFBIG;
+	uint8_t *buf = malloc((size_t)st.st_size + 1);
+	if (!buf)
+		return -ENOMEM;
+	int r = stg_pread_all(fd, buf, (size_t)st.st_size, 0);
+	if (r < 0) {
+		free(buf);
+		return r;
+	}
+	*ret_data = buf;
+	*ret_len = (size_t)st.st_size;
+	return 0;
+}
+
 int stg_read_file(int dirfd, const char *name, size_t max, uint8_t **ret_data, size_t *ret_len)
 {
 	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	struct stat st;
-	int r = 0;
-	uint8_t *buf = NULL;
-	if (fstat(fd, &st) < 0) {
-		r = -errno;
-		goto out_close;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		r = -EBADMSG;
-		goto out_close;
-	}
-	if ((uint64_t)st.st_size > max) {
-		r = -EFBIG;
-		goto out_close;
-	}
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
-		r = -ENOMEM;
-		goto out_close;
-	}
-	r = stg_pread_all(fd, buf, (size_t)st.st_size, 0);
-	if (r < 0) {
-		free(buf);
-		goto out_close;
-	}
-	*ret_data = buf;
-	*ret_len = (size_t)st.st_size;
-out_close:
+	int r = stg_read_fd(fd, max, ret_data, ret_len);
 	close(fd);
 	return r;
 }

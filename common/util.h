@@ -79,6 +79,10 @@ int stg_write_file_atomic(int dirfd, const char *name, const void *data, size_t 
  * (-EFBIG). Returns 0 or -errno. */
 int stg_read_file(int dirfd, const char *name, size_t max, uint8_t **ret_data, size_t *ret_len);
 
+/* Reads the regular file open on fd whole, as stg_read_file (-EBADMSG for
+ * another kind of file). */
+int stg_read_fd(int fd, size_t max, uint8_t **ret_data, size_t *ret_len);
+
 /* A directory's FORMAT file: "<kind> <version>\n" (the cache's, a server
  * store's). Reads the version: 0, -ENOENT, -EPROTO when the file says
  * something else, or -errno. */

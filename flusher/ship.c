@@ -139,7 +139,8 @@ static void describe(struct flusher *fl, struct placement *pl, char *out, size_t
 /* Marks the version replicated, unless it was republished meanwhile (chmod
  * or utime after close amend it in place): under the path's lock, so that
  * an amend comes wholly before (seen here: shipped again) or after (it
- * unmarks and queues again). Returns 0, -EAGAIN (changed: still queued) or
+ * unmarks and queues again). Returns 0, -EAGAIN (changed: still queued),
+ * -ENOENT (gone from the cache: its successor has an entry of its own) or
  * -errno (the mark could not be written: still queued). */
 static int mark_if_unchanged(struct flusher *fl, const char *path, uint64_t version,
 			     const uint8_t *enc, size_t enc_len, const char *where)
@@ -162,7 +163,11 @@ static int mark_if_unchanged(struct flusher *fl, const char *path, uint64_t vers
 	}
 	if (r == 0)
 		r = stg_queue_mark(f.dirfd, version, where);
-	if (r < 0 && r != -EAGAIN)
+	if (r == -ENOENT)
+		stg_debug("'%s' version %llu left the cache (pruned, or given a new id) before it "
+			  "was marked replicated; dropped from the queue", path,
+			  (unsigned long long)stg_version_seq(version));
+	else if (r < 0 && r != -EAGAIN)
 		stg_log_errno(STG_LOG_ERROR, r, "cannot mark '%s' version %llu replicated", path,
 			      (unsigned long long)stg_version_seq(version));
 	stg_catalog_unlock(&f);
@@ -291,6 +296,11 @@ static int ship_once(struct flusher *fl, const char *id, uint64_t version, char 
 			describe(fl, pl, where, sizeof(where));
 			placement_done(pl, fl->nservers);
 			r = mark_if_unchanged(fl, path, version, enc, enc_len, where);
+			if (r == -ENOENT) {
+				stg_queue_remove(fl->cache, id, version);
+				r = 0;
+				break;
+			}
 			if (r < 0)
 				break;
 			stg_log(STG_LOG_INFO, "'%s' version %llu replicated on %s", path,

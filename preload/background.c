@@ -200,6 +200,17 @@ static void reap(void)
 	}
 }
 
+/* A helper's stderr: $STAGEHAND_LOG_FILE when the user chose one, else its
+ * own log in the cache (name), so that what it says is never lost. Returns
+ * the descriptor or -1. */
+static int open_log(const char *name)
+{
+	const char *lf = getenv("STAGEHAND_LOG_FILE");
+	char own[PATH_MAX];
+	snprintf(own, sizeof(own), "%s/%s", shim.cache->dir, name);
+	return real_open(lf && *lf ? lf : own, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+}
+
 /* Starts the helper with argv, handing it fd3 as its descriptor 3; with
  * track, remembers it for background_wait(path) (which costs this process a
  * descriptor until then). Returns 0 or -errno (not started). */
@@ -208,9 +219,8 @@ static int hand_off(const char *exe, char **argv, int fd3, const char *path, boo
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return -errno;
-	const char *lf = getenv("STAGEHAND_LOG_FILE");
 	int in = real_open("/dev/null", O_RDWR | O_CLOEXEC);
-	int err = lf && *lf ? real_open(lf, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644) : -1;
+	int err = open_log("commit.log");
 	if (err < 0 && in >= 0)
 		err = real_fcntl(in, F_DUPFD_CLOEXEC, 0);
 	struct spawn sp = {.exe = exe, .argv = argv, .shadow = fd3, .done_w = p[1], .in = in,
@@ -372,11 +382,7 @@ int background_start_flusher(void)
 	if (!exe)
 		return -ENOSYS;
 	int in = real_open("/dev/null", O_RDWR | O_CLOEXEC);
-	/* Its own log, next to its queue, unless the user chose a log file. */
-	const char *lf = getenv("STAGEHAND_LOG_FILE");
-	char own[PATH_MAX];
-	snprintf(own, sizeof(own), "%s/flusher.log", shim.cache->dir);
-	int err = real_open(lf && *lf ? lf : own, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	int err = open_log("flusher.log");
 	char *argv[] = {"stagehand-flusher", "--policy", shim.policy->file, NULL};
 	struct spawn sp = {.exe = exe, .argv = argv, .shadow = -1, .done_w = -1, .in = in,
 			   .err = err};

@@ -37,6 +37,7 @@ static void usage(FILE *f)
 		   "  --allow-foreign-cache\n"
 		   "      use a cache that belongs to another user than you or root, or that\n"
 		   "      others may write (refused by default: they decide what it holds)\n"
+		   "\n"
 		   "exit status: 0 when everything was listed; 1 when nothing is staged at\n"
 		   "PATH, a manifest is corrupt or a cache entry was refused; 3 when no\n"
 		   "server answered (or all refused the key), or as many as `replicas` did\n"
@@ -318,10 +319,11 @@ int cmd_ls(int argc, char **argv)
 	};
 	const char *policy = NULL;
 	int c;
+	tool_foreign_cache = TOOL_FOREIGN_REFUSE_FLAG;
 	while ((c = getopt_long(argc, argv, "p:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': policy = optarg; break;
-		case 'F': tool_foreign_cache_ok = true; break;
+		case 'F': tool_foreign_cache = TOOL_FOREIGN_USE; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return EXIT_USAGE;
 		}

@@ -866,7 +866,7 @@ int cmd_restore(int argc, char **argv)
 	}
 	struct stg_policy *p;
 	struct stg_cache *cache;
-	tool_foreign_cache_ok = allow_foreign;
+	tool_foreign_cache = allow_foreign ? TOOL_FOREIGN_USE : TOOL_FOREIGN_REFUSE_FLAG;
 	if (tool_open(policy, &p, &cache))
 		return 1;
 	int failed = tool_settle(p, cache);

@@ -237,10 +237,11 @@ int cmd_status(int argc, char **argv)
 	const char *policy = NULL;
 	bool json = false;
 	int c;
+	tool_foreign_cache = TOOL_FOREIGN_REFUSE_FLAG;
 	while ((c = getopt_long(argc, argv, "p:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': policy = optarg; break;
-		case 'F': tool_foreign_cache_ok = true; break;
+		case 'F': tool_foreign_cache = TOOL_FOREIGN_USE; break;
 		case 'j': json = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return EXIT_USAGE;

@@ -90,7 +90,7 @@ int tool_find(enum stg_layout_file what, char *out, size_t len)
 	return stg_layout_find(what, STG_LAYOUT_TOOL, self, out, len);
 }
 
-bool tool_foreign_cache_ok;
+enum tool_foreign tool_foreign_cache;
 
 int tool_open(const char *policy_file, struct stg_policy **ret_policy, struct stg_cache **ret_cache)
 {
@@ -126,8 +126,11 @@ int tool_open(const char *policy_file, struct stg_policy **ret_policy, struct st
 		return 1;
 	}
 	char why[PATH_MAX + 256];
-	if (!tool_foreign_cache_ok && stg_cache_owned(*ret_cache, why, sizeof(why)) < 0) {
-		tool_error("the cache is refused: %s; --allow-foreign-cache uses it anyway", why);
+	if (tool_foreign_cache != TOOL_FOREIGN_USE &&
+	    stg_cache_owned(*ret_cache, why, sizeof(why)) < 0) {
+		tool_error("the cache is refused: %s%s", why,
+			   tool_foreign_cache == TOOL_FOREIGN_REFUSE_FLAG
+				   ? "; --allow-foreign-cache uses it anyway" : "");
 		stg_cache_free(*ret_cache);
 		stg_policy_free(*ret_policy);
 		return 1;

@@ -9,12 +9,14 @@
 #include "layout.h"
 #include "policy.h"
 
-/* Set by --allow-foreign-cache: tool_open uses a cache that
- * stg_cache_owned refuses. */
-extern bool tool_foreign_cache_ok;
+/* What tool_open does with a cache that stg_cache_owned refuses: refuse it
+ * (saying how to override where the command takes --allow-foreign-cache), or
+ * use it (the flag given). */
+enum tool_foreign { TOOL_FOREIGN_REFUSE, TOOL_FOREIGN_REFUSE_FLAG, TOOL_FOREIGN_USE };
+extern enum tool_foreign tool_foreign_cache;
 
 /* Loads the policy (--policy F or the usual places) and opens its cache,
- * refused unless it is ours (stg_cache_owned; tool_foreign_cache_ok).
+ * refused unless it is ours (stg_cache_owned; tool_foreign_cache).
  * Prints the reason and returns non-zero on failure. With must_exist, a cache
  * directory that does not exist yet is reported as empty: *ret_cache NULL. */
 
@@ -36,7 +38,6 @@ const char *tool_escape(const char *s, char *buf, size_t len);
 
 /* Says why a cache entry was skipped (stg_catalog_scan's bad callback). */
 void tool_bad_entry(const char *cmd, const char *id, int err);
-
 
 /* One of stagehand's files, found from this program (stg_layout_find).
  * Returns 0 or -errno. */

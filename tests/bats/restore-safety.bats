@@ -203,7 +203,7 @@ needs_root() {
 	cmp "$REF/f" "$BACK$CKPT/c"$'\t'"d\\e"
 }
 
-@test "a cache owned by another user, or that others may write, is refused by every program: the shim passes through, saying so once; ls, status and the pending-commit helper refuse it; the flusher does not start" {
+@test "a cache owned by another user, or that others may write, is refused by every program: the shim passes through, saying so once; ls, status, flush and the pending-commit helper refuse it; the flusher does not start" {
 	needs_root
 	echo v1 >"$REF/f"
 	shim cp "$REF/f" "$CKPT/f"
@@ -228,6 +228,10 @@ needs_root() {
 	run "$STAGEHAND" ls --allow-foreign-cache
 	[ "$status" -eq 0 ] && [ "$(grep -c "^$CKPT/f " <<<"$output")" -eq 1 ] &&
 		[[ "$output" != *"$CKPT/h "* ]] || fail "ls --allow-foreign-cache: $output"
+	# flush ships what the cache holds, so it takes no override.
+	run "$STAGEHAND" flush --wait --timeout 5
+	[ "$status" -ne 0 ] && [[ "$output" == *"the cache is refused: '$CACHE' belongs to uid 1000"* ]] &&
+		[[ "$output" != *--allow-foreign-cache* ]] || fail "flush: $output"
 	run "$STAGEHAND" __commit --pending "$CKPT/f"
 	[ "$status" -ne 0 ] && [[ "$output" == *"the cache is refused"* ]] || fail "__commit: $output"
 	# The flusher refuses it, whoever starts it.
