@@ -576,24 +576,24 @@ static int copy_version(struct stg_catalog_file *from, uint64_t version,
 }
 
 static int transfer(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync,
-		    uint32_t keep, bool keep_old);
+		    uint32_t keep, bool keep_old, struct stg_catalog_moved *ret_moved);
 
 int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync,
-		       uint32_t keep)
+		       uint32_t keep, struct stg_catalog_moved *ret_moved)
 {
-	return transfer(c, oldpath, newpath, sync, keep, false);
+	return transfer(c, oldpath, newpath, sync, keep, false, ret_moved);
 }
 
 int stg_catalog_link(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync,
 		     uint32_t keep)
 {
-	return transfer(c, oldpath, newpath, sync, keep, true);
+	return transfer(c, oldpath, newpath, sync, keep, true, NULL);
 }
 
 /* rename (old goes) or link (old stays, new gets old's newest version as
  * its next one). */
 static int transfer(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync,
-		    uint32_t keep, bool keep_old)
+		    uint32_t keep, bool keep_old, struct stg_catalog_moved *ret_moved)
 {
 	if (strcmp(oldpath, newpath) == 0)
 		return 0;
@@ -622,17 +622,20 @@ static int transfer(struct stg_cache *c, const char *oldpath, const char *newpat
 		r = stg_catalog_versions(b.dirfd, &vb, &nb);
 	if (r == 0 && (na == 0 || stg_catalog_is_deleted(a.dirfd)))
 		r = -ENOENT;
+	struct stg_catalog_moved moved = {0};
 	if (r == 0) {
+		moved.from = moved.to = va[na - 1];
 		if (nb == 0 && !keep_old) {
 			for (size_t i = 0; i < na && r == 0; i++)
 				r = copy_version(&a, va[i], &b, newpath, va[i], sync, false);
 		} else {
-			r = copy_version(&a, va[na - 1], &b, newpath,
-					 stg_version_mint(stg_catalog_newest_known(b.dirfd), 0,
-							  stg_now_ns()),
-					 sync, keep_old);
+			moved.to = stg_version_mint(stg_catalog_newest_known(b.dirfd), 0,
+						    stg_now_ns());
+			r = copy_version(&a, va[na - 1], &b, newpath, moved.to, sync, keep_old);
 		}
 	}
+	if (r == 0 && ret_moved)
+		*ret_moved = moved;
 	/* The new name is complete before the old one goes: a crash in between
 	 * leaves both, never neither. */
 	for (size_t i = 0; r == 0 && !keep_old && i < na; i++)

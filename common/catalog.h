@@ -123,11 +123,18 @@ int stg_catalog_foreach(struct stg_cache *c,
 int stg_catalog_scan(struct stg_cache *c, int (*fn)(void *arg, const char *path, int filedirfd),
 		     void (*bad)(void *arg, const char *id, int err), void *arg);
 
-/* Moves old's versions to new (all of them when new has none, else old's
- * newest becomes new's next version), removes old, and prunes new to keep
- * (stg_catalog_prune). Returns 0, -ENOENT, or -errno. */
+/* The id old's newest version had (from) and has under the new name (to). */
+struct stg_catalog_moved {
+	uint64_t from, to;
+};
+
+/* Moves old's versions to new (all of them, their ids kept, when new has
+ * none; else old's newest becomes new's next version, under a new id),
+ * removes old, and prunes new to keep (stg_catalog_prune). *ret_moved (may
+ * be NULL) says where old's newest went: a writer holding it open goes on
+ * with that id. Returns 0, -ENOENT, or -errno. */
 int stg_catalog_rename(struct stg_cache *c, const char *oldpath, const char *newpath, bool sync,
-		       uint32_t keep);
+		       uint32_t keep, struct stg_catalog_moved *ret_moved);
 
 /* link(): new gets old's newest version as its next version, closed; old
  * stays. Returns 0, -ENOENT, -EOPNOTSUPP (the newest version is one node's

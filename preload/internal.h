@@ -11,6 +11,7 @@
 #include <sys/uio.h>
 
 #include "cache.h"
+#include "catalog.h"
 #include "policy.h"
 
 /* ---- shim.c: global state, the re-entry guard, logging ---- */
@@ -184,6 +185,9 @@ void session_exit(bool flush_stdio);
 /* Renames every session in this process whose path is old (or below it). */
 void session_renamed(const char *oldpath, const char *newpath);
 void session_unlinked(const char *path);
+/* path was renamed onto a name with versions: this process's writings of it
+ * that hold its newest version open go on with the id it has there. */
+void session_reminted(const char *path, const struct stg_catalog_moved *moved);
 
 /* A session of this process for path, or NULL (caller holds shim.lock). */
 struct session *session_find_path(const char *path);
@@ -268,8 +272,10 @@ bool share_broken(struct share_page *p);
 bool share_gone(struct share_page *p);
 bool share_path(struct share_page *p, char *out, size_t len);
 /* path was unlinked (renamed_to NULL) or renamed: the processes writing it
- * learn so through its page, and nobody joins that writing any more. */
-void share_forget(const char *path, const char *renamed_to);
+ * learn so through its page, and nobody joins that writing any more. With
+ * moved (renamed onto a name with versions), a writing holding the open
+ * version moved->from goes on with moved->to. */
+void share_forget(const char *path, const char *renamed_to, const struct stg_catalog_moved *moved);
 /* Another process of the node is writing path: true, with the size, mtime
  * and mode (0: not known) of what it has written so far. */
 bool share_stat_live(const char *path, uint64_t *ret_size, struct timespec *ret_mtime,

@@ -164,10 +164,13 @@ static int move_subtree(const char *from, const char *to)
 		const struct stg_path_rule *rule = shim_match(np);
 		if (!rule)
 			continue; /* moved out of the captured area: it stays restorable */
-		r = stg_catalog_rename(shim.cache, c.paths[i], np, sync_for(rule), rule->keep);
+		struct stg_catalog_moved mv = {0};
+		r = stg_catalog_rename(shim.cache, c.paths[i], np, sync_for(rule), rule->keep, &mv);
 		if (r == -ENOENT)
 			r = 0; /* deleted ones stay behind */
-		share_forget(c.paths[i], np);
+		else if (r == 0)
+			session_reminted(c.paths[i], &mv);
+		share_forget(c.paths[i], np, &mv);
 	}
 	free(c.paths);
 	session_renamed(from, to);
@@ -195,17 +198,21 @@ static long rename_handler(int od, const char *op, int nd, const char *np, unsig
 			r = -EEXIST;
 		} else if (rn) {
 			struct stg_file_state s;
+			struct stg_catalog_moved mv = {0};
 			r = 0;
 			if (stg_catalog_state(shim.cache, oabs, &s) == 0 && s.exists && !s.deleted)
-				r = stg_catalog_rename(shim.cache, oabs, nabs, sync_for(rn), rn->keep);
+				r = stg_catalog_rename(shim.cache, oabs, nabs, sync_for(rn), rn->keep,
+						       &mv);
 			if (r == 0) {
 				/* Whatever was open under the new name is now an
 				 * unlinked file: its close must not publish over this.
-				 * What is open under the old one goes on as the new. */
+				 * What is open under the old one goes on as the new,
+				 * closing the version it synced under its new id. */
 				session_unlinked(nabs);
+				session_reminted(oabs, &mv);
 				session_renamed(oabs, nabs);
-				share_forget(nabs, NULL);
-				share_forget(oabs, nabs);
+				share_forget(nabs, NULL, NULL);
+				share_forget(oabs, nabs, &mv);
 				if (REAL(unlink)(oabs) < 0 && errno != ENOENT)
 					stg_debug("rename: leaving real '%s'", oabs);
 			}
@@ -275,7 +282,7 @@ static long unlink_handler(int dirfd, const char *path)
 		return SHIM_PASS;
 	int r = mark_deleted(abs);
 	session_unlinked(abs);
-	share_forget(abs, NULL); /* its writers in other processes, too */
+	share_forget(abs, NULL, NULL); /* its writers in other processes, too */
 	if (r == 0 && REAL(unlink)(abs) < 0 && errno != ENOENT)
 		r = -errno;
 	return r;

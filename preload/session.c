@@ -1108,6 +1108,19 @@ void session_renamed(const char *oldpath, const char *newpath)
 	pthread_mutex_unlock(&shim.lock);
 }
 
+void session_reminted(const char *path, const struct stg_catalog_moved *moved)
+{
+	int fd;
+	struct session *s;
+	if (moved->from == moved->to)
+		return;
+	pthread_mutex_lock(&shim.lock);
+	FDTABLE_EACH(fd, s)
+		if (strcmp(s->path, path) == 0 && open_version(s) == moved->from)
+			set_open_version(s, moved->to);
+	pthread_mutex_unlock(&shim.lock);
+}
+
 void session_unlinked(const char *path)
 {
 	int fd;

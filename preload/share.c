@@ -296,7 +296,7 @@ bool share_stat_live(const char *path, uint64_t *ret_size, struct timespec *ret_
 	return true;
 }
 
-void share_forget(const char *path, const char *renamed_to)
+void share_forget(const char *path, const char *renamed_to, const struct stg_catalog_moved *moved)
 {
 	int lk = share_lock(path);
 	if (lk < 0)
@@ -306,9 +306,13 @@ void share_forget(const char *path, const char *renamed_to)
 	if (p) {
 		/* Its writers go on writing; whoever lets go last commits under
 		 * the new name, or not at all. */
-		if (renamed_to && strlen(renamed_to) < PAGE_PATH_MAX)
+		if (renamed_to && strlen(renamed_to) < PAGE_PATH_MAX) {
 			snprintf(p->path, PAGE_PATH_MAX, "%s", renamed_to);
-		else
+			uint64_t from = moved ? moved->from : 0;
+			if (moved)
+				__atomic_compare_exchange_n(&p->open_version, &from, moved->to, false,
+							    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+		} else
 			__atomic_fetch_or(&p->flags, PAGE_GONE, __ATOMIC_SEQ_CST);
 		share_unmap(p);
 		real_close(h);

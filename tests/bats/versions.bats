@@ -119,6 +119,31 @@ EOF
 	check_file c 2
 }
 
+@test "A8: tensorstore's manifest: write, fsync, rename onto the existing path, then close; 4 rounds with keep = 2: each round closes its version under the new name, and keep counts them" {
+	keep_policy 2
+	py ckpt <<'EOF'
+import os, random, sys
+path, seed = sys.argv[1], int(sys.argv[2])
+fd = os.open(path + ".lock", os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
+os.write(fd, random.Random(seed).randbytes(90000 + seed))
+os.fsync(fd)
+os.rename(path + ".lock", path)
+os.close(fd)
+EOF
+	local i
+	for i in 1 2 3 4; do
+		twice "$PYTHON" "$T/ckpt.py" @D@/m "$i"
+		cp "$REF/m" "$T/m$i"
+	done
+	run "$STAGEHAND" ls "$CKPT/m"
+	[[ "$output" != *"not closed"* ]] || fail "a version stayed open: $output"
+	assert_versions "$CKPT/m" 2
+	check_version "$T/m3" "$CKPT/m" 3
+	check_version "$T/m4" "$CKPT/m" 4
+	assert_versions "$CKPT/m.lock" 0
+	check_file m 2
+}
+
 @test "A3: molecular dynamics: fsync'd temporary, copy ckpt to ckpt_prev, rename over ckpt; 3 rounds" {
 	py md <<'EOF'
 import os, random, shutil, sys

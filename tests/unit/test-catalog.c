@@ -386,17 +386,23 @@ int main(void)
 	CHECK(!s.exists);
 
 	/* Rename onto a fresh name moves every version... */
-	CHECK_EQ(stg_catalog_rename(c, "/ckpt/a", "/ckpt/c", false, 3), 0);
+	struct stg_catalog_moved mv;
+	CHECK_EQ(stg_catalog_rename(c, "/ckpt/a", "/ckpt/c", false, 3, &mv), 0);
+	CHECK(mv.from == (uint64_t)a2 && mv.to == (uint64_t)a2);
 	CHECK_EQ(stg_catalog_state(c, "/ckpt/a", &s), 0);
 	CHECK(!s.exists);
 	CHECK_EQ(stg_catalog_state(c, "/ckpt/c", &s), 0);
 	CHECK_EQ(s.latest, (uint64_t)a2);
 	/* ...onto an existing one, the newest becomes its next version. */
-	CHECK_EQ(stg_catalog_rename(c, "/ckpt/b", "/ckpt/c", false, 3), 0);
+	struct stg_file_state sb;
+	CHECK_EQ(stg_catalog_state(c, "/ckpt/b", &sb), 0);
+	CHECK_EQ(stg_catalog_rename(c, "/ckpt/b", "/ckpt/c", false, 3, &mv), 0);
 	CHECK_EQ(stg_catalog_state(c, "/ckpt/c", &s), 0);
 	CHECK(s.latest > (uint64_t)a2);
+	/* (A writer holding b's newest goes on with its id under c.) */
+	CHECK(mv.from == sb.latest && mv.to == s.latest);
 	CHECK_EQ(stg_version_seq(s.latest), 3);
-	CHECK(stg_catalog_rename(c, "/ckpt/b", "/ckpt/c", false, 3) == -ENOENT);
+	CHECK(stg_catalog_rename(c, "/ckpt/b", "/ckpt/c", false, 3, NULL) == -ENOENT);
 
 	/* Deleting hides; publishing again shows. */
 	struct stg_catalog_file f;
