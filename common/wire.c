@@ -6,6 +6,7 @@
 
 #include "chunk.h"
 #include "manifest.h"
+#include "tombstone.h"
 #include "util.h"
 #include "wire.h"
 
@@ -26,7 +27,7 @@ static const char *const type_names[] = {
 	[STG_MSG_GET_CHUNK] = "GET_CHUNK",       [STG_MSG_CHUNK] = "CHUNK",
 	[STG_MSG_STAT] = "STAT",                 [STG_MSG_STAT_REPLY] = "STAT_REPLY",
 	[STG_MSG_PUT_CHUNK_REF] = "PUT_CHUNK_REF", [STG_MSG_GET_CHUNK_REF] = "GET_CHUNK_REF",
-	[STG_MSG_CHUNK_REF] = "CHUNK_REF",
+	[STG_MSG_CHUNK_REF] = "CHUNK_REF",       [STG_MSG_DELETE_PATH] = "DELETE_PATH",
 };
 
 /* A MUNGE credential: 1..STG_WIRE_MAX_MUNGE_CRED printable ASCII bytes, the
@@ -169,7 +170,8 @@ static int decode_list_reply(const uint8_t *b, uint32_t len, bool flagged,
 		if (r->len - off - fixed < plen)
 			return -EBADMSG;
 		if (stg_get_le64(e) == 0 || stg_get_le32(e + 48) > stg_get_le32(e + 44) ||
-		    (flagged && (stg_get_le32(e + 52) & ~(uint32_t)STG_MANIFEST_KNOWN_FLAGS)) ||
+		    (flagged && (stg_get_le32(e + 52) & ~(uint32_t)(STG_MANIFEST_KNOWN_FLAGS |
+								     STG_LIST_ENTRY_DELETED))) ||
 		    !stg_wire_path_valid((const char *)e + fixed, plen))
 			return -EBADMSG;
 		off += fixed + plen;
@@ -317,7 +319,9 @@ int stg_wire_decode(const struct stg_wire_header *h, const uint8_t *b, struct st
 		m.list.prefix_len = stg_get_le16(b);
 		m.list.prefix = (const char *)b + 4;
 		m.list.flags = stg_get_le16(b + 2);
-		if ((m.list.flags & ~STG_LIST_FLAGS) || len != 4 + m.list.prefix_len ||
+		if ((m.list.flags & ~(STG_LIST_FLAGS | STG_LIST_DELETED)) ||
+		    ((m.list.flags & STG_LIST_DELETED) && !(m.list.flags & STG_LIST_FLAGS)) ||
+		    len != 4 + m.list.prefix_len ||
 		    !prefix_valid(m.list.prefix, m.list.prefix_len))
 			return -EBADMSG;
 		break;
@@ -336,6 +340,23 @@ int stg_wire_decode(const struct stg_wire_header *h, const uint8_t *b, struct st
 		    !stg_wire_path_valid(m.get_manifest.path, m.get_manifest.path_len))
 			return -EBADMSG;
 		break;
+	case STG_MSG_DELETE_PATH: {
+		struct stg_msg_delete_path *d = &m.delete_path;
+		if (len < 28)
+			return -EBADMSG;
+		d->upto = stg_get_le64(b);
+		d->at_ns = (int64_t)stg_get_le64(b + 8);
+		d->retain_s = stg_get_le32(b + 16);
+		d->flags = stg_get_le32(b + 20);
+		d->path_len = stg_get_le16(b + 24);
+		d->path = (const char *)b + 28;
+		if (h->version < 2 || d->upto == 0 || d->at_ns <= 0 ||
+		    (d->flags & ~STG_TOMBSTONE_RENAMED) ||
+		    stg_get_le16(b + 26) != 0 || len != 28 + d->path_len ||
+		    !stg_wire_path_valid(d->path, d->path_len))
+			return -EBADMSG;
+		break;
+	}
 	case STG_MSG_MANIFEST:
 		if (len == 0)
 			return -EBADMSG;
@@ -421,6 +442,7 @@ static size_t body_size(const struct stg_msg *m)
 	case STG_MSG_LIST_REPLY:
 	case STG_MSG_LIST_REPLY_FLAGS: return 4 + (size_t)m->list_reply.len;
 	case STG_MSG_GET_MANIFEST: return 12 + (size_t)m->get_manifest.path_len;
+	case STG_MSG_DELETE_PATH: return 28 + (size_t)m->delete_path.path_len;
 	case STG_MSG_MANIFEST: return m->manifest.len;
 	case STG_MSG_GET_CHUNK: return 16;
 	case STG_MSG_STAT_REPLY: return 60;
@@ -546,6 +568,17 @@ size_t stg_wire_encode(const struct stg_msg *m, uint8_t *out, size_t cap)
 		stg_put_le16(b + 8, (uint16_t)m->get_manifest.path_len);
 		stg_put_le16(b + 10, 0);
 		memcpy(b + 12, m->get_manifest.path, m->get_manifest.path_len);
+		break;
+	case STG_MSG_DELETE_PATH:
+		if (m->delete_path.path_len > STG_WIRE_MAX_PATH)
+			return 0;
+		stg_put_le64(b, m->delete_path.upto);
+		stg_put_le64(b + 8, (uint64_t)m->delete_path.at_ns);
+		stg_put_le32(b + 16, m->delete_path.retain_s);
+		stg_put_le32(b + 20, m->delete_path.flags);
+		stg_put_le16(b + 24, (uint16_t)m->delete_path.path_len);
+		stg_put_le16(b + 26, 0);
+		memcpy(b + 28, m->delete_path.path, m->delete_path.path_len);
 		break;
 	case STG_MSG_MANIFEST:
 		memcpy(b, m->manifest.manifest, m->manifest.len);

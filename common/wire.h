@@ -64,8 +64,11 @@ enum stg_msg_type {
 	STG_MSG_MUNGE_HELLO = 24,  /* client -> server: its nonce and public key */
 	STG_MSG_MUNGE_SERVER = 25, /* server -> client: its public key and credential */
 	STG_MSG_MUNGE_AUTH = 26,   /* client -> server: its credential and proof */
+	/* A path's versions up to an id were deleted or renamed away (added
+	 * within version 2; docs/PROTOCOL.md, "Deletions"). */
+	STG_MSG_DELETE_PATH = 27,
 };
-#define STG_MSG_TYPE_MAX 26
+#define STG_MSG_TYPE_MAX 27
 
 /* Error codes carried by ERROR (stable on the wire, unlike errno values). */
 enum stg_wire_error {
@@ -170,12 +173,18 @@ struct stg_msg_missing {
 };
 
 /* LIST flags. */
-#define STG_LIST_FLAGS 1u /* answer with LIST_REPLY_FLAGS */
+#define STG_LIST_FLAGS 1u   /* answer with LIST_REPLY_FLAGS */
+#define STG_LIST_DELETED 2u /* with FLAGS: deleted versions too, flagged so */
+
+/* A LIST_REPLY_FLAGS entry's flag (beside the manifest's): the version's
+ * path was deleted (DELETE_PATH); it stays restorable for its retention.
+ * Only in a reply to a LIST with STG_LIST_DELETED. */
+#define STG_LIST_ENTRY_DELETED (1u << 31)
 
 struct stg_msg_list {
 	const char *prefix; /* empty (all) or starting with '/' */
 	uint32_t prefix_len;
-	uint16_t flags;     /* 0 or STG_LIST_FLAGS */
+	uint16_t flags;     /* 0, STG_LIST_FLAGS, or both */
 };
 
 /* One version in a LIST_REPLY. */
@@ -188,7 +197,8 @@ struct stg_list_entry {
 	uint32_t nchunks;
 	uint32_t new_chunks; /* chunks this version added */
 	uint64_t stored; /* bytes of the chunks this version added */
-	uint32_t flags;  /* the manifest's (enum stg_manifest_flags); 0 in a LIST_REPLY */
+	uint32_t flags;  /* the manifest's (enum stg_manifest_flags) and
+			  * STG_LIST_ENTRY_DELETED; 0 in a LIST_REPLY */
 	const char *path;
 	uint32_t path_len;
 };
@@ -210,6 +220,15 @@ struct stg_msg_get_manifest {
 struct stg_msg_manifest {
 	const uint8_t *manifest;
 	uint32_t len;
+};
+
+struct stg_msg_delete_path {
+	uint64_t upto;     /* the newest version id deleted (not 0) */
+	int64_t at_ns;     /* when */
+	uint32_t retain_s; /* restorable this long after (keep_deleted) */
+	uint32_t flags;    /* STG_TOMBSTONE_* */
+	const char *path;
+	uint32_t path_len;
 };
 
 struct stg_msg_get_chunk {
@@ -269,6 +288,7 @@ struct stg_msg {
 		struct stg_msg_list list;
 		struct stg_msg_list_reply list_reply;
 		struct stg_msg_get_manifest get_manifest;
+		struct stg_msg_delete_path delete_path;
 		struct stg_msg_manifest manifest;
 		struct stg_msg_get_chunk get_chunk;
 		struct stg_msg_chunk chunk;

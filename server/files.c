@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The server's manifests: files/<uid>/<file id>/{path, v<N>.mf, v<N>.held}. */
+/* The server's manifests: files/<uid>/<file id>/{path, v<N>.mf, v<N>.held,
+ * deleted}. */
 #include "files.h"
 
 #include <dirent.h>
@@ -16,11 +17,13 @@
 
 #include "catalog.h"
 #include "heldmap.h"
+#include "tombstone.h"
 #include "log.h"
 #include "util.h"
 
 #define FILES_DIR "files"
 #define PATH_FILE "path"
+#define DELETED_FILE "deleted"
 
 struct stg_files {
 	int fd; /* files/ */
@@ -105,16 +108,28 @@ static int open_file(struct stg_files *f, uint32_t uid, const char *path, bool c
 	char uidname[16], id[STG_HASH_HEX_LEN + 1];
 	snprintf(uidname, sizeof(uidname), "%" PRIu32, uid);
 	stg_catalog_file_id(path, id);
-	int ufd = open_dir(f->fd, uidname, create);
-	if (ufd < 0)
-		return ufd;
-	int fd = open_dir(ufd, id, create);
-	close(ufd);
-	if (fd < 0)
-		return fd;
-	int r = lock_dir(fd, op);
-	if (r < 0)
-		goto out_close;
+	int fd, r;
+	struct stat st;
+	do {
+		int ufd = open_dir(f->fd, uidname, create);
+		if (ufd < 0)
+			return ufd;
+		fd = open_dir(ufd, id, create);
+		close(ufd);
+		if (fd < 0)
+			return fd;
+		r = lock_dir(fd, op);
+		if (r < 0)
+			goto out_close;
+		/* The collector may have removed the directory while we waited
+		 * for its lock (its deleted versions expired): open it anew. */
+		if (fstat(fd, &st) < 0) {
+			r = -errno;
+			goto out_close;
+		}
+		if (st.st_nlink == 0)
+			close(fd);
+	} while (st.st_nlink == 0);
 	r = same_path(fd, path);
 	if (r == -ENOENT && create) {
 		r = stg_write_file_atomic(fd, PATH_FILE, path, strlen(path), true);
@@ -263,6 +278,85 @@ int stg_files_put(struct stg_files *f, uint32_t uid, const char *path, const uin
 	return r < 0 ? r : removed;
 }
 
+/* The entry's tombstone into *ret: 0, or -ENOENT when it has none. One that
+ * cannot be read is logged and taken as none: a deletion forgotten keeps
+ * versions, never loses them. */
+static int read_tombstone(int filedirfd, const char *path, struct stg_tombstone *ret)
+{
+	uint8_t *buf;
+	size_t len;
+	int r = stg_read_file(filedirfd, DELETED_FILE, STG_TOMBSTONE_SIZE, &buf, &len);
+	if (r == -ENOENT)
+		return r;
+	if (r == 0) {
+		r = stg_tombstone_decode(buf, len, ret);
+		free(buf);
+	}
+	if (r < 0)
+		stg_log_errno(STG_LOG_WARN, r, "files: the deletion of '%s' is unreadable: its "
+			      "versions stay", path);
+	return r < 0 ? -ENOENT : 0;
+}
+
+int stg_files_delete(struct stg_files *f, uint32_t uid, const char *path,
+		     const struct stg_tombstone *t)
+{
+	if (check_path(path) < 0 || t->upto == 0)
+		return -EINVAL;
+	int fd = open_file(f, uid, path, false, LOCK_EX);
+	if (fd == -ENOENT)
+		return 0; /* nothing of it here */
+	if (fd < 0)
+		return fd;
+	struct stg_tombstone held, now = *t;
+	if (read_tombstone(fd, path, &held) == 0)
+		now = stg_tombstone_merge(&held, t);
+	uint8_t buf[STG_TOMBSTONE_SIZE];
+	stg_tombstone_encode(&now, buf);
+	int r = stg_write_file_atomic(fd, DELETED_FILE, buf, sizeof(buf), true);
+	if (r == 0 && fsync(fd) < 0)
+		r = -errno;
+	close(fd);
+	return r;
+}
+
+/* Removes what an expired tombstone covers: those versions and their held
+ * maps, then the tombstone. Returns whether the entry is left empty (then
+ * its path file goes too, and the caller removes the directory). */
+static bool expire(int filedirfd, const char *path, uint32_t uid, int64_t now_ns)
+{
+	struct stg_tombstone t;
+	if (lock_dir(filedirfd, LOCK_EX) < 0)
+		return false;
+	bool empty = false;
+	uint64_t *v;
+	size_t n;
+	if (read_tombstone(filedirfd, path, &t) == 0 && stg_tombstone_expired(&t, now_ns) &&
+	    stg_catalog_versions(filedirfd, &v, &n) == 0) {
+		size_t gone = 0;
+		for (size_t i = 0; i < n && v[i] <= t.upto; i++) {
+			char name[40];
+			stg_catalog_manifest_name(v[i], name);
+			if (unlinkat(filedirfd, name, 0) == 0)
+				gone++;
+			held_name(v[i], name);
+			unlinkat(filedirfd, name, 0);
+		}
+		empty = gone == n;
+		unlinkat(filedirfd, DELETED_FILE, 0);
+		if (empty)
+			unlinkat(filedirfd, PATH_FILE, 0);
+		fsync(filedirfd);
+		free(v);
+		if (gone)
+			stg_log(STG_LOG_INFO, "files: '%s' (uid %" PRIu32 "): %zu %s versions "
+				"collected", path, uid, gone,
+				t.flags & STG_TOMBSTONE_RENAMED ? "renamed-away" : "deleted");
+	}
+	lock_dir(filedirfd, LOCK_UN);
+	return empty;
+}
+
 int stg_files_get(struct stg_files *f, uint32_t uid, const char *path, uint64_t version,
 		  uint8_t **ret_mf, size_t *ret_len)
 {
@@ -292,13 +386,17 @@ int stg_files_get(struct stg_files *f, uint32_t uid, const char *path, uint64_t 
 	return r;
 }
 
-typedef int (*manifest_fn)(void *arg, const char *path, const struct stg_manifest *m);
+typedef int (*manifest_fn)(void *arg, const char *path, const struct stg_manifest *m,
+			   bool deleted);
 
-/* A walk of manifests: for a listing (fn), or for the owners (owned_fn,
- * with the uid and held map). */
+/* A walk of manifests: for a listing (fn; deleted versions too with
+ * deleted_too), or for the collector and the owners (owned_fn, with the uid
+ * and held map; what expired tombstones cover is removed first). */
 struct walk {
 	manifest_fn fn;
+	bool deleted_too;
 	stg_files_owned_fn owned_fn;
+	int64_t now_ns;
 	void *arg;
 	uint32_t uid;
 };
@@ -324,10 +422,10 @@ static void read_held(int filedirfd, const char *path, const struct stg_manifest
 }
 
 static int walk_one(const struct walk *w, int filedirfd, const char *path,
-		    const struct stg_manifest *m)
+		    const struct stg_manifest *m, bool deleted)
 {
 	if (w->fn)
-		return w->fn(w->arg, path, m);
+		return w->fn(w->arg, path, m, deleted);
 	uint8_t *buf;
 	const uint8_t *bits;
 	read_held(filedirfd, path, m, &buf, &bits);
@@ -346,7 +444,14 @@ static int list_entry(int filedirfd, const char *path, const struct walk *w)
 	int r = stg_catalog_versions(filedirfd, &v, &n);
 	if (r < 0)
 		return r;
+	struct stg_tombstone t;
+	bool tomb = read_tombstone(filedirfd, path, &t) == 0;
 	for (size_t i = 0; r == 0 && i < n; i++) {
+		bool deleted = tomb && v[i] <= t.upto;
+		/* A listing leaves out names renamed away, and deleted
+		 * versions unless asked; the collector marks them all. */
+		if (deleted && w->fn && (!w->deleted_too || (t.flags & STG_TOMBSTONE_RENAMED)))
+			continue;
 		struct stg_manifest m;
 		int e = stg_catalog_read(filedirfd, v[i], &m);
 		if (e == -EPROTONOSUPPORT) {
@@ -361,7 +466,7 @@ static int list_entry(int filedirfd, const char *path, const struct walk *w)
 				      path, v[i]);
 			continue;
 		}
-		r = walk_one(w, filedirfd, path, &m);
+		r = walk_one(w, filedirfd, path, &m, deleted);
 		stg_manifest_done(&m);
 	}
 	free(v);
@@ -386,7 +491,14 @@ static int list_uid(int uidfd, const char *prefix, const struct walk *w)
 		if (stg_catalog_read_path(ffd, path, sizeof(path)) == 0) {
 			stg_catalog_file_id(path, id);
 			/* An entry whose path does not hash to its name is not one. */
-			if (strcmp(id, de->d_name) == 0 && strncmp(path, prefix, plen) == 0)
+			bool ours = strcmp(id, de->d_name) == 0 && strncmp(path, prefix, plen) == 0;
+			if (ours && w->owned_fn && expire(ffd, path, w->uid, w->now_ns)) {
+				close(ffd);
+				ffd = -1;
+				unlinkat(uidfd, de->d_name, AT_REMOVEDIR);
+				continue;
+			}
+			if (ours)
 				r = list_entry(ffd, path, w);
 		}
 		close(ffd);
@@ -395,15 +507,15 @@ static int list_uid(int uidfd, const char *prefix, const struct walk *w)
 	return r;
 }
 
-int stg_files_list(struct stg_files *f, uint32_t uid, const char *prefix, manifest_fn fn,
-		   void *arg)
+int stg_files_list(struct stg_files *f, uint32_t uid, const char *prefix, bool deleted_too,
+		   manifest_fn fn, void *arg)
 {
 	char uidname[16];
 	snprintf(uidname, sizeof(uidname), "%" PRIu32, uid);
 	int ufd = openat(f->fd, uidname, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (ufd < 0)
 		return errno == ENOENT ? 0 : -errno;
-	struct walk w = {.fn = fn, .arg = arg};
+	struct walk w = {.fn = fn, .deleted_too = deleted_too, .arg = arg};
 	int r = list_uid(ufd, prefix ? prefix : "", &w);
 	close(ufd);
 	return r;
@@ -441,7 +553,7 @@ int stg_files_foreach(struct stg_files *f, stg_files_owned_fn fn, void *arg)
 		int ufd = openat(f->fd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (ufd < 0)
 			continue;
-		struct walk w = {.owned_fn = fn, .arg = arg, .uid = uid};
+		struct walk w = {.owned_fn = fn, .now_ns = stg_now_ns(), .arg = arg, .uid = uid};
 		r = list_uid(ufd, "", &w);
 		close(ufd);
 	}

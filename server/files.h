@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "manifest.h"
+#include "tombstone.h"
 
 struct stg_files;
 
@@ -31,10 +32,22 @@ int stg_files_get(struct stg_files *f, uint32_t uid, const char *path, uint64_t 
 
 /* Calls fn for each version of uid's paths starting with prefix (all when
  * prefix is empty), paths in no particular order, versions ascending; m is
- * decoded and valid for the call. A non-zero return from fn stops and is
- * returned. Unreadable manifests are skipped and logged at debug level. */
-int stg_files_list(struct stg_files *f, uint32_t uid, const char *prefix,
-		   int (*fn)(void *arg, const char *path, const struct stg_manifest *m), void *arg);
+ * decoded and valid for the call. Versions a deletion covers are left out
+ * unless deleted_too (then fn is told so); those of a name renamed away
+ * always are. A non-zero return from fn stops and is returned. Unreadable
+ * manifests are skipped and logged at debug level. */
+int stg_files_list(struct stg_files *f, uint32_t uid, const char *prefix, bool deleted_too,
+		   int (*fn)(void *arg, const char *path, const struct stg_manifest *m,
+			     bool deleted),
+		   void *arg);
+
+/* Records that uid's path was deleted or renamed away (docs/STORE.md,
+ * "Deletions"): its versions up to t->upto stay restorable for
+ * t->retain_s from t->at_ns, then the collector removes them. Merged with a
+ * deletion recorded already (stg_tombstone_merge). A path not held here is
+ * no error. Returns 0 or -errno. */
+int stg_files_delete(struct stg_files *f, uint32_t uid, const char *path,
+		     const struct stg_tombstone *t);
 
 /* A manifest of uid, with the bitmap of the chunks its put said this server
  * holds (NULL: all of them, for a manifest filed before held maps). */
@@ -42,5 +55,6 @@ typedef int (*stg_files_owned_fn)(void *arg, uint32_t uid, const struct stg_mani
 				  const uint8_t *held);
 
 /* Calls fn for every manifest of every user (garbage collection marks what
- * they reference; the owners of chunks are rebuilt from them). */
+ * they reference; the owners of chunks are rebuilt from them), after
+ * removing the versions whose deletion's retention ran out. */
 int stg_files_foreach(struct stg_files *f, stg_files_owned_fn fn, void *arg);

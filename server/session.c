@@ -13,6 +13,7 @@
 #include "internal.h"
 #include "log.h"
 #include "manifest.h"
+#include "tombstone.h"
 #include "util.h"
 #include "wire.h"
 #include "version.h"
@@ -288,7 +289,7 @@ struct list_state {
 	bool flagged; /* a LIST_REPLY_FLAGS */
 };
 
-static int list_one(void *arg, const char *path, const struct stg_manifest *m)
+static int list_one(void *arg, const char *path, const struct stg_manifest *m, bool deleted)
 {
 	struct list_state *ls = arg;
 	struct stg_list_entry e = {
@@ -300,7 +301,7 @@ static int list_one(void *arg, const char *path, const struct stg_manifest *m)
 		.nchunks = m->nchunks,
 		.new_chunks = stg_manifest_new_chunks(m),
 		.stored = stg_manifest_stored_bytes(m),
-		.flags = m->flags,
+		.flags = m->flags | (deleted ? STG_LIST_ENTRY_DELETED : 0),
 		.path = path,
 		.path_len = (uint32_t)strlen(path),
 	};
@@ -328,7 +329,8 @@ static int on_list(struct session *s, const struct stg_msg *req)
 	ls.buf = malloc(ls.cap);
 	if (!ls.buf)
 		return stg_conn_send_error(&s->conn, req->tag, -ENOMEM, "out of memory");
-	int r = stg_files_list(s->srv->files, s->uid, prefix, list_one, &ls);
+	int r = stg_files_list(s->srv->files, s->uid, prefix, req->list.flags & STG_LIST_DELETED,
+			       list_one, &ls);
 	if (r < 0) {
 		free(ls.buf);
 		return stg_conn_send_error(&s->conn, req->tag, r, "cannot list: %s",
@@ -400,6 +402,32 @@ static int on_get_chunk(struct session *s, const struct stg_msg *req)
 	return r;
 }
 
+static int on_delete_path(struct session *s, const struct stg_msg *req)
+{
+	const struct stg_msg_delete_path *d = &req->delete_path;
+	char path[STG_WIRE_MAX_PATH + 1];
+	memcpy(path, d->path, d->path_len);
+	path[d->path_len] = '\0';
+	struct stg_tombstone t = {.upto = d->upto, .at_ns = d->at_ns, .retain_s = d->retain_s,
+				  .flags = d->flags};
+	int r = stg_files_delete(s->srv->files, s->uid, path, &t);
+	if (r < 0) {
+		stg_log_errno(STG_LOG_ERROR, r, "recording the deletion of '%s' (uid %u)", path,
+			      s->uid);
+		return stg_conn_send_error(&s->conn, req->tag, r, "cannot record the deletion: %s",
+					   strerror(-r));
+	}
+	stg_log(STG_LOG_INFO, "%s: '%s' (uid %u) %s up to version %llu, kept %u s",
+		s->conn.peer, path, s->uid, d->flags & STG_TOMBSTONE_RENAMED ? "renamed away"
+									    : "deleted",
+		(unsigned long long)stg_version_seq(d->upto), d->retain_s);
+	/* A deletion kept 0 s goes with the next collection: run it soon. */
+	if (d->retain_s == 0)
+		server_collector_wake(s->srv);
+	struct stg_msg m = {.type = STG_MSG_OK};
+	return reply(s, &m, req->tag);
+}
+
 static int on_stat(struct session *s, const struct stg_msg *req)
 {
 	struct stg_store_stats st;
@@ -425,6 +453,7 @@ static int handle(struct session *s, const struct stg_msg *m)
 	case STG_MSG_GET_MANIFEST: return on_get_manifest(s, m);
 	case STG_MSG_GET_CHUNK: return on_get_chunk(s, m);
 	case STG_MSG_STAT: return on_stat(s, m);
+	case STG_MSG_DELETE_PATH: return on_delete_path(s, m);
 	default:
 		stg_log(STG_LOG_WARN, "%s: dropped: %s is not a request", s->conn.peer,
 			stg_msg_type_name(m->type));

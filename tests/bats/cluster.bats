@@ -312,6 +312,44 @@ servers_hold_all() {
 	servers_hold_all "$T/c.conf" "$CKPT/f" "$T"/want/*
 }
 
+# server_chunks POLICY: the chunk count `stagehand status` gives for the
+# first server.
+server_chunks() {
+	"$STAGEHAND" status --policy "$1" | sed -n 's/.* up [0-9]*s: \([0-9]*\) chunks.*/\1/p' | head -1
+}
+
+@test "servers: a deleted path leaves the listing, and goes with its chunks once its retention runs out, not before" {
+	start_servers 1 --gc-interval 1
+	cluster_policy "$T/a.conf" "$T/cacheA" "$CKPT/**" cluster.replicas=1
+	cluster_policy "$T/e.conf" "$T/cacheE" "$CKPT/**" cluster.replicas=1
+	mkdir -p "$CKPT"
+	random_file "$REF/f" 300000
+	random_file "$REF/g" 300000
+	STAGEHAND_POLICY="$T/a.conf" shim cp "$REF/f" "$REF/g" "$CKPT/"
+	flushed "$T/a.conf"
+	local before
+	before=$(server_chunks "$T/e.conf")
+	[ "$before" -gt 0 ] || fail "status: $("$STAGEHAND" status --policy "$T/e.conf")"
+	# f deleted, kept an hour: an empty node no longer lists it
+	run "$PROGS/delete-path" "$(srv_addr 0)" "$SECRET" "$(id -u)" "$CKPT/f" 3600
+	[ "$status" -eq 0 ] || fail "delete-path: $output"
+	run "$STAGEHAND" ls --policy "$T/e.conf" "$CKPT"
+	[[ "$output" == *"$CKPT/g "* && "$output" != *"$CKPT/f "* ]] || fail "ls: $output"
+	grep -q "'$CKPT/f' (uid $(id -u)) deleted up to version 1, kept 3600 s" "$T/srv0.log" ||
+		fail "server log: $(tail -5 "$T/srv0.log")"
+	# g deleted, kept 0 s: collected, then its chunks
+	run "$PROGS/delete-path" "$(srv_addr 0)" "$SECRET" "$(id -u)" "$CKPT/g" 0
+	[ "$status" -eq 0 ] || fail "delete-path: $output"
+	wait_for "$WAIT" grep -q "files: '$CKPT/g' (uid $(id -u)): 1 deleted versions collected" \
+		"$T/srv0.log" || fail "server log: $(tail -5 "$T/srv0.log")"
+	wait_for "$WAIT" eval '[ "$(server_chunks "$T/e.conf")" -lt "$before" ]' ||
+		fail "the server holds $(server_chunks "$T/e.conf") chunks, $before before"
+	# f's are still there: its deletion is kept an hour
+	[ "$(server_chunks "$T/e.conf")" -gt 0 ] || fail "f's chunks went too"
+	run "$STAGEHAND" ls --policy "$T/e.conf" "$CKPT"
+	[[ "$output" != *"$CKPT/g "* && "$output" != *"$CKPT/f "* ]] || fail "ls: $output"
+}
+
 @test "a server holds an open version whose close it missed: ls and restore show the closed version alone" {
 	start_servers 3
 	cluster_default_policy durability=replicated

@@ -8,6 +8,7 @@
 #include "harness.h"
 #include "heldmap.h"
 #include "make-part.h"
+#include "tombstone.h"
 #include "util.h"
 
 /* The held map of a put: every chunk held (the test manifests have up to 3). */
@@ -66,15 +67,17 @@ static int put(struct stg_files *f, uint32_t uid, const char *path, uint64_t ver
 struct seen {
 	char paths[16][64];
 	uint64_t versions[16];
+	bool deleted[16];
 	int n;
 };
 
-static int record(void *arg, const char *path, const struct stg_manifest *m)
+static int record(void *arg, const char *path, const struct stg_manifest *m, bool deleted)
 {
 	struct seen *s = arg;
 	if (s->n < 16) {
 		snprintf(s->paths[s->n], sizeof(s->paths[0]), "%s", path);
 		s->versions[s->n] = m->version;
+		s->deleted[s->n] = deleted;
 	}
 	s->n++;
 	return 0;
@@ -83,9 +86,9 @@ static int record(void *arg, const char *path, const struct stg_manifest *m)
 /* What stg_files_foreach gave: per manifest its uid, version and held map
  * (its first byte; 0xff when there was none). */
 struct owned {
-	uint32_t uid[16];
-	uint64_t versions[16];
-	int held[16];
+	uint32_t uid[64];
+	uint64_t versions[64];
+	int held[64];
 	int n;
 };
 
@@ -93,7 +96,7 @@ static int record_owned(void *arg, uint32_t uid, const struct stg_manifest *m,
 			const uint8_t *held)
 {
 	struct owned *o = arg;
-	if (o->n < 16) {
+	if (o->n < 64) {
 		o->uid[o->n] = uid;
 		o->versions[o->n] = m->version;
 		o->held[o->n] = held ? held[0] : 0xff;
@@ -105,15 +108,17 @@ static int record_owned(void *arg, uint32_t uid, const struct stg_manifest *m,
 static int count_uid(const struct owned *o, uint32_t uid)
 {
 	int n = 0;
-	for (int i = 0; i < o->n && i < 16; i++)
+	for (int i = 0; i < o->n && i < 64; i++)
 		n += o->uid[i] == uid;
 	return n;
 }
 
-static int stop_at_first(void *arg, const char *path, const struct stg_manifest *m)
+static int stop_at_first(void *arg, const char *path, const struct stg_manifest *m,
+			 bool deleted)
 {
 	(void)path;
 	(void)m;
+	(void)deleted;
 	(*(int *)arg)++;
 	return 42;
 }
@@ -196,6 +201,72 @@ static void test_held(struct stg_files *f, const char *dir)
 	memset(&o, 0, sizeof(o));
 	CHECK_EQ(stg_files_foreach(f, record_owned, &o), 0);
 	CHECK_EQ(count_uid(&o, 2000), 1);
+}
+
+/* Deletions: the versions a tombstone covers leave the listing (shown
+ * flagged when asked), a newer version stays; a renamed-away name is never
+ * listed; once the retention runs out, the collector's walk removes them,
+ * and the entry when nothing newer is left. */
+static void test_deletions(struct stg_files *f)
+{
+	const int64_t s = 1000000000;
+	int64_t now = stg_now_ns();
+	for (uint64_t v = 1; v <= 3; v++) {
+		CHECK_EQ(put(f, 5000, "/del/a", v, 0), 0);
+		CHECK_EQ(put(f, 5000, "/del/b", v, 0), 0);
+	}
+	CHECK_EQ(put(f, 5000, "/del/c", 1, 0), 0);
+	/* a: versions 1-2 deleted, kept an hour; b: all deleted, kept 0 s; c:
+	 * renamed away, kept 0 s, then its deletion again (merged). */
+	struct stg_tombstone ta = {.upto = 2, .at_ns = now, .retain_s = 3600},
+			     tb = {.upto = 3, .at_ns = now - s, .retain_s = 0},
+			     tc = {.upto = 1, .at_ns = now - 2 * s, .retain_s = 0,
+				   .flags = STG_TOMBSTONE_RENAMED};
+	CHECK_EQ(stg_files_delete(f, 5000, "/del/a", &ta), 0);
+	CHECK_EQ(stg_files_delete(f, 5000, "/del/b", &tb), 0);
+	CHECK_EQ(stg_files_delete(f, 5000, "/del/c", &tc), 0);
+	CHECK_EQ(stg_files_delete(f, 5000, "/del/c", &tc), 0); /* again: the same */
+	CHECK_EQ(stg_files_delete(f, 5000, "/del/none", &tc), 0);
+	CHECK_EQ(stg_files_delete(f, 5001, "/del/a", &tb), 0); /* another user's: none */
+	struct seen seen = {0};
+	uint64_t v[16];
+	CHECK_EQ(stg_files_list(f, 5000, "/del/", false, record, &seen), 0);
+	CHECK_EQ(seen.n, 1);
+	CHECK(versions_of(&seen, "/del/a", v) == 1 && v[0] == 3 && !seen.deleted[0]);
+	memset(&seen, 0, sizeof(seen));
+	CHECK_EQ(stg_files_list(f, 5000, "/del/", true, record, &seen), 0);
+	CHECK_EQ(seen.n, 6); /* a 1-3, b 1-3; c never */
+	CHECK_EQ(versions_of(&seen, "/del/c", v), 0);
+	for (int i = 0; i < seen.n; i++)
+		CHECK_EQ(seen.deleted[i], !(strcmp(seen.paths[i], "/del/a") == 0 &&
+					    seen.versions[i] == 3));
+	/* Still served while kept: restorable. */
+	uint8_t *mf;
+	size_t len;
+	CHECK_EQ(stg_files_get(f, 5000, "/del/b", 2, &mf, &len), 0);
+	free(mf);
+	/* The collector's walk: b and c expired and go whole, a's deletion
+	 * is kept. */
+	struct owned o = {0};
+	CHECK_EQ(stg_files_foreach(f, record_owned, &o), 0);
+	CHECK_EQ(stg_files_get(f, 5000, "/del/b", 2, &mf, &len), -ENOENT);
+	CHECK_EQ(stg_files_get(f, 5000, "/del/c", 0, &mf, &len), -ENOENT);
+	CHECK_EQ(stg_files_get(f, 5000, "/del/a", 1, &mf, &len), 0);
+	free(mf);
+	CHECK_EQ(count_uid(&o, 5000), 3); /* a's versions */
+	/* b written again after: a new entry, nothing of the old deletion. */
+	CHECK_EQ(put(f, 5000, "/del/b", 4, 0), 0);
+	memset(&seen, 0, sizeof(seen));
+	CHECK_EQ(stg_files_list(f, 5000, "/del/b", false, record, &seen), 0);
+	CHECK(seen.n == 1 && seen.versions[0] == 4 && !seen.deleted[0]);
+	/* a deletion covering a version older than a kept one, expired: only
+	 * the covered versions go */
+	struct stg_tombstone old = {.upto = 2, .at_ns = now - 7200 * s, .retain_s = 0};
+	CHECK_EQ(stg_files_delete(f, 5000, "/del/a", &old), 0); /* merged: still an hour */
+	memset(&o, 0, sizeof(o));
+	CHECK_EQ(stg_files_foreach(f, record_owned, &o), 0);
+	CHECK_EQ(stg_files_get(f, 5000, "/del/a", 1, &mf, &len), 0);
+	free(mf);
 }
 
 /* Two nodes' parts of one job version, minted the same id, with the same
@@ -354,7 +425,7 @@ int main(void)
 	}
 	CHECK_EQ(removed, 4);
 	struct seen s = {0};
-	CHECK_EQ(stg_files_list(f, 1000, "/ckpt/b", record, &s), 0);
+	CHECK_EQ(stg_files_list(f, 1000, "/ckpt/b", false, record, &s), 0);
 	uint64_t v[16];
 	CHECK_EQ(versions_of(&s, "/ckpt/b.bin", v), 2);
 	CHECK_EQ(v[0], 5);
@@ -364,18 +435,18 @@ int main(void)
 	/* Prefixes are plain string prefixes; versions come ascending. */
 	CHECK_EQ(put(f, 1000, "/other/c.bin", 1, 0), 0);
 	memset(&s, 0, sizeof(s));
-	CHECK_EQ(stg_files_list(f, 1000, "/ckpt/", record, &s), 0);
+	CHECK_EQ(stg_files_list(f, 1000, "/ckpt/", false, record, &s), 0);
 	CHECK_EQ(s.n, 4);
 	CHECK_EQ(versions_of(&s, "/ckpt/a.bin", v), 2);
 	CHECK(v[0] == 1 && v[1] == 2);
 	memset(&s, 0, sizeof(s));
-	CHECK_EQ(stg_files_list(f, 1000, "", record, &s), 0);
+	CHECK_EQ(stg_files_list(f, 1000, "", false, record, &s), 0);
 	CHECK_EQ(s.n, 5);
 	memset(&s, 0, sizeof(s));
-	CHECK_EQ(stg_files_list(f, 1000, "/ckpt/a", record, &s), 0);
+	CHECK_EQ(stg_files_list(f, 1000, "/ckpt/a", false, record, &s), 0);
 	CHECK_EQ(s.n, 2);
 	int calls = 0;
-	CHECK_EQ(stg_files_list(f, 1000, "", stop_at_first, &calls), 42);
+	CHECK_EQ(stg_files_list(f, 1000, "", false, stop_at_first, &calls), 42);
 	CHECK_EQ(calls, 1);
 
 	/* Users are isolated: 1000 sees nothing of 1001's. */
@@ -385,13 +456,13 @@ int main(void)
 	free(mf);
 	CHECK_EQ(stg_files_get(f, 1001, "/ckpt/a.bin", 0, &mf, &len), -ENOENT);
 	memset(&s, 0, sizeof(s));
-	CHECK_EQ(stg_files_list(f, 1000, "/private", record, &s), 0);
+	CHECK_EQ(stg_files_list(f, 1000, "/private", false, record, &s), 0);
 	CHECK_EQ(s.n, 0);
 	memset(&s, 0, sizeof(s));
-	CHECK_EQ(stg_files_list(f, 1001, "", record, &s), 0);
+	CHECK_EQ(stg_files_list(f, 1001, "", false, record, &s), 0);
 	CHECK_EQ(s.n, 1);
 	memset(&s, 0, sizeof(s));
-	CHECK_EQ(stg_files_list(f, 4242, "", record, &s), 0);
+	CHECK_EQ(stg_files_list(f, 4242, "", false, record, &s), 0);
 	CHECK_EQ(s.n, 0);
 
 	/* foreach: every manifest of every user, with its uid. */
@@ -411,7 +482,7 @@ int main(void)
 	close(fd);
 	CHECK_EQ(stg_files_get(f, 1000, "/other/c.bin", 1, &mf, &len), -EBADMSG);
 	memset(&s, 0, sizeof(s));
-	CHECK_EQ(stg_files_list(f, 1000, "/other", record, &s), 0);
+	CHECK_EQ(stg_files_list(f, 1000, "/other", false, record, &s), 0);
 	CHECK_EQ(s.n, 0);
 
 	/* Reopened, everything is still there. */
@@ -440,6 +511,7 @@ int main(void)
 	test_parts_collide(f);
 	test_parts_retention(f);
 	test_held(f, dir);
+	test_deletions(f);
 	stg_files_free(f);
 	stg_files_free(NULL);
 	close(dirfd);

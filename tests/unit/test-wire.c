@@ -5,6 +5,7 @@
 #include "harness.h"
 #include "manifest.h"
 #include "util.h"
+#include "tombstone.h"
 #include "wire.h"
 
 static uint8_t hashes[3 * 16];
@@ -611,6 +612,45 @@ static void test_munge_kx(void)
 	}
 }
 
+/* DELETE_PATH: its golden file; it decodes back; version 1, an id of 0, an
+ * unknown flag or a relative path are refused. */
+static void test_delete_path(void)
+{
+	struct stg_msg m = {.version = 2, .type = STG_MSG_DELETE_PATH, .tag = 9};
+	m.delete_path = (struct stg_msg_delete_path){
+		.upto = 0x0123456789abcdefull, .at_ns = 1795000000123456789ll, .retain_s = 86400,
+		.flags = STG_TOMBSTONE_RENAMED, .path = "/ckpt/step_7/model.bin", .path_len = 22};
+	uint8_t buf[256];
+	size_t len = stg_wire_encode(&m, buf, sizeof(buf));
+	CHECK_EQ(len, STG_WIRE_HEADER_SIZE + 28 + 22);
+	CHECK(harness_golden("wire-v2-delete-path.bin", buf, len));
+	struct stg_wire_header h;
+	struct stg_msg d;
+	CHECK_EQ(stg_wire_header_decode(buf, sizeof(buf), &h), 0);
+	uint8_t *body = buf + STG_WIRE_HEADER_SIZE;
+	CHECK_EQ(stg_wire_decode(&h, body, &d), 0);
+	CHECK(d.type == STG_MSG_DELETE_PATH && d.delete_path.upto == m.delete_path.upto &&
+	      d.delete_path.at_ns == m.delete_path.at_ns && d.delete_path.retain_s == 86400 &&
+	      d.delete_path.flags == STG_TOMBSTONE_RENAMED && d.delete_path.path_len == 22 &&
+	      memcmp(d.delete_path.path, "/ckpt/step_7/model.bin", 22) == 0);
+	CHECK_EQ(strcmp(stg_msg_type_name(d.type), "DELETE_PATH"), 0);
+	h.version = 1;
+	CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
+	h.version = 2;
+	uint8_t bad[128];
+	memcpy(bad, body, h.length);
+	memset(bad, 0, 8); /* upto 0 */
+	CHECK_EQ(stg_wire_decode(&h, bad, &d), -EBADMSG);
+	memcpy(bad, body, h.length);
+	bad[20] |= 2; /* an unknown flag */
+	CHECK_EQ(stg_wire_decode(&h, bad, &d), -EBADMSG);
+	memcpy(bad, body, h.length);
+	bad[28] = 'c'; /* "ckpt/...": relative */
+	CHECK_EQ(stg_wire_decode(&h, bad, &d), -EBADMSG);
+	h.length--; /* the path one byte short of its length */
+	CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
+}
+
 int main(void)
 {
 	test_golden_and_round_trip();
@@ -622,5 +662,6 @@ int main(void)
 	test_errors();
 	test_auth_munge();
 	test_munge_kx();
+	test_delete_path();
 	return harness_done();
 }
