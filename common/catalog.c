@@ -15,7 +15,9 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "policy.h"
 #include "queue.h"
+#include "tombstone.h"
 #include "util.h"
 #include "version.h"
 
@@ -180,8 +182,15 @@ int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
 	free(buf);
 	if (r < 0)
 		return r;
-	if (stg_catalog_is_deleted(f->dirfd))
-		r = stg_catalog_set_deleted(f->dirfd, false);
+	/* A version after a deletion is newer than its tombstone (ids are
+	 * minted past it), so that the path is visible again, while the
+	 * tombstone still covers the versions before, for the servers. An
+	 * empty one (before tombstones) covered what was held: it goes. */
+	struct stg_tombstone t;
+	bool legacy;
+	if (stg_catalog_tombstone(f->dirfd, &t, &legacy) == 0 && legacy &&
+	    unlinkat(f->dirfd, DELETED_FILE, 0) < 0)
+		r = -errno;
 	if (r == 0 && sync && fsync(f->dirfd) < 0)
 		r = -errno;
 	/* After the manifest: a crash in between is found by the flusher's
@@ -232,6 +241,9 @@ int stg_catalog_remove_version(int filedirfd, uint64_t version)
 	return 0;
 }
 
+static uint64_t newest_version(int filedirfd);
+static void forget_entry(struct stg_cache *c, int filedirfd, const char *id);
+
 static uint64_t read_seen(int filedirfd)
 {
 	char buf[32];
@@ -250,11 +262,13 @@ static uint64_t read_seen(int filedirfd)
 
 uint64_t stg_catalog_newest_known(int filedirfd)
 {
-	uint64_t *v = NULL, newest = read_seen(filedirfd);
-	size_t n = 0;
-	if (stg_catalog_versions(filedirfd, &v, &n) == 0 && n && v[n - 1] > newest)
-		newest = v[n - 1];
-	free(v);
+	uint64_t newest = read_seen(filedirfd), held = newest_version(filedirfd);
+	struct stg_tombstone t;
+	bool legacy;
+	if (held > newest)
+		newest = held;
+	if (stg_catalog_tombstone(filedirfd, &t, &legacy) == 0 && t.upto > newest)
+		newest = t.upto;
 	return newest;
 }
 
@@ -423,20 +437,75 @@ int stg_catalog_prune(int filedirfd, uint32_t keep, bool complete_only)
 	return r < 0 ? r : removed;
 }
 
-bool stg_catalog_is_deleted(int filedirfd)
+static uint64_t newest_version(int filedirfd)
 {
-	return faccessat(filedirfd, DELETED_FILE, F_OK, 0) == 0;
+	uint64_t *v = NULL, newest = 0;
+	size_t n = 0;
+	if (stg_catalog_versions(filedirfd, &v, &n) == 0 && n)
+		newest = v[n - 1];
+	free(v);
+	return newest;
 }
 
-int stg_catalog_set_deleted(int filedirfd, bool deleted)
+int stg_catalog_tombstone(int filedirfd, struct stg_tombstone *ret, bool *ret_legacy)
 {
-	if (!deleted)
-		return unlinkat(filedirfd, DELETED_FILE, 0) < 0 && errno != ENOENT ? -errno : 0;
-	int fd = openat(filedirfd, DELETED_FILE, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	int fd = openat(filedirfd, DELETED_FILE, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (fd < 0)
-		return -errno;
+		return errno == ENOENT ? -ENOENT : -errno;
+	struct stat st;
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	int r = fstat(fd, &st) < 0 ? -errno : st.st_size == 0 ? 0
+					: stg_read_fd(fd, STG_TOMBSTONE_SIZE, &buf, &len);
 	close(fd);
+	if (r < 0)
+		return r;
+	*ret_legacy = len == 0;
+	if (len) {
+		r = stg_tombstone_decode(buf, len, ret);
+		free(buf);
+		if (r == 0)
+			return 0;
+		stg_log_errno(STG_LOG_WARN, r, "catalog: a tombstone is unreadable: its path "
+			      "counts as deleted until a version is published");
+		*ret_legacy = true;
+	}
+	/* Empty (a cache of before tombstones), or unreadable: every version
+	 * held is deleted, from the file's time, kept the default time. */
+	uint64_t newest = newest_version(filedirfd);
+	*ret = (struct stg_tombstone){
+		.upto = newest ? newest : 1,
+		.at_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+		.retain_s = STG_KEEP_DELETED_DEFAULT,
+	};
 	return 0;
+}
+
+bool stg_catalog_is_deleted(int filedirfd)
+{
+	struct stg_tombstone t;
+	bool legacy;
+	return stg_catalog_tombstone(filedirfd, &t, &legacy) == 0 &&
+	       newest_version(filedirfd) <= t.upto;
+}
+
+int stg_catalog_delete(struct stg_catalog_file *f, const struct stg_tombstone *t, bool sync)
+{
+	struct stg_tombstone held, now = *t;
+	bool legacy;
+	if (stg_catalog_tombstone(f->dirfd, &held, &legacy) == 0)
+		now = stg_tombstone_merge(&held, t);
+	uint8_t buf[STG_TOMBSTONE_SIZE];
+	stg_tombstone_encode(&now, buf);
+	int r = stg_write_file_atomic(f->dirfd, DELETED_FILE, buf, sizeof(buf), sync);
+	if (r == 0 && sync && fsync(f->dirfd) < 0)
+		r = -errno;
+	/* Queued after, as a version is: shipped once the versions are. */
+	if (r == 0 && f->cache && f->cache->ship) {
+		stg_queue_unmark(f->dirfd, 0);
+		r = stg_queue_add(f->cache, f->id, 0);
+	}
+	return r;
 }
 
 int stg_catalog_read_path(int filedirfd, char *out, size_t outlen)
@@ -551,6 +620,58 @@ int stg_catalog_foreach(struct stg_cache *c,
 	return stg_catalog_scan(c, fn, NULL, arg);
 }
 
+struct expire_state {
+	struct stg_cache *c;
+	int64_t now_ns;
+	size_t removed;
+};
+
+/* One entry: what its expired tombstone covers goes; then the tombstone,
+ * once the servers have it (or there are none), and the entry when nothing
+ * is left in it. */
+static int expire_one(void *arg, const char *path, int filedirfd)
+{
+	struct expire_state *st = arg;
+	struct stg_tombstone t;
+	bool legacy;
+	if (stg_catalog_tombstone(filedirfd, &t, &legacy) < 0 ||
+	    !stg_tombstone_expired(&t, st->now_ns))
+		return 0;
+	struct stg_catalog_file f;
+	if (stg_catalog_lock(st->c, path, false, &f) < 0)
+		return 0;
+	uint64_t *v = NULL;
+	size_t n = 0;
+	if (stg_catalog_tombstone(f.dirfd, &t, &legacy) == 0 &&
+	    stg_tombstone_expired(&t, st->now_ns) && stg_catalog_versions(f.dirfd, &v, &n) == 0) {
+		size_t gone = 0;
+		while (gone < n && v[gone] <= t.upto &&
+		       stg_catalog_remove_version(f.dirfd, v[gone]) == 0)
+			gone++;
+		st->removed += gone;
+		bool shipped = !st->c->ship || stg_queue_read_mark(f.dirfd, 0, NULL, 0) == 0;
+		if (shipped && gone == n) {
+			stg_queue_unmark(f.dirfd, 0);
+			forget_entry(st->c, f.dirfd, f.id);
+		} else if (shipped) {
+			unlinkat(f.dirfd, DELETED_FILE, 0);
+			stg_queue_unmark(f.dirfd, 0);
+		}
+	}
+	free(v);
+	stg_catalog_unlock(&f);
+	return 0;
+}
+
+int stg_catalog_expire(struct stg_cache *c, int64_t now_ns, size_t *ret_removed)
+{
+	struct expire_state st = {.c = c, .now_ns = now_ns};
+	int r = stg_catalog_foreach(c, expire_one, &st);
+	if (ret_removed)
+		*ret_removed = st.removed;
+	return r;
+}
+
 /* Publishes from's version under topath as newversion. A link's copy is a
  * closed version of its own (the writer goes on under the old name only),
  * and one node's part of a shared = job version cannot stand alone. */
@@ -588,6 +709,15 @@ int stg_catalog_link(struct stg_cache *c, const char *oldpath, const char *newpa
 		     uint32_t keep)
 {
 	return transfer(c, oldpath, newpath, sync, keep, true, NULL);
+}
+
+/* Removes an entry left with no version (and nothing to ship). */
+static void forget_entry(struct stg_cache *c, int filedirfd, const char *id)
+{
+	unlinkat(filedirfd, DELETED_FILE, 0);
+	unlinkat(filedirfd, SEEN_FILE, 0);
+	unlinkat(filedirfd, PATH_FILE, 0);
+	unlinkat(c->files_fd, id, AT_REMOVEDIR);
 }
 
 /* rename (old goes) or link (old stays, new gets old's newest version as
@@ -637,7 +767,15 @@ static int transfer(struct stg_cache *c, const char *oldpath, const char *newpat
 	if (r == 0 && ret_moved)
 		*ret_moved = moved;
 	/* The new name is complete before the old one goes: a crash in between
-	 * leaves both, never neither. */
+	 * leaves both, never neither. With servers, the old name keeps a
+	 * tombstone, queued after the new name's versions, so that the
+	 * servers drop it once they hold those (docs/CAPTURE.md, "Renames and
+	 * deletions"); it hides the old versions should a crash leave them. */
+	if (r == 0 && !keep_old && c->ship) {
+		struct stg_tombstone t = {.upto = va[na - 1], .at_ns = stg_now_ns(),
+					  .flags = STG_TOMBSTONE_RENAMED};
+		r = stg_catalog_delete(&a, &t, sync);
+	}
 	for (size_t i = 0; r == 0 && !keep_old && i < na; i++)
 		r = stg_catalog_remove_version(a.dirfd, va[i]);
 	/* The new name keeps what its rule keeps, as after any commit (what
@@ -647,11 +785,8 @@ static int transfer(struct stg_cache *c, const char *oldpath, const char *newpat
 		if (pr < 0)
 			stg_debug("pruning '%s': %s", newpath, strerror(-pr));
 	}
-	if (r == 0 && !keep_old) {
-		stg_catalog_set_deleted(a.dirfd, false);
-		unlinkat(a.dirfd, PATH_FILE, 0);
-		unlinkat(c->files_fd, ida, AT_REMOVEDIR);
-	}
+	if (r == 0 && !keep_old && !c->ship)
+		forget_entry(c, a.dirfd, ida);
 	free(va);
 	free(vb);
 	stg_catalog_unlock(&a);

@@ -9,6 +9,7 @@
 
 #include "cache.h"
 #include "manifest.h"
+#include "tombstone.h"
 
 /* A path's directory in the catalog, locked (flock) while it is open. */
 struct stg_catalog_file {
@@ -86,11 +87,27 @@ int stg_catalog_prune(int filedirfd, uint32_t keep, bool complete_only);
 /* Removes one version's manifest (and its replication mark). Returns 0 or -errno. */
 int stg_catalog_remove_version(int filedirfd, uint64_t version);
 
-/* Is the path marked deleted (unlinked by the application)? */
+/* The entry's tombstone (tombstone.h): 0, or -ENOENT when it has none.
+ * *ret_legacy: the empty "deleted" file of caches before tombstones, or one
+ * that cannot be read (logged), read as covering every version held, kept
+ * STG_KEEP_DELETED_DEFAULT from the file's time; publishing removes it. */
+int stg_catalog_tombstone(int filedirfd, struct stg_tombstone *ret, bool *ret_legacy);
+
+/* Is the path deleted: has it a tombstone that covers its newest version
+ * (or has it no version)? Its versions stay restorable until the tombstone
+ * expires. */
 bool stg_catalog_is_deleted(int filedirfd);
 
-/* Marks the path deleted (its versions stay restorable) or visible again. */
-int stg_catalog_set_deleted(int filedirfd, bool deleted);
+/* Removes the versions that expired tombstones cover (the cache's
+ * collection runs it first, so that their chunks go in the same pass), and
+ * the entries left empty whose tombstone the servers have. *ret_removed
+ * (may be NULL): the versions removed. Returns 0 or -errno. */
+int stg_catalog_expire(struct stg_cache *c, int64_t now_ns, size_t *ret_removed);
+
+/* Records a deletion of the locked entry (merged with one recorded
+ * already), durably with sync, and queues it for the servers when the
+ * cache ships. Returns 0 or -errno. */
+int stg_catalog_delete(struct stg_catalog_file *f, const struct stg_tombstone *t, bool sync);
 
 /* The path that an entry describes, read from its "path" file. Returns 0,
  * -EBADMSG when it is not an absolute, normalized path (stg_path_valid) or

@@ -437,7 +437,10 @@ int stg_gc_collect(struct stg_cache *c, int wait, struct stg_gc_result *ret)
 	struct stg_manifest_entry *entries = NULL;
 	uint64_t *ids = NULL, *sizes = NULL, *emptied = NULL;
 	size_t np = 0, ne = 0;
-	int r = stg_catalog_foreach(c, mark_file, &live);
+	/* Deleted versions whose time is up go first: their chunks with them. */
+	int r = stg_catalog_expire(c, stg_now_ns(), NULL);
+	if (r == 0)
+		r = stg_catalog_foreach(c, mark_file, &live);
 	if (r < 0)
 		goto out;
 	entries = malloc((live.n ? live.n : 1) * sizeof(*entries));

@@ -213,6 +213,25 @@ static int parse_uint(const char *s, uint32_t min, uint32_t max, uint32_t *ret)
 	return 0;
 }
 
+/* A duration: digits, then s (or nothing), m, h or d; at most 3650 days.
+ * Returns 0 or -EINVAL. */
+static int parse_duration(const char *s, uint32_t *ret)
+{
+	char *end;
+	if (!isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	unsigned long long unit = !*end || strcmp(end, "s") == 0 ? 1
+				  : strcmp(end, "m") == 0 ? 60
+				  : strcmp(end, "h") == 0 ? 3600
+				  : strcmp(end, "d") == 0 ? 86400 : 0;
+	if (errno || !unit || v > 3650ull * 86400 / unit)
+		return -EINVAL;
+	*ret = (uint32_t)(v * unit);
+	return 0;
+}
+
 /* A key with two values: *ret is whether value is yes. Returns 1, or 0
  * after saying which values it takes. */
 static int parse_either(struct parse_state *st, const char *name, const char *value,
@@ -382,6 +401,7 @@ static struct stg_path_rule *rule_new(struct parse_state *st, const char *glob)
 		.codec = stg_chunk_codec_default,
 		.durability = STG_DURABILITY_LOCAL,
 		.keep = STG_KEEP_DEFAULT,
+		.keep_deleted_s = STG_KEEP_DELETED_DEFAULT,
 		.line = st->line,
 	};
 	if (!r->glob) {
@@ -478,6 +498,13 @@ static int handle_path(struct parse_state *st, const char *name, const char *val
 			fail(st, "keep '%s' must be a number of versions, at least 1", value);
 			return 0;
 		}
+	} else if (strcmp(name, "keep_deleted") == 0) {
+		if (parse_duration(value, &r->keep_deleted_s) < 0) {
+			fail(st, "keep_deleted '%s' must be a duration: a number of seconds, or of "
+			     "minutes, hours or days with m, h or d (0: until the next collection; "
+			     "at most 3650d)", value);
+			return 0;
+		}
 	} else if (strcmp(name, "shared") == 0) {
 		return parse_either(st, name, value, "job", "node", &r->shared_job);
 	} else if (strcmp(name, "drain") == 0) {
@@ -492,7 +519,7 @@ static int handle_path(struct parse_state *st, const char *name, const char *val
 	} else {
 		fail(st,
 		     "unknown key '%s' in [path %s] (known: chunk_size, chunking, dedup, "
-		     "delta, compress, filter, durability, keep, shared, drain)",
+		     "delta, compress, filter, durability, keep, keep_deleted, shared, drain)",
 		     name, r->glob);
 		return 0;
 	}

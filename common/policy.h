@@ -32,6 +32,9 @@ struct stg_path_rule {
 	struct stg_chunk_codec codec; /* compress = and filter = */
 	enum stg_durability durability;
 	uint32_t keep; /* versions kept per file, >= 1 */
+	/* keep_deleted: how long a deleted file's versions stay restorable
+	 * (seconds; 0: until the next collection). */
+	uint32_t keep_deleted_s;
 	bool shared_job; /* shared = job: a version is every rank's writes, from
 			  * every node (docs/CAPTURE.md, "Shared files across nodes") */
 	char *drain;   /* NULL, "in-place", or an absolute directory: where
@@ -76,6 +79,10 @@ struct stg_policy {
 #define STG_CDC_AVERAGE_MAX (4u << 20)
 #define STG_CHUNK_DEFAULT (1u << 20)
 #define STG_KEEP_DEFAULT 3u
+/* An hour: a job that deletes old steps as it goes holds at most an hour of
+ * them, and a mistaken rm can be undone while the job is restarted
+ * (README.md, "Deletions"). */
+#define STG_KEEP_DELETED_DEFAULT 3600u
 
 /* Finds the policy file: $STAGEHAND_POLICY, ./stagehand.conf, /etc/stagehand/policy.conf.
  * Returns a malloc'ed path, or NULL when none exists. */

@@ -43,7 +43,7 @@ static bool parse_entry(const char *name, struct stg_queue_item *ret)
 	memcpy(ret->id, name, STG_HASH_HEX_LEN);
 	ret->id[STG_HASH_HEX_LEN] = '\0';
 	ret->version = strtoull(name + STG_HASH_HEX_LEN + 1, NULL, 10);
-	return ret->version > 0;
+	return true;
 }
 
 int stg_queue_add(struct stg_cache *c, const char *id, uint64_t version)
@@ -168,13 +168,18 @@ static int recover_file(void *arg, const char *path, int filedirfd)
 		return 0;
 	char id[STG_HASH_HEX_LEN + 1];
 	stg_catalog_file_id(path, id);
-	for (size_t i = 0; i < n; i++) {
+	/* The versions, and a tombstone (version 0 of the queue) not shipped. */
+	struct stg_tombstone t;
+	bool legacy;
+	bool tomb = stg_catalog_tombstone(filedirfd, &t, &legacy) == 0;
+	for (size_t i = 0; i < n + tomb; i++) {
+		uint64_t version = i < n ? v[i] : 0;
 		char name[64];
-		entry_name(id, v[i], name);
-		if (stg_queue_read_mark(filedirfd, v[i], NULL, 0) == 0 ||
+		entry_name(id, version, name);
+		if (stg_queue_read_mark(filedirfd, version, NULL, 0) == 0 ||
 		    faccessat(st->cache->queue_fd, name, F_OK, 0) == 0)
 			continue;
-		if (stg_queue_add(st->cache, id, v[i]) == 0)
+		if (stg_queue_add(st->cache, id, version) == 0)
 			st->added++;
 	}
 	free(v);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The flusher's persistent queue, kept in the cache: an entry per version
  * still to ship (queue/<file id>.<version>) and a mark per version that the
- * servers hold (files/<file id>/v<version>.rep). */
+ * servers hold (files/<file id>/v<version>.rep). Version 0 stands for the
+ * path's tombstone: a deletion to ship, after the versions. */
 #pragma once
 
 #include <stdbool.h>

@@ -28,6 +28,7 @@ static const char *const type_names[] = {
 	[STG_MSG_STAT] = "STAT",                 [STG_MSG_STAT_REPLY] = "STAT_REPLY",
 	[STG_MSG_PUT_CHUNK_REF] = "PUT_CHUNK_REF", [STG_MSG_GET_CHUNK_REF] = "GET_CHUNK_REF",
 	[STG_MSG_CHUNK_REF] = "CHUNK_REF",       [STG_MSG_DELETE_PATH] = "DELETE_PATH",
+	[STG_MSG_WITHDRAW] = "WITHDRAW",
 };
 
 /* A MUNGE credential: 1..STG_WIRE_MAX_MUNGE_CRED printable ASCII bytes, the
@@ -340,6 +341,19 @@ int stg_wire_decode(const struct stg_wire_header *h, const uint8_t *b, struct st
 		    !stg_wire_path_valid(m.get_manifest.path, m.get_manifest.path_len))
 			return -EBADMSG;
 		break;
+	case STG_MSG_WITHDRAW: {
+		struct stg_msg_withdraw *w = &m.withdraw;
+		if (len < 20)
+			return -EBADMSG;
+		w->version = stg_get_le64(b);
+		w->manifest_hash = stg_get_le64(b + 8);
+		w->path_len = stg_get_le16(b + 16);
+		w->path = (const char *)b + 20;
+		if (h->version < 2 || w->version == 0 || stg_get_le16(b + 18) != 0 ||
+		    len != 20 + w->path_len || !stg_wire_path_valid(w->path, w->path_len))
+			return -EBADMSG;
+		break;
+	}
 	case STG_MSG_DELETE_PATH: {
 		struct stg_msg_delete_path *d = &m.delete_path;
 		if (len < 28)
@@ -443,6 +457,7 @@ static size_t body_size(const struct stg_msg *m)
 	case STG_MSG_LIST_REPLY_FLAGS: return 4 + (size_t)m->list_reply.len;
 	case STG_MSG_GET_MANIFEST: return 12 + (size_t)m->get_manifest.path_len;
 	case STG_MSG_DELETE_PATH: return 28 + (size_t)m->delete_path.path_len;
+	case STG_MSG_WITHDRAW: return 20 + (size_t)m->withdraw.path_len;
 	case STG_MSG_MANIFEST: return m->manifest.len;
 	case STG_MSG_GET_CHUNK: return 16;
 	case STG_MSG_STAT_REPLY: return 60;
@@ -568,6 +583,15 @@ size_t stg_wire_encode(const struct stg_msg *m, uint8_t *out, size_t cap)
 		stg_put_le16(b + 8, (uint16_t)m->get_manifest.path_len);
 		stg_put_le16(b + 10, 0);
 		memcpy(b + 12, m->get_manifest.path, m->get_manifest.path_len);
+		break;
+	case STG_MSG_WITHDRAW:
+		if (m->withdraw.path_len > STG_WIRE_MAX_PATH)
+			return 0;
+		stg_put_le64(b, m->withdraw.version);
+		stg_put_le64(b + 8, m->withdraw.manifest_hash);
+		stg_put_le16(b + 16, (uint16_t)m->withdraw.path_len);
+		stg_put_le16(b + 18, 0);
+		memcpy(b + 20, m->withdraw.path, m->withdraw.path_len);
 		break;
 	case STG_MSG_DELETE_PATH:
 		if (m->delete_path.path_len > STG_WIRE_MAX_PATH)

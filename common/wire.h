@@ -67,8 +67,12 @@ enum stg_msg_type {
 	/* A path's versions up to an id were deleted or renamed away (added
 	 * within version 2; docs/PROTOCOL.md, "Deletions"). */
 	STG_MSG_DELETE_PATH = 27,
+	/* Takes back one version the sender shipped, if the server holds it
+	 * as sent: its id was another node's elsewhere, and it is shipped
+	 * again under a new one (added within version 2). */
+	STG_MSG_WITHDRAW = 28,
 };
-#define STG_MSG_TYPE_MAX 27
+#define STG_MSG_TYPE_MAX 28
 
 /* Error codes carried by ERROR (stable on the wire, unlike errno values). */
 enum stg_wire_error {
@@ -222,6 +226,13 @@ struct stg_msg_manifest {
 	uint32_t len;
 };
 
+struct stg_msg_withdraw {
+	uint64_t version;       /* the id (not 0) */
+	uint64_t manifest_hash; /* XXH3-64 of the manifest as it was shipped */
+	const char *path;
+	uint32_t path_len;
+};
+
 struct stg_msg_delete_path {
 	uint64_t upto;     /* the newest version id deleted (not 0) */
 	int64_t at_ns;     /* when */
@@ -289,6 +300,7 @@ struct stg_msg {
 		struct stg_msg_list_reply list_reply;
 		struct stg_msg_get_manifest get_manifest;
 		struct stg_msg_delete_path delete_path;
+		struct stg_msg_withdraw withdraw;
 		struct stg_msg_manifest manifest;
 		struct stg_msg_get_chunk get_chunk;
 		struct stg_msg_chunk chunk;

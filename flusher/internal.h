@@ -12,10 +12,15 @@
 #include "conn.h"
 #include "manifest.h"
 #include "policy.h"
+#include "tombstone.h"
 
-/* What one server is asked to do for one version. */
+/* What one server is asked to do for one version, or for one deletion
+ * (tombstone set: the rest unused), or to take a version back (withdraw:
+ * path, manifest and encoded only). */
 struct job {
 	const char *path;
+	const struct stg_tombstone *tombstone;
+	bool withdraw;
 	const struct stg_manifest *manifest;
 	const uint8_t *encoded; /* the manifest as stored */
 	size_t encoded_len;
@@ -119,6 +124,12 @@ int sender_put(struct server *s, const struct job *job, const uint32_t *entries,
  * new id. Returns 0 (replicated, marked and unqueued), -EAGAIN (too few
  * servers now: try later) or -errno. */
 int ship_version(struct flusher *fl, const char *id, uint64_t version);
+
+/* Ships the tombstone of the path with this file id (its queue entry of
+ * version 0) to every server: it goes only once they all took it, so that
+ * none keeps the versions it covers. Returns 0 (shipped, or nothing to
+ * ship), -EAGAIN (a server is down or refused: still queued) or -errno. */
+int ship_deletion(struct flusher *fl, const char *id);
 
 /* Materializes a replicated version where the rule's drain says. */
 int drain_version(struct flusher *fl, const char *path, const struct stg_path_rule *rule,

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cancel.h"
+#include "hash.h"
 #include "internal.h"
 #include "log.h"
 #include "util.h"
@@ -241,6 +242,23 @@ static int put_manifest(struct server *s, const struct job *job, uint32_t *missi
 	}
 }
 
+/* One DELETE_PATH, or WITHDRAW, and its answer. */
+static int name_request(struct server *s, const struct job *job)
+{
+	struct stg_msg req = {.type = job->tombstone ? STG_MSG_DELETE_PATH : STG_MSG_WITHDRAW}, rep;
+	if (job->tombstone)
+		req.delete_path = (struct stg_msg_delete_path){
+			.upto = job->tombstone->upto, .at_ns = job->tombstone->at_ns,
+			.retain_s = job->tombstone->retain_s, .flags = job->tombstone->flags,
+			.path = job->path, .path_len = (uint32_t)strlen(job->path)};
+	else
+		req.withdraw = (struct stg_msg_withdraw){
+			.version = job->manifest->version,
+			.manifest_hash = stg_hash64(job->encoded, job->encoded_len),
+			.path = job->path, .path_len = (uint32_t)strlen(job->path)};
+	return stg_conn_call(&s->conn, &req, STG_MSG_OK, &rep);
+}
+
 static int run_job(struct server *s, const struct job *job)
 {
 	s->conn.error[0] = '\0';
@@ -249,6 +267,18 @@ static int run_job(struct server *s, const struct job *job)
 	int r = ensure_connected(s);
 	if (r < 0)
 		return r;
+	if (job->tombstone || job->withdraw) {
+		r = name_request(s, job);
+		/* (A reused connection may have been cut: one new try.) */
+		if (r < 0 && reused && r != -EPROTO && !s->conn.error[0]) {
+			stg_conn_close(&s->conn);
+			s->connected = false;
+			r = ensure_connected(s);
+			if (r == 0)
+				r = name_request(s, job);
+		}
+		return r;
+	}
 	uint64_t sent_before = s->conn.bytes_sent;
 	uint64_t fout_before = s->conn.frames_sent, fin_before = s->conn.frames_received;
 	size_t n = 0, nabsent = 0;

@@ -136,6 +136,32 @@ static void describe(struct flusher *fl, struct placement *pl, char *out, size_t
 					       fl->servers[i].name);
 }
 
+/* The version is shipped again under a new id, another node's holding its
+ * id on some server: the servers that took it under the old one give it
+ * back (WITHDRAW removes only a manifest byte for byte ours), so that no
+ * id names two contents, nor one content two versions. A server down now
+ * keeps it: the log says so. */
+static void withdraw(struct flusher *fl, const char *path, const struct stg_manifest *m,
+		     const uint8_t *enc, size_t enc_len)
+{
+	struct job job = {.path = path, .withdraw = true, .manifest = m, .encoded = enc,
+			  .encoded_len = enc_len};
+	struct job **jobs = calloc(fl->nservers, sizeof(*jobs));
+	if (!jobs)
+		return;
+	int64_t now = stg_now_ns();
+	for (size_t i = 0; i < fl->nservers; i++)
+		jobs[i] = server_available(&fl->servers[i], now) ? &job : NULL;
+	servers_run(fl, jobs);
+	for (size_t i = 0; i < fl->nservers; i++)
+		if (!jobs[i] || fl->servers[i].result < 0)
+			stg_log(STG_LOG_WARN, "'%s' version %llu: server %s may keep it under the id "
+				"another node's holds: %s", path,
+				(unsigned long long)stg_version_seq(m->version), fl->servers[i].name,
+				jobs[i] ? strerror(-fl->servers[i].result) : "down");
+	free(jobs);
+}
+
 /* Marks the version replicated, unless it was republished meanwhile (chmod
  * or utime after close amend it in place): under the path's lock, so that
  * an amend comes wholly before (seen here: shipped again) or after (it
@@ -289,6 +315,7 @@ static int ship_once(struct flusher *fl, const char *id, uint64_t version, char 
 		}
 		if (*ret_refused) {
 			placement_done(pl, fl->nservers);
+			withdraw(fl, path, &m, enc, enc_len);
 			r = -EEXIST;
 			break;
 		}

@@ -18,6 +18,7 @@
 
 #include "cancel.h"
 #include "config.h"
+#include "gc.h"
 #include "internal.h"
 #include "libcrypto.h"
 #include "log.h"
@@ -108,7 +109,10 @@ struct pass {
 	size_t shipped, blocked, failed;
 };
 
-/* Ships every queued version once. */
+/* Ships every queued version once, then, when they all went, the queued
+ * deletions: a rename's tombstone of the old name never reaches a server
+ * before the new name's versions are replicated, so that no crash leaves
+ * the servers with neither name. */
 static int ship_pass(struct flusher *fl, struct pass *ps)
 {
 	struct stg_queue_item *items;
@@ -118,24 +122,42 @@ static int ship_pass(struct flusher *fl, struct pass *ps)
 	if (r < 0)
 		return stg_log_errno(STG_LOG_ERROR, r, "cannot read the queue");
 	ps->queued = n;
-	for (size_t i = 0; i < n && !stop_signal; i++) {
-		char activity[128];
-		snprintf(activity, sizeof(activity), "shipping %s v%llu", items[i].id,
-			 (unsigned long long)items[i].version);
-		state_write(fl, n - i, activity);
-		r = ship_version(fl, items[i].id, items[i].version);
-		if (r == 0) {
-			ps->shipped++;
-			evict_if_needed(fl);
-		}
-		else if (r == -EAGAIN || r == -ECANCELED)
-			ps->blocked++;
-		else {
-			ps->failed++;
-			fl->versions_failed++;
+	size_t deletions = 0;
+	for (int phase = 0; phase < 2; phase++) {
+		if (phase == 1 && (ps->blocked || ps->failed))
+			break;
+		for (size_t i = 0; i < n && !stop_signal; i++) {
+			if ((items[i].version == 0) != (phase == 1))
+				continue;
+			char activity[128];
+			if (phase)
+				snprintf(activity, sizeof(activity), "shipping the deletion of %s",
+					 items[i].id);
+			else
+				snprintf(activity, sizeof(activity), "shipping %s v%llu", items[i].id,
+					 (unsigned long long)items[i].version);
+			state_write(fl, n - i, activity);
+			r = phase ? ship_deletion(fl, items[i].id)
+				  : ship_version(fl, items[i].id, items[i].version);
+			if (r == 0) {
+				ps->shipped++;
+				deletions += phase;
+				evict_if_needed(fl);
+			} else if (r == -EAGAIN || r == -ECANCELED) {
+				ps->blocked++;
+			} else {
+				ps->failed++;
+				fl->versions_failed++;
+			}
 		}
 	}
 	free(items);
+	/* What deletions kept 0 s leave goes now, in the cache too. */
+	if (deletions) {
+		int gr = stg_gc_collect(fl->cache, 0, NULL);
+		if (gr < 0 && gr != -EAGAIN)
+			stg_log_errno(STG_LOG_DEBUG, gr, "collecting the cache");
+	}
 	/* Even with nothing shipped (servers away), older replicated versions
 	 * can make room for the ones waiting. */
 	evict_if_needed(fl);

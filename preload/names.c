@@ -111,15 +111,21 @@ static int import_real(const char *realpath, const char *abs, const struct stg_p
 	return replicate_after_commit(abs, rule, v);
 }
 
+/* The application deleted abs: its versions so far stay restorable for
+ * keep_deleted, and the servers are told. */
 static int mark_deleted(const char *abs)
 {
+	const struct stg_path_rule *rule = shim_match(abs);
 	struct stg_catalog_file f;
 	int r = stg_catalog_lock(shim.cache, abs, false, &f);
 	if (r == -ENOENT)
 		return 0;
 	if (r < 0)
 		return r;
-	r = stg_catalog_set_deleted(f.dirfd, true);
+	uint64_t newest = stg_catalog_newest_known(f.dirfd);
+	struct stg_tombstone t = {.upto = newest ? newest : 1, .at_ns = stg_now_ns(),
+				  .retain_s = rule ? rule->keep_deleted_s : STG_KEEP_DELETED_DEFAULT};
+	r = stg_catalog_delete(&f, &t, !rule || sync_for(rule));
 	stg_catalog_unlock(&f);
 	return r;
 }

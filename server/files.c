@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "catalog.h"
+#include "hash.h"
 #include "heldmap.h"
 #include "tombstone.h"
 #include "log.h"
@@ -316,6 +317,41 @@ int stg_files_delete(struct stg_files *f, uint32_t uid, const char *path,
 	int r = stg_write_file_atomic(fd, DELETED_FILE, buf, sizeof(buf), true);
 	if (r == 0 && fsync(fd) < 0)
 		r = -errno;
+	close(fd);
+	return r;
+}
+
+int stg_files_withdraw(struct stg_files *f, uint32_t uid, const char *path, uint64_t version,
+		       uint64_t manifest_hash)
+{
+	if (check_path(path) < 0 || version == 0)
+		return -EINVAL;
+	int fd = open_file(f, uid, path, false, LOCK_EX);
+	if (fd == -ENOENT)
+		return 0;
+	if (fd < 0)
+		return fd;
+	uint8_t *mf;
+	size_t len;
+	int r = read_version(fd, version, &mf, &len);
+	if (r == -ENOENT || r == -EBADMSG) {
+		close(fd);
+		return 0;
+	}
+	if (r == 0) {
+		bool ours = stg_hash64(mf, len) == manifest_hash;
+		free(mf);
+		r = 0;
+		if (ours) {
+			char name[40];
+			stg_catalog_manifest_name(version, name);
+			if (unlinkat(fd, name, 0) == 0) {
+				held_name(version, name);
+				unlinkat(fd, name, 0);
+				r = fsync(fd) < 0 ? -errno : 1;
+			}
+		}
+	}
 	close(fd);
 	return r;
 }

@@ -41,6 +41,13 @@ int stg_files_list(struct stg_files *f, uint32_t uid, const char *prefix, bool d
 			     bool deleted),
 		   void *arg);
 
+/* Removes version of uid's path if its manifest is, byte for byte, the one
+ * whose XXH3-64 is manifest_hash (a node taking back a version it shipped
+ * under an id that another node's version holds on other servers): never
+ * another node's. Returns 1 (removed), 0 (not held as such) or -errno. */
+int stg_files_withdraw(struct stg_files *f, uint32_t uid, const char *path, uint64_t version,
+		       uint64_t manifest_hash);
+
 /* Records that uid's path was deleted or renamed away (docs/STORE.md,
  * "Deletions"): its versions up to t->upto stay restorable for
  * t->retain_s from t->at_ns, then the collector removes them. Merged with a

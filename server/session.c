@@ -428,6 +428,28 @@ static int on_delete_path(struct session *s, const struct stg_msg *req)
 	return reply(s, &m, req->tag);
 }
 
+static int on_withdraw(struct session *s, const struct stg_msg *req)
+{
+	const struct stg_msg_withdraw *w = &req->withdraw;
+	char path[STG_WIRE_MAX_PATH + 1];
+	memcpy(path, w->path, w->path_len);
+	path[w->path_len] = '\0';
+	int r = stg_files_withdraw(s->srv->files, s->uid, path, w->version, w->manifest_hash);
+	if (r < 0) {
+		stg_log_errno(STG_LOG_ERROR, r, "withdrawing version %llu of '%s' (uid %u)",
+			      (unsigned long long)stg_version_seq(w->version), path, s->uid);
+		return stg_conn_send_error(&s->conn, req->tag, r, "cannot withdraw the version: %s",
+					   strerror(-r));
+	}
+	if (r > 0) {
+		stg_log(STG_LOG_INFO, "%s: version %llu of '%s' (uid %u) withdrawn: its node "
+			"ships it under another id", s->conn.peer,
+			(unsigned long long)stg_version_seq(w->version), path, s->uid);
+	}
+	struct stg_msg m = {.type = STG_MSG_OK};
+	return reply(s, &m, req->tag);
+}
+
 static int on_stat(struct session *s, const struct stg_msg *req)
 {
 	struct stg_store_stats st;
@@ -454,6 +476,7 @@ static int handle(struct session *s, const struct stg_msg *m)
 	case STG_MSG_GET_CHUNK: return on_get_chunk(s, m);
 	case STG_MSG_STAT: return on_stat(s, m);
 	case STG_MSG_DELETE_PATH: return on_delete_path(s, m);
+	case STG_MSG_WITHDRAW: return on_withdraw(s, m);
 	default:
 		stg_log(STG_LOG_WARN, "%s: dropped: %s is not a request", s->conn.peer,
 			stg_msg_type_name(m->type));

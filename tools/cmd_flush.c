@@ -53,11 +53,16 @@ static void report_left(struct stg_cache *c)
 	size_t n = queued(c, &items);
 	if (n == (size_t)-1)
 		return;
-	tool_error("flush: %zu version%s not replicated:", n, n == 1 ? " is" : "s are");
+	tool_error("flush: %zu version%s or deletion%s not replicated:", n, n == 1 ? "" : "s",
+		   n == 1 ? " is" : "s are");
 	for (size_t i = 0; i < n; i++) {
 		char path[4096];
 		stg_queue_item_path(c, &items[i], path, sizeof(path));
-		fprintf(stderr, "  %s version %" PRIu64 "\n", path, stg_version_seq(items[i].version));
+		if (items[i].version == 0)
+			fprintf(stderr, "  %s: its deletion\n", path);
+		else
+			fprintf(stderr, "  %s version %" PRIu64 "\n", path,
+				stg_version_seq(items[i].version));
 	}
 	free(items);
 	struct stg_node_stats *st = calloc(1, sizeof(*st));

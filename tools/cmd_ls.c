@@ -21,7 +21,8 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: stagehand ls [--policy F] [--allow-foreign-cache] [PATH|PREFIX]\n"
+	fprintf(f, "usage: stagehand ls [--policy F] [--hide-deleted] [--allow-foreign-cache]\n"
+		   "                    [PATH|PREFIX]\n"
 		   "\n"
 		   "Lists every staged version of every captured file, or of one file, or\n"
 		   "of the files below a directory: size, bytes it added to the store,\n"
@@ -34,6 +35,12 @@ static void usage(FILE *f)
 		   "characters (\\\\, \\n, \\t, \\r, else \\ooo), as ls -b does: one line\n"
 		   "per version, whatever the names hold.\n"
 		   "\n"
+		   "A file the application deleted is listed \"(deleted)\" while its\n"
+		   "versions stay restorable (keep_deleted); a name renamed away is not\n"
+		   "listed: its versions are those of the new name.\n"
+		   "\n"
+		   "  --hide-deleted\n"
+		   "      leave out the versions of deleted files\n"
 		   "  --allow-foreign-cache\n"
 		   "      use a cache that belongs to another user than you or root, or that\n"
 		   "      others may write (refused by default: they decide what it holds)\n"
@@ -157,8 +164,8 @@ static int merge_remote(const struct stg_policy *p, struct listing *l, bool *ret
 		return -EINVAL;
 	struct remote_version *rv;
 	size_t n, reached;
-	int r = remote_list(&rm, l->prefix && strcmp(l->prefix, "/") ? l->prefix : NULL, &rv, &n,
-			    &reached);
+	int r = remote_list(&rm, l->prefix && strcmp(l->prefix, "/") ? l->prefix : NULL, true, &rv,
+			    &n, &reached);
 	if (r < 0) {
 		tool_error("ls: cannot list the servers: %s", strerror(-r));
 		return r;
@@ -169,11 +176,12 @@ static int merge_remote(const struct stg_policy *p, struct listing *l, bool *ret
 		if (!under(rv[i].path, l->prefix))
 			continue;
 		int count = __builtin_popcountll(rv[i].servers);
-		bool found = false;
+		bool found = false, deleted = rv[i].e.flags & STG_LIST_ENTRY_DELETED;
 		for (size_t k = 0; k < l->n; k++)
 			if (l->rows[k].version == rv[i].e.version &&
 			    strcmp(l->rows[k].path, rv[i].path) == 0) {
 				l->rows[k].listed_servers = count;
+				l->rows[k].deleted |= deleted;
 				found = true;
 				break;
 			}
@@ -188,6 +196,7 @@ static int merge_remote(const struct stg_policy *p, struct listing *l, bool *ret
 			.new_chunks = rv[i].e.new_chunks,
 			.mtime_ns = rv[i].e.mtime_ns,
 			.open = rv[i].e.flags & STG_MANIFEST_OPEN,
+			.deleted = deleted,
 			.listed_servers = count,
 		};
 		/* A part: its manifest says which ranks it holds (one row for
@@ -314,16 +323,19 @@ int cmd_ls(int argc, char **argv)
 	static const struct option opts[] = {
 		{"policy", required_argument, NULL, 'p'},
 		{"allow-foreign-cache", no_argument, NULL, 'F'},
+		{"hide-deleted", no_argument, NULL, 'D'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
 	const char *policy = NULL;
+	bool hide_deleted = false;
 	int c;
 	tool_foreign_cache = TOOL_FOREIGN_REFUSE_FLAG;
 	while ((c = getopt_long(argc, argv, "p:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': policy = optarg; break;
 		case 'F': tool_foreign_cache = TOOL_FOREIGN_USE; break;
+		case 'D': hide_deleted = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return EXIT_USAGE;
 		}
@@ -350,6 +362,18 @@ int cmd_ls(int argc, char **argv)
 	bool missed = false;
 	if (p->has_cluster && merge_remote(p, &l, &missed) < 0)
 		bad = 1;
+	if (hide_deleted) {
+		size_t k = 0;
+		for (size_t i = 0; i < l.n; i++) {
+			if (!l.rows[i].deleted) {
+				l.rows[k++] = l.rows[i];
+				continue;
+			}
+			free(l.rows[i].path);
+			stg_part_free(l.rows[i].part);
+		}
+		l.n = k;
+	}
 	qsort(l.rows, l.n, sizeof(*l.rows), cmp_rows);
 	if (l.n)
 		printf("%-40s %7s %12s %12s %11s  %-19s  %s\n", "PATH", "VERSION", "SIZE", "STORED",

@@ -50,6 +50,9 @@ static void usage(FILE *f)
 		"               restore the setuid, setgid and sticky bits too (dropped by\n"
 		"               default)\n"
 		"\n"
+		"A file the application deleted is restored when named (for its\n"
+		"keep_deleted), not as part of a directory.\n"
+		"\n"
 		"In place, a symbolic link in a file's directories is followed when it\n"
 		"belongs to you or to root (/scratch -> /lustre/...); any other, and one\n"
 		"at the file's own name, is in the way and the file is not restored. A\n"
@@ -74,12 +77,14 @@ struct find {
 
 static int find_paths(void *arg, const char *path, int filedirfd)
 {
-	(void)filedirfd;
 	struct find *f = arg;
 	size_t n = strlen(f->prefix);
 	bool match = strcmp(f->prefix, "/") == 0 ||
 		     (strncmp(path, f->prefix, n) == 0 && (path[n] == '\0' || path[n] == '/'));
 	if (!match)
+		return 0;
+	/* A file the application deleted comes back only when named. */
+	if (filedirfd >= 0 && strcmp(path, f->prefix) != 0 && stg_catalog_is_deleted(filedirfd))
 		return 0;
 	if (f->n == f->cap) {
 		size_t cap = f->cap ? f->cap * 2 : 16;
@@ -516,7 +521,7 @@ struct listing {
 static void *list_servers(void *p)
 {
 	struct listing *l = p;
-	l->r = remote_list(l->rm, l->prefix, &l->rv, &l->nrv, &l->reached);
+	l->r = remote_list(l->rm, l->prefix, true, &l->rv, &l->nrv, &l->reached);
 	return NULL;
 }
 
@@ -909,10 +914,18 @@ int cmd_restore(int argc, char **argv)
 			reached = l.reached;
 			if (r < 0)
 				tool_error("restore: cannot list the servers: %s", strerror(-r));
-			/* A prefix match is textual: keep whole components only. */
-			for (size_t k = 0; k < nrv; k++)
+			/* A prefix match is textual: keep whole components only.
+			 * A path whose newest version was deleted comes back
+			 * only when named, as from the cache. */
+			for (size_t k = 0; k < nrv; k++) {
+				if (k + 1 < nrv && strcmp(rv[k + 1].path, rv[k].path) == 0)
+					continue;
+				if ((rv[k].e.flags & STG_LIST_ENTRY_DELETED) &&
+				    strcmp(rv[k].path, abs) != 0)
+					continue;
 				if (find_paths(&fd, rv[k].path, -1) < 0)
 					failed = 1;
+			}
 		}
 		if (fd.n == 0) {
 			tool_error("restore: nothing staged at or below '%s'%s", abs,

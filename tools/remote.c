@@ -168,8 +168,8 @@ static size_t drop_superseded(struct remote_version *v, size_t n)
 	return k;
 }
 
-int remote_list(struct remote *rm, const char *prefix, struct remote_version **ret,
-		size_t *ret_n, size_t *ret_reached)
+int remote_list(struct remote *rm, const char *prefix, bool deleted_too,
+		struct remote_version **ret, size_t *ret_n, size_t *ret_reached)
 {
 	struct remote_session s;
 	remote_session_init(&s, rm);
@@ -182,8 +182,16 @@ int remote_list(struct remote *rm, const char *prefix, struct remote_version **r
 		struct stg_msg req = {.type = STG_MSG_LIST}, rep;
 		req.list.prefix = prefix ? prefix : "";
 		req.list.prefix_len = prefix ? (uint32_t)strlen(prefix) : 0;
-		req.list.flags = STG_LIST_FLAGS;
+		req.list.flags = STG_LIST_FLAGS | (deleted_too ? STG_LIST_DELETED : 0);
 		int cr = remote_call(&s, i, &req, STG_MSG_LIST_REPLY_FLAGS, 0, &rep);
+		if (cr == -EPROTO && deleted_too) {
+			/* A server older than deletions drops the connection on
+			 * DELETED: list again without (it deleted nothing). */
+			stg_conn_close(&s.conns[i]);
+			s.open[i] = false;
+			req.list.flags = STG_LIST_FLAGS;
+			cr = remote_call(&s, i, &req, STG_MSG_LIST_REPLY_FLAGS, 0, &rep);
+		}
 		if (cr == -EPROTO) {
 			/* A server older than LIST_REPLY_FLAGS drops the connection
 			 * on the flag: list again without (it holds no parts, which
@@ -233,6 +241,11 @@ int remote_list(struct remote *rm, const char *prefix, struct remote_version **r
 	for (size_t i = 0; i < n; i++) {
 		if (k > 0 && cmp_versions(&v[k - 1], &v[i]) == 0) {
 			struct remote_version *kept = &v[k - 1];
+			/* Deleted on one server: deleted (the others learn it
+			 * next, or missed it while down). */
+			uint32_t deleted = (kept->e.flags | v[i].e.flags) & STG_LIST_ENTRY_DELETED;
+			v[i].e.flags |= deleted;
+			kept->e.flags |= deleted;
 			if (!is_open_whole(kept) == !is_open_whole(&v[i])) {
 				kept->servers |= v[i].servers;
 			} else if (is_open_whole(kept)) {

@@ -312,13 +312,140 @@ servers_hold_all() {
 	servers_hold_all "$T/c.conf" "$CKPT/f" "$T"/want/*
 }
 
+@test "renames reach the servers: a directory renamed twice on node A; on node B with an empty cache, ls and restore show only the names the application left" {
+	start_servers 2
+	cluster_policy "$T/a.conf" "$T/cacheA" "$CKPT/**"
+	cluster_policy "$T/b.conf" "$T/cacheB" "$CKPT/**"
+	mkdir -p "$CKPT"
+	# the issue's repro: orbax's temporary directories, renamed when done
+	STAGEHAND_POLICY="$T/a.conf" shim sh -c 'cd "$1" && mkdir -p ck/a.tmp/b.tmp &&
+		echo a >ck/a.tmp/b.tmp/f && echo m >ck/a.tmp/meta && mv ck/a.tmp/b.tmp ck/a.tmp/b &&
+		mv ck/a.tmp ck/a' sh "$CKPT" || fail "the writer"
+	flushed "$T/a.conf"
+	local where
+	for where in a b; do
+		run "$STAGEHAND" ls --policy "$T/$where.conf" "$CKPT/ck"
+		[ "$status" -eq 0 ] || fail "ls on node $where: $output"
+		[ "$(grep -c "^$CKPT/ck/" <<<"$output")" -eq 2 ] &&
+			[[ "$output" == *"$CKPT/ck/a/b/f "* && "$output" == *"$CKPT/ck/a/meta "* ]] &&
+			[[ "$output" != *.tmp* ]] || fail "ls on node $where: $output"
+	done
+	rm -rf "$BACK"
+	run "$STAGEHAND" restore --policy "$T/b.conf" --to "$BACK" "$CKPT/ck"
+	[ "$status" -eq 0 ] || fail "restore on node B: $output"
+	[ "$(cd "$BACK$CKPT/ck" && find . -type f | sort | tr '\n' ' ')" = "./a/b/f ./a/meta " ] ||
+		fail "restored: $(cd "$BACK$CKPT/ck" && find . | sort | tr '\n' ' ')"
+	[ "$(cat "$BACK$CKPT/ck/a/b/f")" = a ] && [ "$(cat "$BACK$CKPT/ck/a/meta")" = m ]
+}
+
+@test "a directory rename's shipping, the flusher killed -9 at random points: the servers hold each file under its old name, its new one or both, never neither; in the end under the new one only" {
+	start_servers 2
+	cluster_default_policy
+	cluster_policy "$T/e.conf" "$T/cacheE" "$CKPT/**"
+	mkdir -p "$CKPT/run.tmp"
+	local i
+	for i in $(seq 1 16); do random_file "$T/f$i" $((70000 + i)); done
+	STAGEHAND_FLUSHER=/bin/true shim sh -c 'for i in $(seq 1 16); do cp "$1/f$i" "$2/run.tmp/f$i"; done' \
+		sh "$T" "$CKPT" || fail "the writer"
+	flushed "$POLICY"
+	stop_flusher "$CACHE"
+	STAGEHAND_FLUSHER=/bin/true shim mv "$CKPT/run.tmp" "$CKPT/run" || fail "mv"
+	queued() {
+		ls "$CACHE/queue" | wc -l
+	}
+	# 16 versions under the new name, then 16 tombstones of the old one
+	[ "$(queued)" -eq 32 ] || fail "queued: $(ls "$CACHE/queue")"
+	# each kill once a random 1 to 6 more entries went
+	local round pid before k deadline killed=0 names
+	for round in 1 2 3 4 5 6; do
+		before=$(queued)
+		[ "$before" -gt 0 ] || break
+		k=$((RANDOM % 6 + 1))
+		[ "$k" -le "$before" ] || k=$before
+		"$FLUSHER" --policy "$POLICY" 2>>"$T/flusher.log" 3>&- &
+		pid=$!
+		track $pid
+		deadline=$((SECONDS + WAIT))
+		until [ "$(queued)" -le $((before - k)) ]; do
+			[ "$SECONDS" -lt "$deadline" ] || fail "round $round: the flusher made no progress"
+		done
+		kill -9 "$pid" 2>/dev/null && killed=$((killed + 1))
+		wait "$pid" 2>/dev/null || true
+		# an empty node's view: every file under one name at least
+		names=$("$STAGEHAND" ls --policy "$T/e.conf" "$CKPT" | awk '{ print $1 }')
+		for i in $(seq 1 16); do
+			grep -qx -e "$CKPT/run/f$i" -e "$CKPT/run.tmp/f$i" <<<"$names" ||
+				fail "round $round ($(queued) queued): f$i is under neither name: $names"
+		done
+		echo "# round $round: killed with $(queued) of $before queued" >&3
+	done
+	[ "$killed" -ge 2 ] || fail "only $killed flushers were killed while they shipped"
+	flushed "$POLICY"
+	run "$STAGEHAND" ls --policy "$T/e.conf" "$CKPT"
+	[ "$(grep -c "^$CKPT/run/f" <<<"$output")" -eq 16 ] && [[ "$output" != *run.tmp* ]] ||
+		fail "ls: $output"
+}
+
+# chunks_on POLICY: the chunk count `stagehand status` gives for each server,
+# one per line.
+chunks_on() {
+	"$STAGEHAND" status --policy "$1" | sed -n 's/.* up [0-9]*s: \([0-9]*\) chunks.*/\1/p'
+}
+
+# at_most N VALUES...: every value is at most N.
+at_most() {
+	local max="$1" v
+	shift
+	for v in "$@"; do [ "$v" -le "$max" ] || return 1; done
+}
+
+@test "ML step directories: 12 steps of 2 MiB, each written in a temporary directory and renamed, all but the last 3 deleted (keep_deleted = 0): after the flush and a collection, the cache and the servers hold about 4 steps" {
+	start_servers 2 --gc-interval 1
+	cluster_default_policy keep_deleted=0 compress=off chunk_size=1M
+	cluster_policy "$T/e.conf" "$T/cacheE" "$CKPT/**"
+	mkdir -p "$CKPT"
+	shim "$PYTHON" - "$CKPT" <<'EOP' || fail "the training job"
+import os, shutil, sys
+root = sys.argv[1]
+for step in range(1, 13):
+    tmp = os.path.join(root, "step_%d.tmp" % step)
+    os.makedirs(tmp)
+    for name in ("model", "optim"):
+        with open(os.path.join(tmp, name), "wb") as f:
+            f.write(os.urandom(1 << 20))
+    os.rename(tmp, os.path.join(root, "step_%d" % step))
+    if step > 3:
+        shutil.rmtree(os.path.join(root, "step_%d" % (step - 3)))
+EOP
+	flushed "$POLICY"
+	# Each step is 2 chunks of 1 MiB, on both servers (replicas = 2).
+	wait_for "$WAIT" eval 'at_most 8 $(chunks_on "$T/e.conf")' ||
+		fail "the servers hold $(chunks_on "$T/e.conf" | tr '\n' ' ') chunks, 8 at most wanted"
+	local used
+	used=$(od -An -tu8 -N8 "$CACHE/usage" | tr -d ' ')
+	[ "$used" -le $((4 * 2 * 1048576 + 1048576)) ] ||
+		fail "the cache holds $used bytes, about 4 steps of 2 MiB wanted"
+	# what is left restores from the servers alone; the deleted steps and
+	# the temporary names are gone from every listing
+	run "$STAGEHAND" ls --policy "$T/e.conf" "$CKPT"
+	[ "$status" -eq 0 ] || fail "ls: $output"
+	[ "$(grep -c "^$CKPT/" <<<"$output")" -eq 6 ] && [[ "$output" != *.tmp* ]] &&
+		[[ "$output" == *"$CKPT/step_12/model "* && "$output" == *"$CKPT/step_10/optim "* ]] ||
+		fail "ls: $output"
+	rm -rf "$BACK"
+	run "$STAGEHAND" restore --policy "$T/e.conf" --to "$BACK" "$CKPT"
+	[ "$status" -eq 0 ] || fail "restore: $output"
+	[ "$(cd "$BACK$CKPT" && ls | tr '\n' ' ')" = "step_10 step_11 step_12 " ] ||
+		fail "restored: $(cd "$BACK$CKPT" && find . | sort | tr '\n' ' ')"
+}
+
 # server_chunks POLICY: the chunk count `stagehand status` gives for the
 # first server.
 server_chunks() {
 	"$STAGEHAND" status --policy "$1" | sed -n 's/.* up [0-9]*s: \([0-9]*\) chunks.*/\1/p' | head -1
 }
 
-@test "servers: a deleted path leaves the listing, and goes with its chunks once its retention runs out, not before" {
+@test "servers: a deleted path is listed so (or hidden), restored only when named, and goes with its chunks once its retention runs out, not before" {
 	start_servers 1 --gc-interval 1
 	cluster_policy "$T/a.conf" "$T/cacheA" "$CKPT/**" cluster.replicas=1
 	cluster_policy "$T/e.conf" "$T/cacheE" "$CKPT/**" cluster.replicas=1
@@ -330,11 +457,21 @@ server_chunks() {
 	local before
 	before=$(server_chunks "$T/e.conf")
 	[ "$before" -gt 0 ] || fail "status: $("$STAGEHAND" status --policy "$T/e.conf")"
-	# f deleted, kept an hour: an empty node no longer lists it
+	# f deleted, kept an hour: an empty node lists it so, or not at all
 	run "$PROGS/delete-path" "$(srv_addr 0)" "$SECRET" "$(id -u)" "$CKPT/f" 3600
 	[ "$status" -eq 0 ] || fail "delete-path: $output"
 	run "$STAGEHAND" ls --policy "$T/e.conf" "$CKPT"
-	[[ "$output" == *"$CKPT/g "* && "$output" != *"$CKPT/f "* ]] || fail "ls: $output"
+	[[ "$(grep "^$CKPT/g " <<<"$output")" == *" 1 server" ]] &&
+		[[ "$(grep "^$CKPT/f " <<<"$output")" == *" 1 server (deleted)" ]] || fail "ls: $output"
+	run "$STAGEHAND" ls --policy "$T/e.conf" --hide-deleted "$CKPT"
+	[[ "$output" == *"$CKPT/g "* && "$output" != *"$CKPT/f "* ]] || fail "ls --hide-deleted: $output"
+	# a directory restore leaves it out; named, it comes back
+	rm -rf "$BACK"
+	run "$STAGEHAND" restore --policy "$T/e.conf" --to "$BACK" "$CKPT"
+	[ "$status" -eq 0 ] && [ ! -e "$BACK$CKPT/f" ] && cmp "$REF/g" "$BACK$CKPT/g" ||
+		fail "restore: $output"
+	run "$STAGEHAND" restore --policy "$T/e.conf" --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] && cmp "$REF/f" "$BACK$CKPT/f" || fail "restore of f: $output"
 	grep -q "'$CKPT/f' (uid $(id -u)) deleted up to version 1, kept 3600 s" "$T/srv0.log" ||
 		fail "server log: $(tail -5 "$T/srv0.log")"
 	# g deleted, kept 0 s: collected, then its chunks
@@ -347,7 +484,7 @@ server_chunks() {
 	# f's are still there: its deletion is kept an hour
 	[ "$(server_chunks "$T/e.conf")" -gt 0 ] || fail "f's chunks went too"
 	run "$STAGEHAND" ls --policy "$T/e.conf" "$CKPT"
-	[[ "$output" != *"$CKPT/g "* && "$output" != *"$CKPT/f "* ]] || fail "ls: $output"
+	[[ "$output" != *"$CKPT/g "* && "$output" == *"$CKPT/f "*"(deleted)"* ]] || fail "ls: $output"
 }
 
 @test "a server holds an open version whose close it missed: ls and restore show the closed version alone" {
@@ -535,6 +672,11 @@ flusher_stops_at() {
 		ip netns exec "$NETNS" ip addr add "$net.2/24" dev "$nsveth"
 		ip netns exec "$NETNS" ip link set "$nsveth" up
 		ip netns exec "$NETNS" ip link set lo up
+		# Its link slowed to 50 Mbit/s: its share of the flush takes
+		# seconds, so that the cut below comes in the middle of it
+		# however fast the rest of the machine is.
+		command -v tc >/dev/null && tc qdisc add dev "$HOSTVETH" root tbf rate 50mbit \
+			burst 64kb latency 2s || skip "needs tc (iproute2) to slow the link down"
 
 		start_servers 2
 		SRV_HOST[2]="$net.2" SRV_NETNS[2]="$NETNS"
@@ -762,7 +904,7 @@ EOP
 	# says so
 	run "$STAGEHAND" flush --policy "$T/wrong.conf" --wait --timeout 1
 	[ "$status" -eq 1 ] || fail "flush --wait with the wrong secret: $output"
-	[[ "$output" == *"1 version is not replicated"* ]]
+	[[ "$output" == *"1 version or deletion is not replicated"* ]]
 	grep -q "dropped: authentication failed" "$T/srv0.log"
 	grep -q "dropped: authentication failed" "$T/srv1.log"
 	# the right secret still works

@@ -407,7 +407,9 @@ int main(void)
 	/* Deleting hides; publishing again shows. */
 	struct stg_catalog_file f;
 	CHECK_EQ(stg_catalog_lock(c, "/ckpt/c", false, &f), 0);
-	CHECK_EQ(stg_catalog_set_deleted(f.dirfd, true), 0);
+	struct stg_tombstone t = {.upto = stg_catalog_newest_known(f.dirfd), .at_ns = stg_now_ns(),
+				  .retain_s = 60};
+	CHECK_EQ(stg_catalog_delete(&f, &t, false), 0);
 	stg_catalog_unlock(&f);
 	CHECK_EQ(stg_catalog_state(c, "/ckpt/c", &s), 0);
 	CHECK(s.exists && s.deleted);

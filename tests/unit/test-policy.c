@@ -56,7 +56,9 @@ static void test_full(void)
 		"compress = off\n"
 		"durability = async\n"
 		"keep = 7\n"
+		"keep_deleted = 2h\n"
 		"[path /scratch/other/**]\n"
+		"keep_deleted = 0\n"
 		"compress = zstd\n"
 		"filter = bitshuffle8\n"
 		"delta = xor\n"
@@ -104,6 +106,9 @@ static void test_full(void)
 	CHECK(memcmp(&p->rules[2].codec, &stg_chunk_codec_default, sizeof(want)) == 0);
 	CHECK_EQ(p->rules[0].durability, STG_DURABILITY_ASYNC);
 	CHECK_EQ(p->rules[0].keep, 7);
+	CHECK_EQ(p->rules[0].keep_deleted_s, 7200);
+	CHECK_EQ(p->rules[1].keep_deleted_s, 0);
+	CHECK_EQ(p->rules[2].keep_deleted_s, STG_KEEP_DELETED_DEFAULT);
 	/* A section without keys still counts, with the defaults. */
 	CHECK_STR(p->rules[1].glob, "/scratch/other/**");
 	CHECK_EQ(p->rules[1].chunk_size, STG_CHUNK_DEFAULT);
@@ -241,6 +246,12 @@ static void test_errors(void)
 	expect_error("[cache]\ndir = /c\n[path /a/*]\ndurability = maybe\n",
 		     "bad.conf:4: durability 'maybe'");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\nkeep = 0\n", "bad.conf:4: keep '0'");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nkeep_deleted = 1w\n",
+		     "bad.conf:4: keep_deleted '1w' must be a duration");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nkeep_deleted = 3651d\n",
+		     "bad.conf:4: keep_deleted '3651d'");
+	expect_error("[cache]\ndir = /c\n[path /a/*]\nkeep_deleted = -1\n",
+		     "bad.conf:4: keep_deleted '-1'");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\ncompress = gzip\n",
 		     "bad.conf:4: compress 'gzip' must be lz4, zstd, auto or off");
 	expect_error("[cache]\ndir = /c\n[path /a/*]\ncompress = on\n", "bad.conf:4: compress 'on'");

@@ -6,6 +6,7 @@
 #include "catalog.h"
 #include "files.h"
 #include "harness.h"
+#include "hash.h"
 #include "heldmap.h"
 #include "make-part.h"
 #include "tombstone.h"
@@ -269,6 +270,25 @@ static void test_deletions(struct stg_files *f)
 	free(mf);
 }
 
+/* WITHDRAW: a version goes only if its manifest is byte for byte the one
+ * named; another node's under the same id stays. */
+static void test_withdraw(struct stg_files *f)
+{
+	size_t len;
+	uint8_t *mf = make_manifest(7, 3u << 20, &len), *got;
+	CHECK_EQ(stg_files_put(f, 6000, "/wd/a", mf, len, 7, 0, ALL), 0);
+	uint64_t ours = stg_hash64(mf, len);
+	CHECK_EQ(stg_files_withdraw(f, 6000, "/wd/a", 7, ours ^ 1), 0); /* another's */
+	CHECK_EQ(stg_files_get(f, 6000, "/wd/a", 7, &got, &len), 0);
+	free(got);
+	CHECK_EQ(stg_files_withdraw(f, 6001, "/wd/a", 7, ours), 0); /* another user */
+	CHECK_EQ(stg_files_withdraw(f, 6000, "/wd/a", 8, ours), 0); /* no such id */
+	CHECK_EQ(stg_files_withdraw(f, 6000, "/wd/none", 7, ours), 0);
+	CHECK_EQ(stg_files_withdraw(f, 6000, "/wd/a", 7, ours), 1);
+	CHECK_EQ(stg_files_get(f, 6000, "/wd/a", 7, &got, &len), -ENOENT);
+	free(mf);
+}
+
 /* Two nodes' parts of one job version, minted the same id, with the same
  * chunks (ranks writing the same bytes): the second is refused, so that its
  * node re-mints it, never taken as a retry of the first. */
@@ -512,6 +532,7 @@ int main(void)
 	test_parts_retention(f);
 	test_held(f, dir);
 	test_deletions(f);
+	test_withdraw(f);
 	stg_files_free(f);
 	stg_files_free(NULL);
 	close(dirfd);

@@ -651,6 +651,36 @@ static void test_delete_path(void)
 	CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
 }
 
+/* WITHDRAW: its golden file; it decodes back; version 1 and an id of 0 are
+ * refused. */
+static void test_withdraw(void)
+{
+	struct stg_msg m = {.version = 2, .type = STG_MSG_WITHDRAW, .tag = 3};
+	m.withdraw = (struct stg_msg_withdraw){.version = 0x0000123456700003ull,
+					       .manifest_hash = 0x0102030405060708ull,
+					       .path = "/ckpt/f", .path_len = 7};
+	uint8_t buf[128];
+	size_t len = stg_wire_encode(&m, buf, sizeof(buf));
+	CHECK_EQ(len, STG_WIRE_HEADER_SIZE + 20 + 7);
+	CHECK(harness_golden("wire-v2-withdraw.bin", buf, len));
+	struct stg_wire_header h;
+	struct stg_msg d;
+	CHECK_EQ(stg_wire_header_decode(buf, sizeof(buf), &h), 0);
+	uint8_t *body = buf + STG_WIRE_HEADER_SIZE;
+	CHECK_EQ(stg_wire_decode(&h, body, &d), 0);
+	CHECK(d.type == STG_MSG_WITHDRAW && d.withdraw.version == m.withdraw.version &&
+	      d.withdraw.manifest_hash == m.withdraw.manifest_hash && d.withdraw.path_len == 7 &&
+	      memcmp(d.withdraw.path, "/ckpt/f", 7) == 0);
+	CHECK_EQ(strcmp(stg_msg_type_name(d.type), "WITHDRAW"), 0);
+	h.version = 1;
+	CHECK_EQ(stg_wire_decode(&h, body, &d), -EBADMSG);
+	h.version = 2;
+	uint8_t bad[64];
+	memcpy(bad, body, h.length);
+	memset(bad, 0, 8);
+	CHECK_EQ(stg_wire_decode(&h, bad, &d), -EBADMSG);
+}
+
 int main(void)
 {
 	test_golden_and_round_trip();
@@ -663,5 +693,6 @@ int main(void)
 	test_auth_munge();
 	test_munge_kx();
 	test_delete_path();
+	test_withdraw();
 	return harness_done();
 }
