@@ -637,9 +637,18 @@ static int expire_one(void *arg, const char *path, int filedirfd)
 	if (stg_catalog_tombstone(filedirfd, &t, &legacy) < 0 ||
 	    !stg_tombstone_expired(&t, st->now_ns))
 		return 0;
-	struct stg_catalog_file f;
-	if (stg_catalog_lock(st->c, path, false, &f) < 0)
+	/* Tried, never waited for: the collection may run in a process that
+	 * holds this entry's lock already, or whose holder waits for the
+	 * collection's lock. A busy entry waits for the next collection. */
+	struct stg_catalog_file f = {.cache = st->c};
+	f.dirfd = openat(filedirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (f.dirfd < 0)
 		return 0;
+	if (stg_flock(f.dirfd, LOCK_EX | LOCK_NB) < 0) {
+		close(f.dirfd);
+		return 0;
+	}
+	stg_catalog_file_id(path, f.id);
 	uint64_t *v = NULL;
 	size_t n = 0;
 	if (stg_catalog_tombstone(f.dirfd, &t, &legacy) == 0 &&
