@@ -506,7 +506,9 @@ static int handle_path(struct parse_state *st, const char *name, const char *val
 			return 0;
 		}
 	} else if (strcmp(name, "shared") == 0) {
-		return parse_either(st, name, value, "job", "node", &r->shared_job);
+		int ok = parse_either(st, name, value, "job", "node", &r->shared_job);
+		r->shared_node = ok && !r->shared_job;
+		return ok;
 	} else if (strcmp(name, "drain") == 0) {
 		if (strcmp(value, "in-place") != 0 && value[0] != '/') {
 			fail(st, "drain '%s' must be an absolute directory or in-place", value);

@@ -37,6 +37,9 @@ struct stg_path_rule {
 	uint32_t keep_deleted_s;
 	bool shared_job; /* shared = job: a version is every rank's writes, from
 			  * every node (docs/CAPTURE.md, "Shared files across nodes") */
+	bool shared_node; /* shared = node written out: ranks of a job taking turns
+			   * on a file make a version each, on purpose
+			   * (docs/CAPTURE.md, "Ranks taking turns") */
 	char *drain;   /* NULL, "in-place", or an absolute directory: where
 			* each replicated version is materialized */
 	int line;      /* where the section starts, for messages */

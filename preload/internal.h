@@ -12,6 +12,7 @@
 
 #include "cache.h"
 #include "catalog.h"
+#include "manifest.h"
 #include "policy.h"
 
 /* ---- shim.c: global state, the re-entry guard, logging ---- */
@@ -191,6 +192,28 @@ void session_reminted(const char *path, const struct stg_catalog_moved *moved);
 
 /* A session of this process for path, or NULL (caller holds shim.lock). */
 struct session *session_find_path(const char *path);
+
+/* ---- job.c: the parallel job this process is a rank of ---- */
+
+struct shim_job {
+	char id[STG_PART_JOB_MAX]; /* 1..63 bytes 0x21..0x7e */
+	uint32_t rank, size;       /* rank < size <= STG_PART_RANKS_MAX */
+};
+/* This process's job, read from the environment once (under shim.lock), or
+ * NULL when its launcher's variables do not name one. */
+const struct shim_job *job_identity(void);
+
+/* ---- ranks.c: ranks of a job taking turns on one shared = node file ---- */
+
+/* A writing of path begins in this process (open lock held): when it goes
+ * on with content that ranks of this process's job wrote without it, and
+ * not all of them (the ranks take turns, each committing a partial version),
+ * -EBUSY, logged, pointing to shared = job. Else it notes this rank as the
+ * writing's first and returns 0. continues: the writing starts from the
+ * path's newest version (no O_TRUNC, no O_APPEND). */
+int ranks_begin(const char *path, const struct stg_path_rule *rule, bool continues);
+/* This process joins a writing of path as a writer (open lock held). */
+void ranks_join(const char *path, const struct stg_path_rule *rule);
 
 /* ---- part.c: shared = job, this node's part of a job's version ---- */
 

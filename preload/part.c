@@ -30,81 +30,6 @@ struct part {
 	size_t n, cap, sorted; /* ext[0, sorted) is normalized */
 };
 
-/* ---- the job: who this process is, from the launcher's variables ---- */
-
-static struct {
-	bool read, known;
-	char id[STG_PART_JOB_MAX];
-	uint32_t rank, size;
-} job;
-
-static bool parse_u32(const char *s, uint32_t *ret)
-{
-	if (!s || !*s)
-		return false;
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-	if (errno || *end || v > UINT32_MAX)
-		return false;
-	*ret = (uint32_t)v;
-	return true;
-}
-
-/* The first launcher whose rank and size variables are both there. */
-static bool read_rank(void)
-{
-	static const char *const vars[][3] = {
-		{"STAGEHAND_RANK", "STAGEHAND_RANKS", NULL},
-		{"PMI_RANK", "PMI_SIZE", NULL},                          /* MPICH, Intel MPI */
-		{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", NULL},  /* Open MPI */
-		{"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"}, /* srun */
-	};
-	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-		const char *size = getenv(vars[i][1]);
-		if (!size && vars[i][2])
-			size = getenv(vars[i][2]);
-		if (parse_u32(getenv(vars[i][0]), &job.rank) && parse_u32(size, &job.size))
-			return job.size >= 1 && job.size <= STG_PART_RANKS_MAX && job.rank < job.size;
-	}
-	return false;
-}
-
-static bool read_job_id(void)
-{
-	const char *slurm = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
-	const char *restarts = getenv("SLURM_RESTART_COUNT");
-	const char *id = getenv("STAGEHAND_JOB");
-	int n;
-	if (id)
-		n = snprintf(job.id, sizeof(job.id), "%s", id);
-	else if (slurm && restarts && *restarts && strcmp(restarts, "0") != 0)
-		/* A requeued job keeps its id: its open counts start again. */
-		n = snprintf(job.id, sizeof(job.id), "slurm-%s.%s.r%s", slurm, step ? step : "batch",
-			     restarts);
-	else if (slurm)
-		n = snprintf(job.id, sizeof(job.id), "slurm-%s.%s", slurm, step ? step : "batch");
-	else if ((id = getenv("PMIX_NAMESPACE")) || (id = getenv("OMPI_MCA_ess_base_jobid")))
-		n = snprintf(job.id, sizeof(job.id), "%s", id);
-	else
-		return false;
-	if (n <= 0 || (size_t)n >= sizeof(job.id))
-		return false;
-	for (int i = 0; i < n; i++)
-		if (job.id[i] < 0x21 || job.id[i] > 0x7e)
-			return false;
-	return true;
-}
-
-static bool job_known(void)
-{
-	if (!job.read) {
-		job.read = true;
-		job.known = read_job_id() && read_rank();
-	}
-	return job.known;
-}
-
 /* ---- how often this process opened each path ----
  * The list grows under shim.lock; a count changes atomically (a close drops
  * an uncounted open without that lock). */
@@ -132,7 +57,8 @@ static uint32_t *count_of(const char *path)
 
 int part_open(struct session *s, int flags)
 {
-	if (!job_known()) {
+	const struct shim_job *job = job_identity();
+	if (!job) {
 		shim_log(STG_LOG_ERROR,
 			 "'%s' is shared = job, but this process has no job identity "
 			 "(SLURM_JOB_ID and SLURM_PROCID, PMI_RANK and PMI_SIZE, Open MPI's, "
@@ -310,7 +236,7 @@ int part_leave(struct session *s)
 	if (r == 0 && real_fstat(s->holder_fd, &st) < 0)
 		r = -errno;
 	if (r == 0) {
-		struct record rec = {RECORD_MAGIC, job.rank, p->open, (uint32_t)p->n};
+		struct record rec = {RECORD_MAGIC, job_identity()->rank, p->open, (uint32_t)p->n};
 		memcpy(buf, &rec, sizeof(rec));
 		memcpy(buf + sizeof(rec), p->ext, p->n * sizeof(struct stg_extent));
 		off_t at = st.st_size > RECORDS_START ? st.st_size : RECORDS_START;
@@ -323,7 +249,7 @@ int part_leave(struct session *s)
 		if (s->share)
 			share_set_broken(s->share);
 		shim_log(STG_LOG_ERROR, "'%s': could not hand over what rank %u wrote: %s", s->path,
-			 job.rank, strerror(-r));
+			 job_identity()->rank, strerror(-r));
 	}
 	return r;
 }
@@ -421,7 +347,7 @@ int part_build(struct session *s, bool last, uint64_t size, struct stg_part **re
 	bool ours = last ? takes_part(p) : (!p->created || p->wrote);
 	if (r == 0 && ours) {
 		pthread_mutex_lock(&p->lock);
-		r = gather_one(&g, job.rank, p->open, p->ext, p->n);
+		r = gather_one(&g, job_identity()->rank, p->open, p->ext, p->n);
 		pthread_mutex_unlock(&p->lock);
 	}
 	if (r == 0 && g.mismatch)
@@ -448,10 +374,10 @@ int part_build(struct session *s, bool last, uint64_t size, struct stg_part **re
 		}
 		r = stg_part_new(&part, (uint32_t)nr, (uint32_t)kept);
 		if (r == 0) {
-			snprintf(part->job, sizeof(part->job), "%s", job.id);
+			snprintf(part->job, sizeof(part->job), "%s", job_identity()->id);
 			part->node = stg_cache_node_id(shim.cache);
 			part->open = g.open;
-			part->nranks_job = job.size;
+			part->nranks_job = job_identity()->size;
 			memcpy(part->ranks, g.ranks, nr * sizeof(*g.ranks));
 			memcpy(part->extents, g.ext, kept * sizeof(*g.ext));
 			if (!part->node)

@@ -490,8 +490,10 @@ static int join_live(const char *path, const struct stg_path_rule *rule, int fla
 		if (again >= 0)
 			real_close(again);
 	}
-	if (r == 0 && writing)
+	if (r == 0 && writing) {
 		take_holder(s, live);
+		ranks_join(path, rule);
+	}
 	if (r == 0 && (flags & O_TRUNC) && acc != O_RDONLY) {
 		struct stat before;
 		if (real_fstat(live, &before) < 0 || real_ftruncate(live, 0) < 0)
@@ -556,6 +558,10 @@ static int open_new(const char *path, const struct stg_path_rule *rule, int flag
 	s->readonly = !writing;
 	if (writing && rule->shared_job && (r = part_open(s, flags)) < 0)
 		goto out_free;
+	bool truncate = (flags & O_TRUNC) && acc != O_RDONLY;
+	if (writing && (r = ranks_begin(path, rule, (visible || real_exists) && !truncate &&
+							  !(flags & O_APPEND))) < 0)
+		goto out_free;
 	int fd = create_shadow(path);
 	if (fd < 0) {
 		r = fd;
@@ -563,7 +569,6 @@ static int open_new(const char *path, const struct stg_path_rule *rule, int flag
 	}
 	/* A new or truncated file keeps the shadow's fresh mtime: it is a change
 	 * to commit even if nothing is written. Existing content is parked. */
-	bool truncate = (flags & O_TRUNC) && acc != O_RDONLY;
 	bool changed = truncate || (!visible && !real_exists);
 	s->created = !visible && !real_exists;
 	if (changed) {

@@ -767,6 +767,70 @@ EOF
 	assert_restores "$REF/f" "$CKPT/f"
 }
 
+TURNS="$BATS_TEST_DIRNAME/../progs/turns.py"
+
+# turns N SEED HOW [REL]: tests/progs/turns.py's N ranks write 2 stripes of
+# 64 KiB each into DIR/REL (f) without and with the shim, as job
+# $STAGEHAND_JOB; the captured run's status and output in $status, $output.
+turns() {
+	"$PYTHON" "$TURNS" "$REF/${4:-f}" "$1" 65536 2 "$2" "$3" || fail "reference run"
+	run tshim "$PYTHON" "$TURNS" "$CKPT/${4:-f}" "$1" 65536 2 "$2" "$3"
+}
+
+@test "B29: ranks of a job taking turns on one file, 4 and 16 of them, keep = 3: refused, pointing to shared = job, and the last complete version stays; opening together they make one version each time; shared = job merges the turns" {
+	keep_policy 3
+	mkdir -p "$CKPT"
+	local n round seed=0 complete
+	# a collective open: one whole version per checkpoint, within one job
+	for n in 4 16; do
+		export STAGEHAND_JOB="together-$n"
+		for round in 1 2; do
+			seed=$((seed + 17))
+			turns "$n" "$seed" together
+			[ "$status" -eq 0 ] || fail "together, $n ranks, round $round: $output"
+			check_file f || fail "together, $n ranks, round $round"
+		done
+	done
+	assert_versions "$CKPT/f" 3
+	complete=$(latest_version "$CKPT/f")
+	cp "$REF/f" "$T/complete"
+	# taking turns: the second rank is refused, loudly
+	for n in 4 16; do
+		export STAGEHAND_JOB="apart-$n"
+		seed=$((seed + 17))
+		turns "$n" "$seed" apart
+		[ "$status" -ne 0 ] || fail "$n ranks taking turns were let through: $("$STAGEHAND" ls "$CKPT/f")"
+		[[ "$output" == *"rank 1 of job apart-$n opens it to go on writing it, but its last writing was rank 0's alone, of $n ranks"*"shared = job"* ]] ||
+			fail "$n ranks taking turns: $output"
+	done
+	# rank 0's turns are versions of their own, which it could not know;
+	# keep = 3 still holds the last whole one
+	assert_versions "$CKPT/f" 3
+	check_version "$T/complete" "$CKPT/f" "$complete"
+	# a rank appending is not going on with another's stripes
+	export STAGEHAND_JOB=log
+	PMI_RANK=0 PMI_SIZE=2 shim sh -c 'echo zero >>"$1"' sh "$CKPT/log"
+	PMI_RANK=1 PMI_SIZE=2 shim sh -c 'echo one >>"$1"' sh "$CKPT/log" || fail "an appending rank was refused"
+	[ "$(shim cat "$CKPT/log")" = "$(printf 'zero\none')" ] || fail "log: $(shim cat "$CKPT/log")"
+	# shared = node written out: every turn is a version, as asked
+	sed -i 's/^keep = 3$/keep = 3\nshared = node/' "$POLICY"
+	export STAGEHAND_JOB=apart-node
+	turns 4 7 apart node
+	[ "$status" -eq 0 ] || fail "shared = node: $output"
+	check_file node 3
+	# shared = job: the turns of each checkpoint are one version, whole
+	sed -i 's/^shared = node$/shared = job/' "$POLICY"
+	for n in 4 16; do
+		for round in 1 2; do
+			export STAGEHAND_JOB="apart-job-$n-$round" # a name per run (CAPTURE.md)
+			seed=$((seed + 17))
+			turns "$n" "$seed" apart "job$n"
+			[ "$status" -eq 0 ] || fail "shared = job, $n ranks, round $round: $output"
+			check_file "job$n" "$round" || fail "shared = job, $n ranks, round $round"
+		done
+	done
+}
+
 # Writers of one file DIR/f (tests/progs/stripes.py's pattern with random
 # bytes, which do not compress): N processes pwrite K stripes of STRIPE bytes
 # each at (k * N + rank) * STRIPE; with "again", rank 0 then writes 100 bytes
