@@ -87,7 +87,11 @@ static int claim(struct session *s, const struct stg_msg *req, const struct stg_
 {
 	const uint8_t *obj = req->put_chunk.obj;
 	size_t len = req->put_chunk.len;
-	size_t dm = 2 * (size_t)stg_get_le32(obj + 8); /* both decoded */
+	/* Both copies decoded, one after the other: the sent one as a put
+	 * decodes it, the stored one through its chain (a base's copy, a
+	 * link's record, a filter's buffer aside). */
+	size_t raw = stg_get_le32(obj + 8), sent = stg_chunk_decode_memory(obj, len);
+	size_t dm = 2 * raw + (sent > 3 * raw ? sent : 3 * raw);
 	if (take_frame_memory(s, dm) < 0)
 		return -EBUSY;
 	int r = stg_store_same(s->srv->store, h, obj, len);
