@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "chunk.h"
@@ -100,75 +101,127 @@ static int cmp_bucket(const void *a, const void *b)
 	return c ? c : memcmp(x->hash.b, y->hash.b, 16);
 }
 
-/* Writes runs of entries that share a bucket with one append each. */
-static int append_sorted(struct stg_cache *c, struct stg_manifest_entry *v, size_t n, bool fresh)
+#define NBUCKETS 4096 /* 12 bits of the hash */
+
+static int bucket_of(const char *name)
 {
-	qsort(v, n, sizeof(*v), cmp_bucket);
-	uint8_t *buf = malloc(n * STG_INDEX_RECORD_SIZE + 1);
-	if (!buf)
-		return -ENOMEM;
-	int r = 0;
-	for (size_t i = 0; i < n && r == 0;) {
-		char name[8], other[8];
-		bucket_name(&v[i].hash, name);
-		size_t k = 0;
-		for (; i < n; i++) {
-			bucket_name(&v[i].hash, other);
-			if (strcmp(name, other) != 0)
-				break;
-			/* The same record twice (versions sharing a chunk) once. */
-			if (i > 0 && stg_hash_eq(&v[i].hash, &v[i - 1].hash) &&
-			    v[i].pack == v[i - 1].pack && v[i].offset == v[i - 1].offset)
-				continue;
-			stg_index_encode(&v[i], buf + k++ * STG_INDEX_RECORD_SIZE);
-		}
-		if (fresh) {
-			r = stg_write_file_atomic(c->index_fd, name, buf, k * STG_INDEX_RECORD_SIZE,
-						  false);
-			continue;
-		}
-		int fd = openat(c->index_fd, name, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-		if (fd < 0) {
-			r = -errno;
-			break;
-		}
-		/* One write per bucket: appends from concurrent writers do not mix. */
-		r = stg_write_all(fd, buf, k * STG_INDEX_RECORD_SIZE);
-		close(fd);
+	int b = 0;
+	for (int i = 0; i < 3; i++) {
+		char ch = name[i];
+		int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+		if (d < 0)
+			return -1;
+		b = b * 16 + d;
 	}
-	free(buf);
-	return r;
+	return name[3] == '\0' ? b : -1;
+}
+
+/* Encodes the run of entries from v[*i] that shares a bucket into buf (each
+ * record once), names the bucket and moves *i past the run. Returns the
+ * bytes encoded. */
+static size_t encode_run(const struct stg_manifest_entry *v, size_t n, size_t *i, uint8_t *buf,
+			 char name[8])
+{
+	char other[8];
+	bucket_name(&v[*i].hash, name);
+	size_t k = 0;
+	for (; *i < n; (*i)++) {
+		bucket_name(&v[*i].hash, other);
+		if (strcmp(name, other) != 0)
+			break;
+		/* The same record twice (versions sharing a chunk) once. */
+		if (*i > 0 && stg_hash_eq(&v[*i].hash, &v[*i - 1].hash) &&
+		    v[*i].pack == v[*i - 1].pack && v[*i].offset == v[*i - 1].offset)
+			continue;
+		stg_index_encode(&v[*i], buf + k++ * STG_INDEX_RECORD_SIZE);
+	}
+	return k * STG_INDEX_RECORD_SIZE;
+}
+
+static struct stg_manifest_entry *sorted_copy(const struct stg_manifest_entry *entries, size_t n)
+{
+	struct stg_manifest_entry *v = malloc((n ? n : 1) * sizeof(*v));
+	if (v) {
+		memcpy(v, entries, n * sizeof(*v));
+		qsort(v, n, sizeof(*v), cmp_bucket);
+	}
+	return v;
 }
 
 int stg_index_add(struct stg_cache *c, const struct stg_manifest_entry *entries, size_t n)
 {
 	if (n == 0)
 		return 0;
-	struct stg_manifest_entry *v = malloc(n * sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	memcpy(v, entries, n * sizeof(*v));
-	int r = append_sorted(c, v, n, false);
+	struct stg_manifest_entry *v = sorted_copy(entries, n);
+	uint8_t *buf = v ? malloc(n * STG_INDEX_RECORD_SIZE) : NULL;
+	int r = buf ? 0 : -ENOMEM;
+	for (size_t i = 0; i < n && r == 0;) {
+		char name[8];
+		size_t len = encode_run(v, n, &i, buf, name);
+		int fd = openat(c->index_fd, name, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+		if (fd < 0) {
+			r = -errno;
+			break;
+		}
+		/* One write per bucket: appends from concurrent writers do not mix. */
+		r = stg_write_all(fd, buf, len);
+		close(fd);
+	}
+	free(buf);
 	free(v);
 	return r;
 }
 
+/* Is the bucket file name exactly data? */
+static bool bucket_is(struct stg_cache *c, const char *name, const uint8_t *data, size_t len)
+{
+	struct stat st;
+	if (fstatat(c->index_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size != len)
+		return false;
+	uint8_t *old;
+	size_t oldlen;
+	if (stg_read_file(c->index_fd, name, BUCKET_MAX, &old, &oldlen) < 0)
+		return false;
+	bool same = oldlen == len && memcmp(old, data, len) == 0;
+	free(old);
+	return same;
+}
+
 int stg_index_rewrite(struct stg_cache *c, const struct stg_manifest_entry *entries, size_t n)
 {
-	struct stg_manifest_entry *v = malloc((n ? n : 1) * sizeof(*v));
-	if (!v)
+	struct stg_manifest_entry *v = sorted_copy(entries, n);
+	uint8_t *buf = v ? malloc(n * STG_INDEX_RECORD_SIZE + 1) : NULL;
+	bool *live = buf ? calloc(NBUCKETS, sizeof(*live)) : NULL;
+	if (!live) {
+		free(buf);
+		free(v);
 		return -ENOMEM;
-	memcpy(v, entries, n * sizeof(*v));
-	/* Buckets with no live entry go; the others are replaced whole. */
-	DIR *d = stg_opendir_at(c->index_fd, ".");
+	}
+	/* A bucket is replaced only when its records change: a collection that
+	 * freed a few versions touches their buckets, not all of them (a file
+	 * made costs the file system far more than a file read). */
+	int r = 0;
+	for (size_t i = 0; i < n && r == 0;) {
+		char name[8];
+		size_t len = encode_run(v, n, &i, buf, name);
+		live[bucket_of(name)] = true;
+		if (!bucket_is(c, name, buf, len))
+			r = stg_write_file_atomic(c->index_fd, name, buf, len, false);
+	}
+	/* Buckets with no live record go, and what a crash left. */
+	DIR *d = r == 0 ? stg_opendir_at(c->index_fd, ".") : NULL;
 	if (d) {
 		struct dirent *de;
-		while ((de = readdir(d)))
-			if (de->d_name[0] != '.')
+		while ((de = readdir(d))) {
+			int b = bucket_of(de->d_name);
+			if (de->d_name[0] != '.' && (b < 0 || !live[b]))
 				unlinkat(c->index_fd, de->d_name, 0);
+		}
 		closedir(d);
 	}
-	int r = append_sorted(c, v, n, true);
+	free(live);
+	free(buf);
 	free(v);
 	return r;
 }

@@ -73,24 +73,16 @@ struct spawn {
 	const char *exe;
 	char **argv;
 	int shadow, done_w, in, err; /* shadow: any descriptor, for the helper's 3 */
+	char *helper_stack; /* the top of the helper's stack until it execs */
 	int failed; /* the helper could not be started */
 };
 
-/* Runs in a child sharing our memory (CLONE_VM | CLONE_VFORK): raw system
- * calls only. It forks the helper and exits at once, so the helper is
- * reparented away from the application. */
-static int intermediate(void *arg)
+/* The helper, until it execs: still in the application's memory, so raw
+ * system calls only. Default signal handling (the application's handlers
+ * must not run here), its own session, only the descriptors it needs. */
+static int helper_main(void *arg)
 {
 	struct spawn *sp = arg;
-	long pid = real_syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
-	if (pid < 0) {
-		sp->failed = 1;
-		return 0;
-	}
-	if (pid > 0)
-		return 0;
-	/* The helper: default signal handling (the application's handlers must
-	 * not run here), its own session, only the descriptors it needs. */
 	for (long sig = 1; sig < 65; sig++) {
 		struct {
 			void *handler;
@@ -127,11 +119,26 @@ static int intermediate(void *arg)
 	return 0;
 }
 
+/* Runs in a child sharing our memory (CLONE_VM | CLONE_VFORK): it starts
+ * the helper and exits at once, so the helper is reparented away from the
+ * application. The helper shares the memory too until it execs (which
+ * CLONE_VFORK waits for): a fork would copy the application's page tables,
+ * tens of milliseconds in a process of a few GiB (a Python process with
+ * JAX loaded). */
+static int intermediate(void *arg)
+{
+	struct spawn *sp = arg;
+	if (clone(helper_main, sp->helper_stack, CLONE_VM | CLONE_VFORK | SIGCHLD, sp) < 0)
+		sp->failed = 1;
+	return 0;
+}
+
 /* Starts sp->exe detached from the application (see intermediate()).
  * Returns 0 or -errno. */
 static int spawn_detached(struct spawn *sp)
 {
-	void *stack = real_mmap(NULL, SPAWN_STACK, PROT_READ | PROT_WRITE,
+	/* Two stacks: the intermediate's, then the helper's. */
+	void *stack = real_mmap(NULL, 2 * SPAWN_STACK, PROT_READ | PROT_WRITE,
 				MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
 	if (stack == MAP_FAILED)
 		return -ENOMEM;
@@ -142,6 +149,7 @@ static int spawn_detached(struct spawn *sp)
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	int r = 0;
+	sp->helper_stack = (char *)stack + 2 * SPAWN_STACK;
 	int pid = clone(intermediate, (char *)stack + SPAWN_STACK, CLONE_VM | CLONE_VFORK, sp);
 	if (pid < 0)
 		r = -errno;
@@ -150,7 +158,7 @@ static int spawn_detached(struct spawn *sp)
 		;
 	if (r == 0 && sp->failed)
 		r = -EAGAIN;
-	real_munmap(stack, SPAWN_STACK);
+	real_munmap(stack, 2 * SPAWN_STACK);
 	return r;
 }
 
