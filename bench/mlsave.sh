@@ -83,7 +83,7 @@ run() {
 		out=$(LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$work/$mode.conf" \
 			"$PY" "$here/mlsave.py" "$w" "$work/ckpt" "$steps" "$mib" 2>"$work/err")
 		# commits still in the background finish before the next run
-		while pgrep -f -- "$S __commit" >/dev/null; do sleep 0.05; done ;;
+		while pgrep -f -- "^stagehand __commit" >/dev/null; do sleep 0.05; done ;;
 	esac || { echo "mlsave.sh: $w $mode failed:" >&2; cat "$work/err" >&2; exit 1; }
 	echo "$out" | awk '/^[0-9.]+$/ { s += $1; n++ } END { printf "%.4f\n", s / n }'
 }

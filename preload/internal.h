@@ -290,6 +290,10 @@ bool share_mode(struct share_page *p, uint32_t *mode);
 void share_set_mode(struct share_page *p, uint32_t mode);
 uint64_t share_open_version(struct share_page *p);
 void share_set_open_version(struct share_page *p, uint64_t v);
+/* Another process joined the writing to write it (prestage.c stages only
+ * then: alone, a writer would read and hash each chunk twice). */
+void share_set_joined(struct share_page *p);
+bool share_joined(struct share_page *p);
 void share_set_broken(struct share_page *p);
 bool share_broken(struct share_page *p);
 bool share_gone(struct share_page *p);

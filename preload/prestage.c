@@ -13,7 +13,9 @@
  * Chunks filled by many small writes are left to the commit: staging them
  * costs the writers a read and a hash each, which measured slower than the
  * disk wait it saves (docs/CAPTURE.md, "Chunks staged ahead"), and so are
- * files large enough to be pending commits (session_pack_later). */
+ * files large enough to be pending commits (session_pack_later) and files
+ * one process writes alone (nothing to overlap with: one writing out of
+ * order, as HDF5 does, would read and hash each chunk twice). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -32,8 +34,10 @@
 
 bool prestage_wanted(const struct session *s)
 {
+	/* Staging ahead overlaps one writer's chunks with the others' writes;
+	 * a writer alone would only read and hash each chunk twice. */
 	return s->share && !s->fast && !s->readonly && !s->stage_off &&
-	       s->rule->chunking == STG_CHUNKING_FIXED;
+	       s->rule->chunking == STG_CHUNKING_FIXED && share_joined(s->share);
 }
 
 /* The session's builder and read descriptor, made at its first whole chunk

@@ -492,6 +492,8 @@ static int join_live(const char *path, const struct stg_path_rule *rule, int fla
 	}
 	if (r == 0 && writing) {
 		take_holder(s, live);
+		if (s->share)
+			share_set_joined(s->share);
 		ranks_join(path, rule);
 	}
 	if (r == 0 && (flags & O_TRUNC) && acc != O_RDONLY) {
@@ -629,6 +631,54 @@ out_free:
 	return r;
 }
 
+/* Opens path's newest version for reading, when nothing writes it live
+ * (decided under the open lock, which the caller let go, as it did
+ * shim.lock): the copy is made without either, so that reading a large file
+ * back holds up neither this process's other threads nor the path's
+ * writers. It is of the version newest when the copy begins; a reader's
+ * shadow is its own. Returns the descriptor (shim.lock held again) or
+ * -errno. */
+static int open_committed(const char *path, const struct stg_path_rule *rule, int flags,
+			  const struct stg_file_state *state)
+{
+	int r = (flags & O_CREAT) && (flags & O_EXCL) ? -EEXIST
+	      : flags & O_DIRECTORY		      ? -ENOTDIR
+						      : 0;
+	int fd = r < 0 ? -1 : create_shadow(path);
+	if (r == 0 && fd < 0)
+		r = fd;
+	if (r == 0) {
+		r = materialize_latest(path, fd, true);
+		if (r < 0)
+			r = r == -ENOSPC || r == -ENOENT ? r : -EIO;
+	}
+	struct stat st;
+	if (r == 0) {
+		park_mtime(fd);
+		if (real_fstat(fd, &st) < 0)
+			r = -errno;
+	}
+	pthread_mutex_lock(&shim.lock);
+	struct session *s = r == 0 ? new_session(path, rule) : NULL;
+	if (r == 0 && !s)
+		r = -ENOMEM;
+	if (r == 0) {
+		s->readonly = true;
+		s->mode = state->mode;
+		s->base_mtime_ns = state->mtime_ns;
+		s->dev = st.st_dev;
+		s->ino = st.st_ino;
+		r = reopen_for_app(fd, flags);
+	}
+	if (r >= 0 && (r = fdtable_set(fd, s)) == 0)
+		return fd;
+	if (fd >= 0)
+		real_close(fd);
+	if (s)
+		session_free(s);
+	return r;
+}
+
 static int open_locked(const char *path, const struct stg_path_rule *rule, int flags, mode_t mode,
 		       bool allow_fast)
 {
@@ -651,6 +701,11 @@ static int open_locked(const char *path, const struct stg_path_rule *rule, int f
 		struct stg_file_state state;
 		int r = stg_catalog_state(shim.cache, path, &state);
 		int live = r < 0 ? r : share_open_live(path, reading ? O_RDONLY : O_RDWR);
+		if (r == 0 && live < 0 && reading && state.exists && !state.deleted) {
+			share_unlock(lk);
+			pthread_mutex_unlock(&shim.lock);
+			return open_committed(path, rule, flags, &state);
+		}
 		if (r < 0 || live < 0) {
 			if (r == 0)
 				r = open_new(path, rule, flags, mode, allow_fast, &state);

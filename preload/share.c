@@ -40,7 +40,8 @@ struct share_page {
 	uint32_t flags;        /* PAGE_BROKEN, PAGE_GONE */
 	uint32_t pad0;
 	int64_t begin_ns;      /* when the writing began (file-time clock) */
-	uint8_t pad[16];
+	uint32_t joined;       /* another process joined the writing to write */
+	uint8_t pad[12];
 	char path[PAGE_PATH_MAX]; /* the path it was renamed to ("": its own) */
 };
 #define MODE_SET (1u << 31)
@@ -218,6 +219,16 @@ uint64_t share_open_version(struct share_page *p)
 void share_set_open_version(struct share_page *p, uint64_t v)
 {
 	__atomic_store_n(&p->open_version, v, __ATOMIC_RELEASE);
+}
+
+void share_set_joined(struct share_page *p)
+{
+	__atomic_store_n(&p->joined, 1, __ATOMIC_RELEASE);
+}
+
+bool share_joined(struct share_page *p)
+{
+	return __atomic_load_n(&p->joined, __ATOMIC_ACQUIRE);
 }
 
 void share_set_broken(struct share_page *p)
