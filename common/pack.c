@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,48 @@ struct stg_pack_writer {
 	int inflight;
 	int err;         /* the first failed write, reported at the next call */
 };
+
+/* AIO contexts a process made and no writer holds. io_destroy waits for an
+ * RCU grace period, tens of milliseconds: a writer per closed file would pay
+ * that in close() (a small file's version is one record). So contexts are
+ * kept for the next writer, up to a few, and go with the process. A fork
+ * child cannot use its parent's: they are dropped when the pid changes. */
+#define CTX_POOL 4
+static struct {
+	pthread_mutex_t lock;
+	pid_t pid;
+	int n;
+	aio_context_t ctx[CTX_POOL];
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static aio_context_t ctx_get(void)
+{
+	aio_context_t ctx = 0;
+	pthread_mutex_lock(&pool.lock);
+	if (pool.pid != getpid()) {
+		pool.pid = getpid();
+		pool.n = 0;
+	}
+	if (pool.n > 0)
+		ctx = pool.ctx[--pool.n];
+	pthread_mutex_unlock(&pool.lock);
+	/* Every context takes RING events: any writer's slots fit. */
+	if (!ctx && syscall(SYS_io_setup, RING, &ctx) < 0)
+		ctx = 0;
+	return ctx;
+}
+
+/* ctx has nothing in flight. */
+static void ctx_put(aio_context_t ctx)
+{
+	pthread_mutex_lock(&pool.lock);
+	bool kept = pool.pid == getpid() && pool.n < CTX_POOL;
+	if (kept)
+		pool.ctx[pool.n++] = ctx;
+	pthread_mutex_unlock(&pool.lock);
+	if (!kept)
+		syscall(SYS_io_destroy, ctx);
+}
 
 void stg_pack_relpath(uint64_t pack, char out[48])
 {
@@ -136,8 +179,12 @@ int stg_pack_writer_flush(struct stg_pack_writer *w)
 static void close_pack(struct stg_pack_writer *w, bool keep)
 {
 	stg_pack_writer_flush(w);
-	if (w->ctx)
+	/* A write still in flight (its reaping failed) keeps its context. */
+	if (w->ctx && w->inflight == 0)
+		ctx_put(w->ctx);
+	else if (w->ctx)
 		syscall(SYS_io_destroy, w->ctx);
+	w->ctx = 0;
 	if (w->fd >= 0) {
 		if (keep && w->allocated > w->end)
 			ftruncate(w->fd, (off_t)w->end); /* what was preallocated and not used */
@@ -228,8 +275,8 @@ static int open_pack(struct stg_pack_writer *w)
 		w->direct = direct;
 		w->id = id;
 		/* Asynchronous writes only make sense with O_DIRECT. */
-		if (direct && syscall(SYS_io_setup, w->nslots, &w->ctx) < 0)
-			w->ctx = 0;
+		if (direct)
+			w->ctx = ctx_get();
 		return 0;
 	}
 	return -EEXIST;
