@@ -16,7 +16,7 @@
 #   async   under the shim, durability = async;
 #   local   under the shim, durability = local.
 # Every run starts from an empty directory and an empty cache. Prints the
-# median over the trials of the saves' mean time, and the ratios
+# median over the trials of the saves' mean time (and the range), and the ratios
 # async / plain (target <= 1.15) and local / fsync (target <= 1.1). --rule
 # adds a line to the captured path's rule (default: none, the defaults).
 set -euo pipefail
@@ -108,6 +108,11 @@ for w in $writers; do
 	printf '%-12s %8.3f %8.3f %8.3f %8.3f %13sx %13sx\n' "$w" "${med[plain]}" "${med[fsync]}" \
 		"${med[async]}" "${med[local]}" "$(ratio "${med[async]}" "${med[plain]}")" \
 		"$(ratio "${med[local]}" "${med[fsync]}")"
+	printf '%-12s' "  (range)"
+	for m in "${modes[@]}"; do
+		printf ' %s' "$(tr ' ' '\n' <<<"${times[$m]}" | grep . | sort -g | sed -n '1p;$p' | paste -sd- -)"
+	done
+	echo
 	unset times med
 done
 echo "($trials trials of $steps saves of $mib MiB, medians of each run's mean save; seconds)"
