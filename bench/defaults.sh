@@ -41,6 +41,7 @@ rules=("fixed 1M lz4" "fixed 1M auto" "cdc 64K lz4" "cdc 64K auto" "cdc 256K lz4
 sets=(images particles tensors zip finetune ranks)
 
 echo "making the data sets ($versions versions of about $mib MiB each)" >&2
+for s in "${sets[@]}"; do mkdir -p "$dir/data/$s"; done
 "$PY" "$here/datasets.py" images "$dir/data/images" "$versions" "$mib" 1
 "$PY" "$here/datasets.py" particles "$dir/data/particles" "$versions" $((mib * 1048576 / 48)) 2
 "$PY" "$here/datasets.py" tensors "$dir/data/tensors" "$versions" "$mib" 3
