@@ -1,5 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* Retention and collection: pruned versions free the packs only they used. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "builder.h"
 #include "catalog.h"
 #include "gc.h"
@@ -62,6 +67,44 @@ static void set_format(struct stg_cache *c, const char *path, uint16_t format, b
 	stg_catalog_unlock(&f);
 }
 
+/* A collection replaces only the index buckets whose records changed: with
+ * nothing changed since the last one, every bucket is the same file after
+ * it (a hard link made before still shares its inode). */
+static void check_buckets_kept(struct stg_cache *c, const char *dir)
+{
+	char links[4200], name[4500];
+	snprintf(links, sizeof(links), "%s/links", dir);
+	CHECK_EQ(mkdir(links, 0700), 0);
+	DIR *d = fdopendir(dup(c->index_fd));
+	CHECK(d != NULL);
+	struct dirent *de;
+	int n = 0;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(name, sizeof(name), "%s/%s", links, de->d_name);
+		CHECK_EQ(linkat(c->index_fd, de->d_name, AT_FDCWD, name, 0), 0);
+		n++;
+	}
+	CHECK(n > 0);
+	struct stg_gc_result res;
+	CHECK_EQ(stg_gc_collect(c, 1, &res), 0);
+	rewinddir(d);
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		struct stat st;
+		CHECK_EQ(fstatat(c->index_fd, de->d_name, &st, 0), 0);
+		CHECK_EQ(st.st_nlink, 2);
+		snprintf(name, sizeof(name), "%s/%s", links, de->d_name);
+		CHECK_EQ(unlink(name), 0);
+		n--;
+	}
+	CHECK_EQ(n, 0);
+	closedir(d);
+	CHECK_EQ(rmdir(links), 0);
+}
+
 /* A manifest of a later format (a newer stagehand's, its checksum intact)
  * names chunks this one cannot know: nothing is collected. Damaged into
  * one (its checksum wrong), it is corrupt, and its chunks go. */
@@ -104,6 +147,7 @@ int main(void)
 	for (uint8_t i = 1; i <= 6; i++)
 		CHECK_EQ(indexed(c, i), i >= 5);
 	CHECK(indexed(c, 0x5a));
+	check_buckets_kept(c, dir);
 
 	/* A pinned cache is not collected at commit: the pack waits. */
 	int held = stg_gc_pin(c);
