@@ -49,18 +49,6 @@ for s in zip finetune ranks; do
 	"$PY" "$here/mlsets.py" "$s" "$dir/data/$s" "$versions" "$mib" 4
 done
 
-cat >"$dir/put.py" <<'EOP'
-import os, sys
-dst, srcs = sys.argv[1], sys.argv[2:]
-fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-for src in srcs:
-    with open(src, "rb", buffering=0) as f:
-        while piece := f.read(1 << 20):
-            view = memoryview(piece)
-            while view:
-                view = view[os.write(fd, view):]
-os.close(fd)
-EOP
 
 # versions_of SET V: FILE SOURCES... lines, the files version V writes.
 versions_of() {
@@ -83,7 +71,8 @@ stored() {
 	for ((v = 1; v <= versions; v++)); do
 		while read -r name srcs; do
 			# shellcheck disable=SC2086
-			LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/policy.conf" "$PY" "$dir/put.py" "$dir/ckpt/$name" $srcs
+			LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/policy.conf" "$PY" "$here/put.py" \
+				"$dir/ckpt/$name" $srcs >/dev/null
 		done < <(versions_of "$1" "$v")
 	done
 	cat "$dir"/cache/packs/*.pack | wc -c

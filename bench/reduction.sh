@@ -63,26 +63,9 @@ else
 	img_mib=200 particles=1000000 tensor_mib=2048 noise_mib=2048 versions=5
 fi
 
-# put DST SRC...: writes the sources' bytes to DST in 1 MiB write()s (with
-# fsync when PUT_SYNC=1); prints the seconds from open to close.
-cat >"$dir/put.py" <<'EOP'
-import os, sys, time
-dst, srcs = sys.argv[1], sys.argv[2:]
-t0 = time.monotonic()
-fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-for src in srcs:
-    with open(src, "rb", buffering=0) as f:
-        while piece := f.read(1 << 20):
-            view = memoryview(piece)
-            while view:
-                view = view[os.write(fd, view):]
-if os.environ.get("PUT_SYNC") == "1":
-    os.fsync(fd)
-os.close(fd)
-print(f"{time.monotonic() - t0:.4f}")
-EOP
-put() { "$PY" "$dir/put.py" "$@"; }
-shim_put() { LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/policy.conf" "$PY" "$dir/put.py" "$@"; }
+# put DST SRC...: bench/put.py, without and with the shim.
+put() { "$PY" "$here/put.py" "$@"; }
+shim_put() { LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/policy.conf" "$PY" "$here/put.py" "$@"; }
 
 drop_caches() {
 	sync
