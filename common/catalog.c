@@ -23,7 +23,13 @@
 
 #define PATH_FILE "path"
 #define SEEN_FILE "seen"
+/* Empty, while the path is deleted now: what a stagehand of before
+ * tombstones reads as "every version deleted", so it stays only while that
+ * is true. (40 bytes: a tombstone, as the release that brought them wrote
+ * it there; read as one.) */
 #define DELETED_FILE "deleted"
+/* Which versions were deleted or renamed away, and when (tombstone.h). */
+#define TOMBSTONE_FILE "tombstone"
 #define MANIFEST_MAX (64u << 20)
 
 void stg_catalog_file_id(const char *path, char out[STG_HASH_HEX_LEN + 1])
@@ -158,6 +164,13 @@ int stg_catalog_read(int filedirfd, uint64_t version, struct stg_manifest *ret)
 	return stg_catalog_read_encoded(filedirfd, version, ret, NULL, NULL);
 }
 
+static int write_tombstone(int filedirfd, const struct stg_tombstone *t, bool sync)
+{
+	uint8_t buf[STG_TOMBSTONE_SIZE];
+	stg_tombstone_encode(t, buf);
+	return stg_write_file_atomic(filedirfd, TOMBSTONE_FILE, buf, sizeof(buf), sync);
+}
+
 int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
 			const struct stg_manifest *m, bool sync)
 {
@@ -184,13 +197,17 @@ int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
 		return r;
 	/* A version after a deletion is newer than its tombstone (ids are
 	 * minted past it), so that the path is visible again, while the
-	 * tombstone still covers the versions before, for the servers. An
-	 * empty one (before tombstones) covered what was held: it goes. */
+	 * tombstone still covers the versions before, for the servers: it
+	 * stays (in its own file), `deleted` goes. An empty one (before
+	 * tombstones) covered what was held: it goes. */
 	struct stg_tombstone t;
 	bool legacy;
-	if (stg_catalog_tombstone(f->dirfd, &t, &legacy) == 0 && legacy &&
-	    unlinkat(f->dirfd, DELETED_FILE, 0) < 0)
-		r = -errno;
+	if (stg_catalog_tombstone(f->dirfd, &t, &legacy) == 0) {
+		if (!legacy && faccessat(f->dirfd, TOMBSTONE_FILE, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
+			r = write_tombstone(f->dirfd, &t, sync);
+		if (r == 0 && unlinkat(f->dirfd, DELETED_FILE, 0) < 0 && errno != ENOENT)
+			r = -errno;
+	}
 	if (r == 0 && sync && fsync(f->dirfd) < 0)
 		r = -errno;
 	/* After the manifest: a crash in between is found by the flusher's
@@ -449,7 +466,9 @@ static uint64_t newest_version(int filedirfd)
 
 int stg_catalog_tombstone(int filedirfd, struct stg_tombstone *ret, bool *ret_legacy)
 {
-	int fd = openat(filedirfd, DELETED_FILE, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	int fd = openat(filedirfd, TOMBSTONE_FILE, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0 && errno == ENOENT)
+		fd = openat(filedirfd, DELETED_FILE, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (fd < 0)
 		return errno == ENOENT ? -ENOENT : -errno;
 	struct stat st;
@@ -495,9 +514,11 @@ int stg_catalog_delete(struct stg_catalog_file *f, const struct stg_tombstone *t
 	bool legacy;
 	if (stg_catalog_tombstone(f->dirfd, &held, &legacy) == 0)
 		now = stg_tombstone_merge(&held, t);
-	uint8_t buf[STG_TOMBSTONE_SIZE];
-	stg_tombstone_encode(&now, buf);
-	int r = stg_write_file_atomic(f->dirfd, DELETED_FILE, buf, sizeof(buf), sync);
+	/* The tombstone first: a crash before `deleted` is made leaves the
+	 * deletion to this stagehand, which reads the tombstone. */
+	int r = write_tombstone(f->dirfd, &now, sync);
+	if (r == 0 && newest_version(f->dirfd) <= now.upto)
+		r = stg_write_file_atomic(f->dirfd, DELETED_FILE, "", 0, sync);
 	if (r == 0 && sync && fsync(f->dirfd) < 0)
 		r = -errno;
 	/* Queued after, as a version is: shipped once the versions are. */
@@ -664,6 +685,7 @@ static int expire_one(void *arg, const char *path, int filedirfd)
 			forget_entry(st->c, f.dirfd, f.id);
 		} else if (shipped) {
 			unlinkat(f.dirfd, DELETED_FILE, 0);
+			unlinkat(f.dirfd, TOMBSTONE_FILE, 0);
 			stg_queue_unmark(f.dirfd, 0);
 		}
 	}
@@ -724,6 +746,7 @@ int stg_catalog_link(struct stg_cache *c, const char *oldpath, const char *newpa
 static void forget_entry(struct stg_cache *c, int filedirfd, const char *id)
 {
 	unlinkat(filedirfd, DELETED_FILE, 0);
+	unlinkat(filedirfd, TOMBSTONE_FILE, 0);
 	unlinkat(filedirfd, SEEN_FILE, 0);
 	unlinkat(filedirfd, PATH_FILE, 0);
 	unlinkat(c->files_fd, id, AT_REMOVEDIR);

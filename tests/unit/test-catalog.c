@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The cache and its catalog: staging versions, dedup, rename, deletion. */
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 #include "make-part.h"
 #include "materialize.h"
 #include "queue.h"
+#include "tombstone.h"
 #include "util.h"
 #include "version.h"
 
@@ -404,12 +406,20 @@ int main(void)
 	CHECK_EQ(stg_version_seq(s.latest), 3);
 	CHECK(stg_catalog_rename(c, "/ckpt/b", "/ckpt/c", false, 3, NULL) == -ENOENT);
 
-	/* Deleting hides; publishing again shows. */
+	/* Deleting hides; publishing again shows. The tombstone has its own
+	 * file; `deleted` is empty and there only while the path is deleted
+	 * (a stagehand of before tombstones reads it as "every version
+	 * deleted", and would collect the versions published after). */
 	struct stg_catalog_file f;
 	CHECK_EQ(stg_catalog_lock(c, "/ckpt/c", false, &f), 0);
 	struct stg_tombstone t = {.upto = stg_catalog_newest_known(f.dirfd), .at_ns = stg_now_ns(),
 				  .retain_s = 60};
 	CHECK_EQ(stg_catalog_delete(&f, &t, false), 0);
+	struct stat fst;
+	CHECK_EQ(fstatat(f.dirfd, "deleted", &fst, 0), 0);
+	CHECK_EQ(fst.st_size, 0);
+	CHECK_EQ(fstatat(f.dirfd, "tombstone", &fst, 0), 0);
+	CHECK_EQ(fst.st_size, STG_TOMBSTONE_SIZE);
 	stg_catalog_unlock(&f);
 	CHECK_EQ(stg_catalog_state(c, "/ckpt/c", &s), 0);
 	CHECK(s.exists && s.deleted);
@@ -417,6 +427,35 @@ int main(void)
 	CHECK_EQ(stg_version_seq((uint64_t)c4), 4);
 	CHECK_EQ(stg_catalog_state(c, "/ckpt/c", &s), 0);
 	CHECK(!s.deleted);
+	CHECK_EQ(stg_catalog_lock(c, "/ckpt/c", false, &f), 0);
+	CHECK(fstatat(f.dirfd, "deleted", &fst, 0) < 0 && errno == ENOENT);
+	struct stg_tombstone kept;
+	bool legacy;
+	CHECK_EQ(stg_catalog_tombstone(f.dirfd, &kept, &legacy), 0);
+	CHECK(!legacy && kept.upto == t.upto);
+	stg_catalog_unlock(&f);
+	/* The release that brought tombstones kept them in `deleted`: read as
+	 * one, and moved to its own file when a version is published. */
+	int64_t d1 = stage(c, "/ckpt/d", data, n, NULL);
+	CHECK(d1 > 0);
+	CHECK_EQ(stg_catalog_lock(c, "/ckpt/d", false, &f), 0);
+	struct stg_tombstone td = {.upto = (uint64_t)d1, .at_ns = stg_now_ns(), .retain_s = 60};
+	uint8_t tb[STG_TOMBSTONE_SIZE];
+	stg_tombstone_encode(&td, tb);
+	CHECK_EQ(stg_write_file_atomic(f.dirfd, "deleted", tb, sizeof(tb), false), 0);
+	CHECK_EQ(stg_catalog_tombstone(f.dirfd, &kept, &legacy), 0);
+	CHECK(!legacy && kept.upto == (uint64_t)d1);
+	stg_catalog_unlock(&f);
+	CHECK_EQ(stg_catalog_state(c, "/ckpt/d", &s), 0);
+	CHECK(s.exists && s.deleted);
+	CHECK(stage(c, "/ckpt/d", data, n, NULL) > d1);
+	CHECK_EQ(stg_catalog_state(c, "/ckpt/d", &s), 0);
+	CHECK(!s.deleted);
+	CHECK_EQ(stg_catalog_lock(c, "/ckpt/d", false, &f), 0);
+	CHECK(fstatat(f.dirfd, "deleted", &fst, 0) < 0 && errno == ENOENT);
+	CHECK_EQ(stg_catalog_tombstone(f.dirfd, &kept, &legacy), 0);
+	CHECK(!legacy && kept.upto == (uint64_t)d1);
+	stg_catalog_unlock(&f);
 
 	/* keep = 3: version 1 went when version 4 came. */
 	CHECK_EQ(stg_catalog_lock(c, "/ckpt/c", false, &f), 0);
