@@ -927,6 +927,37 @@ packs_hold() {
 		fail "ls: $output"
 }
 
+@test "B17b: one process writing whole chunks out of order, alone (as HDF5 does): nothing is staged ahead while it writes, the close commits every chunk" {
+	py lone <<'EOF'
+import os, random, sys, time
+path, t = sys.argv[1], sys.argv[2]
+fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+for k in reversed(range(8)):  # whole 64 KiB chunks, the last first
+    os.pwrite(fd, random.Random(k).randbytes(65536), k * 65536)
+open(os.path.join(t, "written"), "w").close()
+deadline = time.monotonic() + float(os.environ.get("STAGEHAND_TEST_WAIT", "600"))
+while not os.path.exists(os.path.join(t, "go")):
+    if time.monotonic() > deadline:
+        sys.exit("never told to close")
+    time.sleep(0.01)
+os.close(fd)
+EOF
+	mkdir -p "$T/ref.sync" "$T/sync"
+	: >"$T/ref.sync/go"
+	"$PYTHON" "$T/lone.py" "$REF/f" "$T/ref.sync"
+	STAGEHAND_FAST=0 spawn "$CKPT/f" "$PYTHON" "$T/lone.py" "$CKPT/f" "$T/sync" &
+	local pid=$! packs
+	track "$pid"
+	wait_for "$WAIT" test -e "$T/sync/written" || fail "the writer never wrote"
+	# staging ahead would hold a pack of the cache open in the writer
+	packs=$(ls -l "/proc/$pid/fd" 2>/dev/null | grep -c '/packs/.*\.pack') || true
+	: >"$T/sync/go"
+	wait "$pid" || fail "the writer failed"
+	[ "$packs" -eq 0 ] || fail "a lone writer staged chunks ahead ($packs packs open)"
+	check_file f 1
+	packs_hold 8 1
+}
+
 @test "B18: a chunk staged by its writer, then written again in part: the version has the later bytes, and the staged one is collected" {
 	random_stripes_script
 	keep_policy 1
