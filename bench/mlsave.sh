@@ -41,7 +41,6 @@ while [ $# -gt 0 ]; do
 	esac
 done
 SHIM="$root/build/preload/libstagehand.so"
-S="$root/build/tools/stagehand"
 [ -f "$SHIM" ] || { echo "mlsave.sh: build first (./demo.sh or meson compile -C build)" >&2; exit 1; }
 [ -n "$dir" ] || dir="$root/bench/work"
 mkdir -p "$dir"
