@@ -129,10 +129,12 @@ int stg_pending_write(struct stg_cache *c, int shadowfd, const struct stg_pendin
 
 bool stg_pending_exists(struct stg_cache *c, const char *path)
 {
-	char record[64];
+	char record[64], content[64];
 	name_of(path, "commit", record);
+	name_of(path, "content", content);
 	struct stat st;
-	return fstatat(c->tmp_fd, record, &st, AT_SYMLINK_NOFOLLOW) == 0;
+	return fstatat(c->tmp_fd, record, &st, AT_SYMLINK_NOFOLLOW) == 0 ||
+	       fstatat(c->tmp_fd, content, &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
 bool stg_pending_content_is(struct stg_cache *c, const char *path, int shadowfd)
@@ -167,8 +169,15 @@ int64_t stg_pending_settle(struct stg_cache *c, const char *path, const struct s
 	 * be swapped between the two. */
 	int rfd = openat(c->tmp_fd, record, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	struct stat rst = {.st_mode = S_IFLNK};
+	if (rfd < 0 && errno == ENOENT) {
+		/* A packing killed after it removed the record left the content:
+		 * the version is published. (A close links the content before it
+		 * writes the record, under the lock the caller holds.) */
+		unlinkat(c->tmp_fd, content, 0);
+		return 0;
+	}
 	if (rfd < 0 && errno != ELOOP)
-		return errno == ENOENT ? 0 : -errno;
+		return -errno;
 	if (rfd < 0 || fstat(rfd, &rst) < 0 || !ours(path, record, &rst)) {
 		if (rfd >= 0)
 			close(rfd);

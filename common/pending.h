@@ -51,7 +51,8 @@ int stg_pending_decode(const uint8_t *buf, size_t len, struct stg_pending *ret);
  * only a commit inside the close can report. */
 int stg_pending_write(struct stg_cache *c, int shadowfd, const struct stg_pending *p);
 
-/* Is a commit of path pending (without a lock: a hint)? */
+/* Is a commit of path pending, or its content left over by a packing killed
+ * after it removed the record (without a lock: a hint)? */
 bool stg_pending_exists(struct stg_cache *c, const char *path);
 
 /* Is path's pending content the file shadowfd is open on (a sync's of the
@@ -64,7 +65,9 @@ bool stg_pending_content_is(struct stg_cache *c, const char *path, int shadowfd)
  * newer than the record's base, with its mtime and size). A sync's is left
  * alone while any process holds its shadow (its writing commits it),
  * dropped when a version newer than its base was published meanwhile, and
- * else published as an open version (its writers died). Returns the version
+ * else published as an open version (its writers died). A content without
+ * its record (a packing killed between removing the two) is removed.
+ * Returns the version
  * published (> 0), 0 when none was, or -errno: -EBADMSG for a damaged record
  * or content, which are left where they are. */
 int64_t stg_pending_settle(struct stg_cache *c, const char *path, const struct stg_path_rule *rule);

@@ -233,6 +233,14 @@ static void settling(void)
 	CHECK_EQ(stg_pending_settle(c, P, &rule), 0);
 	CHECK_EQ(versions(c), 2);
 	CHECK_EQ(pending_files(c), 0);
+	/* Killed between removing the record and the content: the content
+	 * left over counts as pending, and the next settle removes it. */
+	CHECK_EQ(linkat(AT_FDCWD, link, c->tmp_fd, content, AT_SYMLINK_FOLLOW), 0);
+	CHECK(stg_pending_exists(c, P));
+	CHECK_EQ(stg_pending_settle(c, P, &rule), 0);
+	CHECK_EQ(versions(c), 2);
+	CHECK_EQ(pending_files(c), 0);
+	CHECK(!stg_pending_exists(c, P));
 	close(fd);
 	free(saved);
 
