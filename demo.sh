@@ -57,7 +57,6 @@ servers = 127.0.0.1:$(cat "$work/port1"), 127.0.0.1:$(cat "$work/port2"), 127.0.
 replicas = 2
 secret_file = $work/secret
 [path $work/ckpt/*]
-chunk_size = 1M
 keep = 4
 durability = local
 EOP

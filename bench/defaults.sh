@@ -5,8 +5,11 @@
 # versions of one file, or of one file per rank), under each candidate rule
 # (chunking, chunk_size, compress), written through the shim in 1 MiB
 # write()s. Prints, per data set and rule, the stored bytes as a share of
-# what was written (lower is better), and per rule the geometric mean over
-# the data sets.
+# what was written (lower is better), per rule the geometric mean over the
+# data sets, and the time the writing took under the rule (durability =
+# local), first versions (into an empty cache) and later ones apart, over
+# the time of the same writes with an fsync of each file and no stagehand,
+# run just before them.
 #
 #   bench/defaults.sh [--mib MIB] [--versions N] [--dir DIR]
 #     --mib: about how large each version is (default 64)
@@ -22,7 +25,7 @@ while [ $# -gt 0 ]; do
 	--mib) mib=$2; shift 2 ;;
 	--versions) versions=$2; shift 2 ;;
 	--dir) dir=$2; shift 2 ;;
-	-h|--help) sed -n '3,13p' "$0"; exit 0 ;;
+	-h|--help) sed -n '3,16p' "$0"; exit 0 ;;
 	*) echo "defaults.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -60,22 +63,40 @@ versions_of() {
 	esac
 }
 
-# stored SET CHUNKING SIZE COMPRESS: bytes of the cache's packs after every
-# version of SET was written under that rule.
+# stored SET CHUNKING SIZE COMPRESS: "BYTES FIRST LATER": the bytes of the
+# cache's packs after every version of SET was written under that rule, and
+# the seconds the writing of the first version and of the later ones took.
 stored() {
 	rm -rf "$dir/cache" "$dir/ckpt"
 	mkdir -p "$dir/ckpt"
 	printf '[cache]\ndir = %s/cache\n[path %s/ckpt/*]\nchunking = %s\nchunk_size = %s\ncompress = %s\nkeep = 100\n' \
 		"$dir" "$dir" "$2" "$3" "$4" >"$dir/policy.conf"
-	local v name srcs
+	local v name srcs secs=(0 0)
 	for ((v = 1; v <= versions; v++)); do
 		while read -r name srcs; do
 			# shellcheck disable=SC2086
-			LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/policy.conf" "$PY" "$here/put.py" \
-				"$dir/ckpt/$name" $srcs >/dev/null
+			secs[v > 1]=$(awk -v a="${secs[v > 1]}" -v b="$(LD_PRELOAD="$SHIM" \
+				STAGEHAND_POLICY="$dir/policy.conf" "$PY" "$here/put.py" "$dir/ckpt/$name" $srcs)" \
+				'BEGIN {print a + b}')
 		done < <(versions_of "$1" "$v")
 	done
-	cat "$dir"/cache/packs/*.pack | wc -c
+	echo "$(cat "$dir"/cache/packs/*.pack | wc -c) ${secs[*]}"
+}
+
+# plain SET: "FIRST LATER", the seconds of writing the first version of SET
+# and the later ones with an fsync of each file, without stagehand.
+plain() {
+	rm -rf "$dir/plain"
+	mkdir -p "$dir/plain"
+	local v name srcs secs=(0 0)
+	for ((v = 1; v <= versions; v++)); do
+		while read -r name srcs; do
+			# shellcheck disable=SC2086
+			secs[v > 1]=$(awk -v a="${secs[v > 1]}" \
+				-v b="$(PUT_SYNC=1 "$PY" "$here/put.py" "$dir/plain/$name" $srcs)" 'BEGIN {print a + b}')
+		done < <(versions_of "$1" "$v")
+	done
+	echo "${secs[*]}"
 }
 
 written() {
@@ -91,19 +112,27 @@ written() {
 
 printf '%-15s' rule
 for s in "${sets[@]}"; do printf ' %9s' "$s"; done
-printf ' %9s\n' geomean
+printf ' %9s %9s %9s\n' geomean first later
 declare -A total
 for s in "${sets[@]}"; do total[$s]=$(written "$s"); done
 for rule in "${rules[@]}"; do
 	read -r chunking size compress <<<"$rule"
 	printf '%-15s' "$rule"
-	shares=()
+	shares=() shim1=0 shim2=0 base1=0 base2=0
 	for s in "${sets[@]}"; do
-		share=$(awk -v a="$(stored "$s" "$chunking" "$size" "$compress")" -v b="${total[$s]}" \
-			'BEGIN {printf "%.3f", a / b}')
+		read -r p1 p2 < <(plain "$s")
+		read -r bytes s1 s2 < <(stored "$s" "$chunking" "$size" "$compress")
+		read -r base1 base2 shim1 shim2 < <(awk -v a="$base1 $base2 $shim1 $shim2" \
+			-v b="$p1 $p2 $s1 $s2" 'BEGIN {split(a, x); split(b, y)
+				print x[1] + y[1], x[2] + y[2], x[3] + y[3], x[4] + y[4]}')
+		share=$(awk -v a="$bytes" -v b="${total[$s]}" 'BEGIN {printf "%.3f", a / b}')
 		shares+=("$share")
 		printf ' %9s' "$share"
 	done
-	printf ' %9s\n' "$(printf '%s\n' "${shares[@]}" | awk '{s += log($1)} END {printf "%.3f", exp(s / NR)}')"
+	printf ' %9s' "$(printf '%s\n' "${shares[@]}" | awk '{s += log($1)} END {printf "%.3f", exp(s / NR)}')"
+	awk -v a="$shim1 $shim2" -v b="$base1 $base2" \
+		'BEGIN {split(a, x); split(b, y); printf " %8.2fx %8.2fx\n", x[1] / y[1], x[2] / y[2]}'
 done
-echo "(stored bytes / written bytes in the node cache, $versions versions of about $mib MiB per data set)"
+echo "(stored bytes / written bytes in the node cache, $versions versions of about $mib MiB per data set;"
+echo " first, later: the writing of the first versions, into an empty cache, and of the later ones"
+echo " under the rule, durability = local, over the same plain writes + fsync just before)"

@@ -7,19 +7,23 @@
 # faster) with the medians of several trials, bytes on the wire, restore
 # from the servers against cp, and memory.
 #
-#   bench/flush.sh [--size MIB] [--trials N] [--dir DIR]
+#   bench/flush.sh [--size MIB] [--trials N] [--dir DIR] [--rule 'KEY = VALUE']...
+# --rule adds a line to the path rule (fixed 1 MiB chunks, durability =
+# replicated, keep = 3), over the key's value there.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 size=2048
 trials=3
 dir=""
+rules=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--size) size=$2; shift 2 ;;
 	--trials) trials=$2; shift 2 ;;
 	--dir) dir=$2; shift 2 ;;
-	-h|--help) sed -n '3,10p' "$0"; exit 0 ;;
+	--rule) rules+="$2"$'\n'; shift 2 ;;
+	-h|--help) sed -n '3,12p' "$0"; exit 0 ;;
 	*) echo "flush.sh: unknown argument '$1'" >&2; exit 2 ;;
 	esac
 done
@@ -73,8 +77,10 @@ secret_file = $dir/secret
 timeout = 60
 [path $dir/ckpt/*]
 chunk_size = 1M
+chunking = fixed
 durability = replicated
 keep = 3
+$rules
 EOP
 }
 

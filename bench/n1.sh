@@ -42,6 +42,7 @@ cat >"$dir/n1/policy.conf" <<EOP
 dir = $dir/n1/cache
 [path $dir/n1/ckpt/*]
 chunk_size = 1M
+chunking = fixed
 durability = local
 keep = 3
 EOP

@@ -61,6 +61,7 @@ transport = $t
 secret_file = $work/secret
 [path $d/ckpt/*]
 chunk_size = $chunk
+chunking = fixed
 compress = off
 keep = 2
 durability = local

@@ -223,7 +223,7 @@ wanted noise || exit 0
 # The first version of noise: cdc + auto against plain write + fsync,
 # alternating, medians of 3; nothing shipped meanwhile.
 stop_server
-policy "chunking = cdc" "compress = auto"
+policy "chunking = cdc" "chunk_size = 1M" "compress = auto"
 : >"$dir/t.plain"
 : >"$dir/t.shim"
 for t in 1 2 3; do

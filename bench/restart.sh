@@ -72,6 +72,7 @@ secret_file = $dir/secret
 timeout = 300
 [path $dir/ckpt$1/**]
 chunk_size = 64K
+chunking = fixed
 EOP
 	mkdir -p "$dir/ckpt$1"
 }

@@ -42,6 +42,7 @@ policy() {
 dir = $dir/cache
 [path $dir/ckpt/*]
 chunk_size = 1M
+chunking = fixed
 durability = local
 keep = 3
 EOP

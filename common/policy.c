@@ -464,6 +464,7 @@ static int handle_path(struct parse_state *st, const char *name, const char *val
 		}
 		r->chunk_size = (uint32_t)v;
 	} else if (strcmp(name, "chunking") == 0) {
+		r->chunking_given = true;
 		if (strcmp(value, "fixed") == 0)
 			r->chunking = STG_CHUNKING_FIXED;
 		else if (strcmp(value, "cdc") == 0)
@@ -613,6 +614,21 @@ static int read_whole(const char *path, char **ret, size_t *ret_len)
 
 static int check_cluster(struct stg_policy *p, const char *path, char *err, size_t errlen);
 
+/* The chunking of a rule that names none: content-defined, which finds data
+ * again after it shifts and stored the least (README.md, "The defaults"),
+ * unless the rule asks what only fixed chunks do (a delta pairs chunks at
+ * the same offset; content-defined averages stop at 4M). */
+static void chunking_default(struct stg_policy *p)
+{
+	for (size_t i = 0; i < p->nrules; i++) {
+		struct stg_path_rule *r = &p->rules[i];
+		if (!r->chunking_given)
+			r->chunking = r->delta || r->chunk_size > STG_CDC_AVERAGE_MAX
+					      ? STG_CHUNKING_FIXED
+					      : STG_CHUNKING_CDC;
+	}
+}
+
 int stg_policy_load(const char *path, struct stg_policy **ret_policy, char *err, size_t errlen)
 {
 	if (err && errlen)
@@ -666,8 +682,10 @@ int stg_policy_load(const char *path, struct stg_policy **ret_policy, char *err,
 			snprintf(err, errlen, "%s: [cache] dir is required", path);
 		st.failed = 1;
 	}
-	if (!st.failed)
+	if (!st.failed) {
+		chunking_default(p);
 		st.failed = check_cluster(p, path, err, errlen);
+	}
 	free(text);
 	if (st.failed) {
 		stg_policy_free(p);

@@ -25,6 +25,8 @@ struct stg_path_rule {
 	char *glob;          /* absolute fnmatch pattern; a trailing slash-star-star matches a subtree */
 	uint32_t chunk_size; /* power of two, STG_CHUNK_MIN..STG_CHUNK_MAX; cdc: the average */
 	enum stg_chunking chunking; /* chunking = fixed | cdc */
+	bool chunking_given; /* chunking written out; else cdc, or fixed where
+			      * the rule asks what only fixed chunks do */
 	bool dedup;          /* dedup = previous */
 	bool delta;          /* delta = xor: the flusher ships each chunk as its XOR
 			      * with the previous version's at its offset, where

@@ -20,9 +20,13 @@ teardown() {
 }
 
 # use_chunking KIND: the path rule of $POLICY cuts chunks so (64 KiB, or
-# 64 KiB on average).
+# 64 KiB on average); default: the rule names no chunk keys at all.
 use_chunking() {
-	echo "chunking = $1" >>"$POLICY"
+	if [ "$1" = default ]; then
+		sed -i '/^chunk_size =/d; /^chunking =/d' "$POLICY"
+	else
+		echo "chunking = $1" >>"$POLICY"
+	fi
 }
 
 # put SRC DST [fsync]: copies SRC onto DST through the shim with write() in
@@ -91,6 +95,15 @@ shifted() {
 	shifted "$CHUNKING"
 	[ "$NEW" -le 4 ] || fail "$NEW of $TOTAL chunks stored anew"
 	[ "$STORED" -le $((1 << 20)) ] || fail "$STORED bytes stored for 64 bytes inserted"
+}
+
+@test "a rule without chunk keys cuts by content, 1 MiB on average: shifted data stores only the chunks around the insertion" {
+	shifted default
+	# 64 MiB: about 64 chunks of 1 MiB on average (1024 of 64 KiB)
+	[ "$TOTAL" -ge 32 ] && [ "$TOTAL" -le 128 ] || fail "$TOTAL chunks"
+	[ "$NEW" -le 4 ] || fail "$NEW of $TOTAL chunks stored anew"
+	# (fixed 1 MiB chunks store all 64 MiB again)
+	[ "$STORED" -le $((8 << 20)) ] || fail "$STORED bytes stored for 64 bytes inserted"
 }
 
 @test "shifted data with fixed chunks: almost every chunk is stored anew" {

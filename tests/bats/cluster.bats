@@ -973,7 +973,7 @@ EOP
 	grep -q '^stagehand-user-key 65534 [0-9a-f]\{64\}$' "$USERDIR/secret"
 	cluster_policy "$USERDIR/policy.conf" "$USERDIR/cache" "$CKPT/**" \
 		cluster.secret_file="$USERDIR/secret"
-	printf '[path %s/ckpt/**]\nchunk_size = 64K\n' "$USERDIR" >>"$USERDIR/policy.conf"
+	printf '[path %s/ckpt/**]\nchunk_size = 64K\nchunking = fixed\n' "$USERDIR" >>"$USERDIR/policy.conf"
 	mkdir "$USERDIR/cache" "$USERDIR/ckpt"
 	chown -R 65534:65534 "$USERDIR"
 	chmod 600 "$USERDIR/secret"

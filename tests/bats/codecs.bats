@@ -216,7 +216,7 @@ EOP
 
 @test "restore's memory stays under 128 MiB with the largest chunks" {
 	"$PYTHON" "$BATS_TEST_DIRNAME/../progs/particles.py" "$REF/src" 192 5
-	printf '[cache]\ndir = %s\n[path %s/*]\nchunk_size = 16M\ncompress = zstd\nfilter = shuffle8\n' \
+	printf '[cache]\ndir = %s\n[path %s/*]\nchunk_size = 16M\nchunking = fixed\ncompress = zstd\nfilter = shuffle8\n' \
 		"$CACHE" "$CKPT" >"$POLICY"
 	shim cp "$REF/src" "$CKPT/f"
 	local peak

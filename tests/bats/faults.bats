@@ -197,7 +197,7 @@ sys.exit(0)"
 }
 
 @test "capacity reached: close fails with ENOSPC, older versions intact" {
-	printf '[cache]\ndir = %s\ncapacity = 1M\n[path %s/*]\nchunk_size = 64K\ncompress = off\n' "$CACHE" "$CKPT" >"$POLICY"
+	printf '[cache]\ndir = %s\ncapacity = 1M\n[path %s/*]\nchunk_size = 64K\nchunking = fixed\ncompress = off\n' "$CACHE" "$CKPT" >"$POLICY"
 	random_file "$REF/small" 300000
 	shim cp "$REF/small" "$CKPT/f"
 	random_file "$REF/big" 2000000
@@ -242,7 +242,7 @@ except OSError as e:
 	[ "$(id -u)" -eq 0 ] || skip "needs root to mount a small file system"
 	mkdir -p "$T/small"
 	mount -t tmpfs -o size=4m tmpfs "$T/small" || skip "cannot mount tmpfs here"
-	printf '[cache]\ndir = %s/small/cache\n[path %s/*]\nchunk_size = 64K\ncompress = off\n' "$T" "$CKPT" >"$POLICY"
+	printf '[cache]\ndir = %s/small/cache\n[path %s/*]\nchunk_size = 64K\nchunking = fixed\ncompress = off\n' "$T" "$CKPT" >"$POLICY"
 	random_file "$REF/small" 500000
 	shim cp "$REF/small" "$CKPT/f"
 	random_file "$REF/big" $((6 * 1024 * 1024))
@@ -303,7 +303,7 @@ wait_versions() {
 }
 
 @test "durability = async: close returns, the commit completes in the background after exit" {
-	printf '[cache]\ndir = %s\n[path %s/*]\nchunk_size = 64K\ndurability = async\n' "$CACHE" "$CKPT" >"$POLICY"
+	printf '[cache]\ndir = %s\n[path %s/*]\nchunk_size = 64K\nchunking = fixed\ndurability = async\n' "$CACHE" "$CKPT" >"$POLICY"
 	head -c 3000000 /dev/urandom >"$REF/a"
 	# written with a seek back (so staged from its shadow file at close), then
 	# the process dies at once
@@ -356,7 +356,7 @@ print('fds', before, fds(), 'threads', len(os.listdir('/proc/self/task')))"
 }
 
 @test "durability = async: what tracks the background commits stays bounded" {
-	printf '[cache]\ndir = %s\n[path %s/*]\nchunk_size = 64K\ndurability = async\n' "$CACHE" "$CKPT" >"$POLICY"
+	printf '[cache]\ndir = %s\n[path %s/*]\nchunk_size = 64K\nchunking = fixed\ndurability = async\n' "$CACHE" "$CKPT" >"$POLICY"
 	run shim "$PYTHON" -c "
 import os
 def fds():

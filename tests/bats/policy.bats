@@ -22,6 +22,7 @@ setup() {
 dir = $CACHE
 [path $DEEP/*]   ; the run's checkpoints
 chunk_size = 64K
+chunking = fixed
 keep = 2
 EOP
 	for i in 1 2 3; do

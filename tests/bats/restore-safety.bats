@@ -103,7 +103,7 @@ needs_root() {
 @test "in place, a file captured through a symbolic link to a directory is restored through it" {
 	mkdir -p "$T/lustre/run"
 	ln -s "$T/lustre" "$T/scratch"
-	printf '[cache]\ndir = %s\n[path %s/**]\nchunk_size = 64K\n' "$CACHE" "$T/scratch" >"$POLICY"
+	printf '[cache]\ndir = %s\n[path %s/**]\nchunk_size = 64K\nchunking = fixed\n' "$CACHE" "$T/scratch" >"$POLICY"
 	random_file "$REF/f" 200000
 	shim cp "$REF/f" "$T/scratch/run/f"
 	[ ! -e "$T/lustre/run/f" ]
@@ -124,7 +124,7 @@ needs_root() {
 	needs_root
 	mkdir -p "$T/lustre/run" "$T/evil"
 	ln -s "$T/lustre" "$T/scratch"
-	printf '[cache]\ndir = %s\n[path %s/**]\nchunk_size = 64K\n' "$CACHE" "$T/scratch" >"$POLICY"
+	printf '[cache]\ndir = %s\n[path %s/**]\nchunk_size = 64K\nchunking = fixed\n' "$CACHE" "$T/scratch" >"$POLICY"
 	echo data >"$REF/f"
 	shim cp "$REF/f" "$T/scratch/run/f"
 	# uid 1000 redirects the link meanwhile

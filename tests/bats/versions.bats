@@ -983,8 +983,8 @@ EOF
 	# the first matching rule wins: 1 MiB chunks below big/
 	{
 		printf '[cache]\ndir = %s\n' "$CACHE"
-		printf '[path %s/big/**]\nchunk_size = 1M\nkeep = 100\ndurability = local\n' "$CKPT"
-		printf '[path %s/**]\nchunk_size = 64K\nkeep = 100\ndurability = local\n' "$CKPT"
+		printf '[path %s/big/**]\nchunk_size = 1M\nchunking = fixed\nkeep = 100\ndurability = local\n' "$CKPT"
+		printf '[path %s/**]\nchunk_size = 64K\nchunking = fixed\nkeep = 100\ndurability = local\n' "$CKPT"
 	} >"$POLICY"
 	mkdir -p "$CKPT/big" "$REF/big"
 	py renamed <<'EOF2'

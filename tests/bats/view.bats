@@ -167,7 +167,7 @@ except FileNotFoundError:
 }
 
 @test "keep = 2 over 6 versions: older versions and their chunks are freed" {
-	printf '[cache]\ndir = %s\n[path %s/*]\nchunk_size = 64K\nkeep = 2\ncompress = off\n' "$CACHE" "$CKPT" >"$POLICY"
+	printf '[cache]\ndir = %s\n[path %s/*]\nchunk_size = 64K\nchunking = fixed\nkeep = 2\ncompress = off\n' "$CACHE" "$CKPT" >"$POLICY"
 	for i in 1 2 3 4 5 6; do
 		head -c 200000 /dev/urandom >"$REF/v$i"
 		shim cp "$REF/v$i" "$CKPT/f"
@@ -267,7 +267,7 @@ os.close(fd)"
 }
 
 @test "a version pruned by keep frees what only it used, even inside a shared pack" {
-	printf '[cache]\ndir = %s\n[path %s/*]\nchunk_size = 64K\nkeep = 1\ncompress = off\n' "$CACHE" "$CKPT" >"$POLICY"
+	printf '[cache]\ndir = %s\n[path %s/*]\nchunk_size = 64K\nchunking = fixed\nkeep = 1\ncompress = off\n' "$CACHE" "$CKPT" >"$POLICY"
 	head -c $((64 * 65536)) /dev/urandom >"$REF/a"
 	shim cp "$REF/a" "$CKPT/f"
 	# the next version changes 48 of its 64 chunks: version 1 goes, and of

@@ -64,7 +64,11 @@ static void test_full(void)
 		"delta = xor\n"
 		"[path /scratch/safe/*]\n"
 		"durability = replicated\n"
-		"drain = /pfs/out\n");
+		"drain = /pfs/out\n"
+		"[path /scratch/big/*]\n"
+		"chunk_size = 8M\n"
+		"[path /scratch/fixed/*]\n"
+		"chunking = fixed\n");
 	struct stg_policy *p;
 	char err[1024];
 	int r = stg_policy_load(path, &p, err, sizeof(err));
@@ -87,7 +91,7 @@ static void test_full(void)
 	CHECK(p->rules[0].drain == NULL);
 	CHECK_EQ(p->replicas, 2);
 	CHECK_EQ(p->transport, STG_TRANSPORT_TCP);
-	CHECK_EQ(p->nrules, 3);
+	CHECK_EQ(p->nrules, 5);
 	CHECK_STR(p->rules[0].glob, "/scratch/ckpt/*");
 	CHECK_EQ(p->rules[0].chunk_size, 4u << 20);
 	CHECK_EQ(p->rules[0].chunking, STG_CHUNKING_CDC);
@@ -109,10 +113,19 @@ static void test_full(void)
 	CHECK_EQ(p->rules[0].keep_deleted_s, 7200);
 	CHECK_EQ(p->rules[1].keep_deleted_s, 0);
 	CHECK_EQ(p->rules[2].keep_deleted_s, STG_KEEP_DELETED_DEFAULT);
-	/* A section without keys still counts, with the defaults. */
+	/* Without chunk keys: content-defined chunks of 1M on average... */
+	CHECK_EQ(p->rules[2].chunking, STG_CHUNKING_CDC);
+	CHECK_EQ(p->rules[2].chunk_size, STG_CHUNK_DEFAULT);
+	/* ...but fixed chunks where only they serve: a delta, a chunk_size
+	 * above the largest cdc average, and when asked. */
 	CHECK_STR(p->rules[1].glob, "/scratch/other/**");
 	CHECK_EQ(p->rules[1].chunk_size, STG_CHUNK_DEFAULT);
 	CHECK_EQ(p->rules[1].chunking, STG_CHUNKING_FIXED);
+	CHECK_EQ(p->rules[3].chunk_size, 8u << 20);
+	CHECK_EQ(p->rules[3].chunking, STG_CHUNKING_FIXED);
+	CHECK_EQ(p->rules[4].chunk_size, STG_CHUNK_DEFAULT);
+	CHECK_EQ(STG_CHUNK_DEFAULT, 1u << 20);
+	CHECK_EQ(p->rules[4].chunking, STG_CHUNKING_FIXED);
 	CHECK(p->rules[1].dedup);
 	CHECK_EQ(p->rules[1].durability, STG_DURABILITY_LOCAL);
 	CHECK_EQ(p->rules[1].keep, STG_KEEP_DEFAULT);

@@ -204,6 +204,7 @@ cluster_policy() {
 	shift 3
 	CACHES+=("$cache")
 	local rule="chunk_size = 64K
+chunking = fixed
 keep = 100
 durability = local"
 	for kv in "$@"; do

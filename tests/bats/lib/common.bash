@@ -31,6 +31,7 @@ write_policy() {
 dir = $CACHE
 [path $CKPT/**]
 chunk_size = 64K
+chunking = fixed
 keep = 100
 durability = local
 EOP

@@ -151,6 +151,7 @@ nobody_policy() {
 dir = $NOBODY_DIR/cache
 [path $NOBODY_DIR/ckpt/**]
 chunk_size = 64K
+chunking = fixed
 keep = 100
 EOP
 	chmod 644 "$1"
