@@ -314,6 +314,7 @@ void share_forget(const char *path, const char *renamed_to, const struct stg_cat
 		return;
 	int h;
 	struct share_page *p = named_page(path, &h);
+	bool writing = p != NULL;
 	if (p) {
 		/* Its writers go on writing; whoever lets go last commits under
 		 * the new name, or not at all. */
@@ -330,7 +331,17 @@ void share_forget(const char *path, const char *renamed_to, const struct stg_cat
 	}
 	char name[64];
 	name_of(path, "shadow", name);
-	unlinkat(shim.cache->tmp_fd, name, 0);
+	/* The shadow's name follows the file: who opens the new name joins
+	 * the writing, and its close can link the shadow as a pending commit
+	 * (a file whose last name went cannot be linked again). */
+	char to[64];
+	bool moved_shadow = false;
+	if (writing && renamed_to && strlen(renamed_to) < PAGE_PATH_MAX) {
+		name_of(renamed_to, "shadow", to);
+		moved_shadow = renameat(shim.cache->tmp_fd, name, shim.cache->tmp_fd, to) == 0;
+	}
+	if (!moved_shadow)
+		unlinkat(shim.cache->tmp_fd, name, 0);
 	/* A sync's pending commit is of the old name (CAPTURE.md). */
 	stg_pending_drop(shim.cache, path);
 	share_unlock(lk);

@@ -1077,6 +1077,32 @@ helper_dies() {
 	export STAGEHAND_TOOL=/bin/true
 }
 
+@test "B23b: a file of 32 MiB written out of order under a temporary name, renamed while open (as safetensors does), then closed: the close leaves a pending commit of the new name" {
+	cat >"$T/slowtool" <<EOT
+#!/bin/bash
+while [ ! -e "$T/go" ]; do sleep 0.05; done
+exec "$STAGEHAND" "\$@"
+EOT
+	chmod +x "$T/slowtool"
+	head -c $((33 << 20)) /dev/urandom >"$REF/f"
+	STAGEHAND_TOOL="$T/slowtool" shim "$PYTHON" - "$REF/f" "$CKPT/f" <<'EOP'
+import os, sys
+data = open(sys.argv[1], "rb").read()
+fd = os.open(sys.argv[2] + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.pwrite(fd, data[32 << 20:], 32 << 20)  # the tail first: through the shadow
+at = 0
+while at < 32 << 20:
+    at += os.pwrite(fd, data[at:min(at + (1 << 20), 32 << 20)], at)
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+os.close(fd)
+EOP
+	[ "$(pending_left)" = "1 1" ] || fail "packed inside the close: $(ls "$CACHE/tmp")"
+	: >"$T/go"
+	assert_restores "$REF/f" "$CKPT/f"
+	[ "$(pending_left)" = "0 0" ] || fail "left in tmp/: $(ls "$CACHE/tmp")"
+	[ "$(version_count "$CKPT/f.tmp")" -eq 0 ] || fail "$("$STAGEHAND" ls "$CKPT")"
+}
+
 @test "B24: the pending commit's helper dies before packing: the record stays, the next stat through the shim packs it; one version, byte-identical" {
 	random_stripes_script
 	helper_dies
