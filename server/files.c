@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The server's manifests: files/<uid>/<file id>/{path, v<N>.mf, v<N>.held,
- * deleted}. */
+ * deleted}, and the index of their paths that listings search. */
 #include "files.h"
 
 #include <dirent.h>
@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "catalog.h"
 #include "hash.h"
 #include "heldmap.h"
+#include "pathindex.h"
 #include "tombstone.h"
 #include "log.h"
 #include "util.h"
@@ -28,7 +30,12 @@
 
 struct stg_files {
 	int fd; /* files/ */
+	struct stg_pathindex *paths; /* every entry's path, per user */
+	atomic_uint_fast64_t listed; /* entries read by listings */
 };
+
+static bool parse_uid(const char *name, uint32_t *ret);
+static int index_paths(struct stg_files *f);
 
 int stg_files_open(int storedirfd, struct stg_files **ret)
 {
@@ -42,9 +49,11 @@ int stg_files_open(int storedirfd, struct stg_files **ret)
 	if (!f)
 		return -ENOMEM;
 	f->fd = openat(storedirfd, FILES_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (f->fd < 0) {
-		int r = -errno;
-		free(f);
+	int r = f->fd < 0 ? -errno : stg_pathindex_new(&f->paths);
+	if (r == 0)
+		r = index_paths(f);
+	if (r < 0) {
+		stg_files_free(f);
 		return r;
 	}
 	*ret = f;
@@ -55,7 +64,9 @@ void stg_files_free(struct stg_files *f)
 {
 	if (!f)
 		return;
-	close(f->fd);
+	if (f->fd >= 0)
+		close(f->fd);
+	stg_pathindex_free(f->paths);
 	free(f);
 }
 
@@ -141,6 +152,9 @@ static int open_file(struct stg_files *f, uint32_t uid, const char *path, bool c
 	}
 	if (r == 0)
 		r = create ? -ENOTUNIQ : -ENOENT;
+	/* (again for an entry there already: adding is idempotent) */
+	if (r > 0 && create)
+		r = stg_pathindex_add(f->paths, uid, path);
 	if (r < 0)
 		goto out_close;
 	return fd;
@@ -435,6 +449,7 @@ struct walk {
 	int64_t now_ns;
 	void *arg;
 	uint32_t uid;
+	struct stg_files *files;
 };
 
 /* The held map of version m of an entry into *ret_buf (to free), with
@@ -509,34 +524,52 @@ static int list_entry(int filedirfd, const char *path, const struct walk *w)
 	return r;
 }
 
-static int list_uid(int uidfd, const char *prefix, const struct walk *w)
+/* Entry name of a user's directory, opened, with its path, if it is one:
+ * its path file hashes to its name. Returns the descriptor or -1. */
+static int open_entry(int uidfd, const char *name, char path[PATH_MAX])
+{
+	if (strlen(name) != STG_HASH_HEX_LEN)
+		return -1;
+	int ffd = openat(uidfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	char id[STG_HASH_HEX_LEN + 1];
+	if (ffd >= 0 && stg_catalog_read_path(ffd, path, PATH_MAX) == 0) {
+		stg_catalog_file_id(path, id);
+		if (strcmp(id, name) == 0)
+			return ffd;
+	}
+	if (ffd >= 0)
+		close(ffd);
+	return -1;
+}
+
+/* The collector's walk of every entry of a user: removes those whose
+ * deletion expired, calls the walk's function for the others' versions. */
+static int walk_uid(int uidfd, const struct walk *w)
 {
 	DIR *d = stg_opendir_at(uidfd, ".");
 	if (!d)
 		return -errno;
-	size_t plen = strlen(prefix);
 	int r = 0;
 	struct dirent *de;
 	while (r == 0 && (de = readdir(d))) {
-		if (strlen(de->d_name) != STG_HASH_HEX_LEN)
-			continue;
-		int ffd = openat(uidfd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		char path[PATH_MAX];
+		int ffd = open_entry(uidfd, de->d_name, path);
 		if (ffd < 0)
 			continue;
-		char path[PATH_MAX], id[STG_HASH_HEX_LEN + 1];
-		if (stg_catalog_read_path(ffd, path, sizeof(path)) == 0) {
-			stg_catalog_file_id(path, id);
-			/* An entry whose path does not hash to its name is not one. */
-			bool ours = strcmp(id, de->d_name) == 0 && strncmp(path, prefix, plen) == 0;
-			if (ours && w->owned_fn && expire(ffd, path, w->uid, w->now_ns)) {
-				close(ffd);
-				ffd = -1;
-				unlinkat(uidfd, de->d_name, AT_REMOVEDIR);
-				continue;
+		if (expire(ffd, path, w->uid, w->now_ns)) {
+			close(ffd);
+			if (unlinkat(uidfd, de->d_name, AT_REMOVEDIR) == 0) {
+				stg_pathindex_remove(w->files->paths, w->uid, path);
+				/* A put may have made the entry anew and added
+				 * its path in between. */
+				if (faccessat(uidfd, de->d_name, F_OK, 0) == 0 &&
+				    stg_pathindex_add(w->files->paths, w->uid, path) < 0)
+					stg_log(STG_LOG_ERROR, "files: out of memory: '%s' is left out "
+						"of listings until a restart", path);
 			}
-			if (ours)
-				r = list_entry(ffd, path, w);
+			continue;
 		}
+		r = list_entry(ffd, path, w);
 		close(ffd);
 	}
 	closedir(d);
@@ -551,9 +584,63 @@ int stg_files_list(struct stg_files *f, uint32_t uid, const char *prefix, bool d
 	int ufd = openat(f->fd, uidname, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (ufd < 0)
 		return errno == ENOENT ? 0 : -errno;
-	struct walk w = {.fn = fn, .deleted_too = deleted_too, .arg = arg};
-	int r = list_uid(ufd, prefix ? prefix : "", &w);
+	struct walk w = {.fn = fn, .deleted_too = deleted_too, .arg = arg, .uid = uid, .files = f};
+	char **paths;
+	size_t n;
+	int r = stg_pathindex_find(f->paths, uid, prefix ? prefix : "", &paths, &n);
+	if (r < 0) {
+		close(ufd);
+		return r;
+	}
+	/* The entries' own locks are not taken: a listing reads what each
+	 * holds, as a walk of the directory did; one removed meanwhile is
+	 * skipped. */
+	for (size_t i = 0; r == 0 && i < n; i++) {
+		char id[STG_HASH_HEX_LEN + 1];
+		stg_catalog_file_id(paths[i], id);
+		int ffd = openat(ufd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (ffd < 0)
+			continue;
+		atomic_fetch_add_explicit(&f->listed, 1, memory_order_relaxed);
+		if (same_path(ffd, paths[i]) == 1)
+			r = list_entry(ffd, paths[i], &w);
+		close(ffd);
+	}
+	free(paths);
 	close(ufd);
+	return r;
+}
+
+/* Fills the path index from every entry of every user: once, when the
+ * server opens its store. */
+static int index_paths(struct stg_files *f)
+{
+	DIR *d = stg_opendir_at(f->fd, ".");
+	if (!d)
+		return -errno;
+	int r = 0;
+	struct dirent *de;
+	while (r == 0 && (de = readdir(d))) {
+		uint32_t uid;
+		if (!parse_uid(de->d_name, &uid))
+			continue;
+		int ufd = openat(f->fd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		DIR *ud = ufd < 0 ? NULL : stg_opendir_at(ufd, ".");
+		struct dirent *fe;
+		while (r == 0 && ud && (fe = readdir(ud))) {
+			char path[PATH_MAX];
+			int ffd = open_entry(ufd, fe->d_name, path);
+			if (ffd >= 0) {
+				r = stg_pathindex_add(f->paths, uid, path);
+				close(ffd);
+			}
+		}
+		if (ud)
+			closedir(ud);
+		if (ufd >= 0)
+			close(ufd);
+	}
+	closedir(d);
 	return r;
 }
 
@@ -589,10 +676,17 @@ int stg_files_foreach(struct stg_files *f, stg_files_owned_fn fn, void *arg)
 		int ufd = openat(f->fd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (ufd < 0)
 			continue;
-		struct walk w = {.owned_fn = fn, .now_ns = stg_now_ns(), .arg = arg, .uid = uid};
-		r = list_uid(ufd, "", &w);
+		struct walk w = {.owned_fn = fn, .now_ns = stg_now_ns(), .arg = arg, .uid = uid,
+				 .files = f};
+		r = walk_uid(ufd, &w);
 		close(ufd);
 	}
 	closedir(d);
 	return r;
+}
+
+void stg_files_stats(struct stg_files *f, struct stg_files_stats *ret)
+{
+	ret->paths = stg_pathindex_count(f->paths);
+	ret->entries_listed = atomic_load_explicit(&f->listed, memory_order_relaxed);
 }

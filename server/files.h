@@ -31,7 +31,8 @@ int stg_files_get(struct stg_files *f, uint32_t uid, const char *path, uint64_t 
 		  uint8_t **ret_mf, size_t *ret_len);
 
 /* Calls fn for each version of uid's paths starting with prefix (all when
- * prefix is empty), paths in no particular order, versions ascending; m is
+ * prefix is empty), paths sorted, versions ascending, visiting only those
+ * paths (pathindex.h); m is
  * decoded and valid for the call. Versions a deletion covers are left out
  * unless deleted_too (then fn is told so); those of a name renamed away
  * always are. A non-zero return from fn stops and is returned. Unreadable
@@ -65,3 +66,9 @@ typedef int (*stg_files_owned_fn)(void *arg, uint32_t uid, const struct stg_mani
  * they reference; the owners of chunks are rebuilt from them), after
  * removing the versions whose deletion's retention ran out. */
 int stg_files_foreach(struct stg_files *f, stg_files_owned_fn fn, void *arg);
+
+struct stg_files_stats {
+	uint64_t paths;          /* entries of all users */
+	uint64_t entries_listed; /* entries read by listings since the start */
+};
+void stg_files_stats(struct stg_files *f, struct stg_files_stats *ret);

@@ -65,6 +65,13 @@ static int render(struct server *srv, bool up, char **ret, size_t *ret_len)
 	       (double)st.index_bytes);
 	metric(f, "store_capacity_bytes", "gauge", "The store's capacity (0: the disk's).",
 	       (double)srv->capacity);
+	struct stg_files_stats fs;
+	stg_files_stats(srv->files, &fs);
+	metric(f, "paths", "gauge", "Paths of all users the server holds versions of.",
+	       (double)fs.paths);
+	metric(f, "list_entries_read_total", "counter",
+	       "Paths whose versions listings read (only those under each listing's prefix).",
+	       (double)fs.entries_listed);
 	return fclose(f) == 0 ? 0 : -ENOMEM;
 }
 

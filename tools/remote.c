@@ -168,65 +168,113 @@ static size_t drop_superseded(struct remote_version *v, size_t n)
 	return k;
 }
 
+/* One server's listing, by a thread of its own: all servers at once. */
+struct server_listing {
+	struct remote_session *s;
+	size_t i;
+	const char *prefix;
+	bool deleted_too;
+	struct remote_version *v;
+	size_t n;
+	bool reached;
+	int r; /* -ENOMEM; a server that cannot answer is no error */
+};
+
+static void *list_server(void *arg)
+{
+	struct server_listing *l = arg;
+	struct remote_session *s = l->s;
+	size_t i = l->i, cap = 0;
+	if (!remote_conn(s, i))
+		return NULL;
+	struct stg_msg req = {.type = STG_MSG_LIST}, rep;
+	req.list.prefix = l->prefix ? l->prefix : "";
+	req.list.prefix_len = l->prefix ? (uint32_t)strlen(l->prefix) : 0;
+	req.list.flags = STG_LIST_FLAGS | (l->deleted_too ? STG_LIST_DELETED : 0);
+	int cr = remote_call(s, i, &req, STG_MSG_LIST_REPLY_FLAGS, 0, &rep);
+	if (cr == -EPROTO && l->deleted_too) {
+		/* A server older than deletions drops the connection on
+		 * DELETED: list again without (it deleted nothing). */
+		stg_conn_close(&s->conns[i]);
+		s->open[i] = false;
+		req.list.flags = STG_LIST_FLAGS;
+		cr = remote_call(s, i, &req, STG_MSG_LIST_REPLY_FLAGS, 0, &rep);
+	}
+	if (cr == -EPROTO) {
+		/* A server older than LIST_REPLY_FLAGS drops the connection
+		 * on the flag: list again without (it holds no parts, which
+		 * it refuses, so its versions are whole). */
+		stg_conn_close(&s->conns[i]);
+		s->open[i] = false;
+		req.list.flags = 0;
+		cr = remote_call(s, i, &req, STG_MSG_LIST_REPLY, 0, &rep);
+	}
+	if (cr < 0) {
+		remote_fail(s, i, cr);
+		return NULL;
+	}
+	l->reached = true;
+	uint32_t off = 0;
+	struct stg_list_entry e;
+	while (stg_wire_list_next(&rep.list_reply, &off, &e)) {
+		if (l->n == cap) {
+			size_t ncap = cap ? cap * 2 : 64;
+			struct remote_version *nv = realloc(l->v, ncap * sizeof(*nv));
+			if (!nv) {
+				l->r = -ENOMEM;
+				break;
+			}
+			l->v = nv;
+			cap = ncap;
+		}
+		l->v[l->n].path = strndup(e.path, e.path_len);
+		if (!l->v[l->n].path) {
+			l->r = -ENOMEM;
+			break;
+		}
+		l->v[l->n].e = e;
+		l->v[l->n].servers = 1ull << i;
+		l->n++;
+	}
+	return NULL;
+}
+
 int remote_list(struct remote *rm, const char *prefix, bool deleted_too,
 		struct remote_version **ret, size_t *ret_n, size_t *ret_reached)
 {
 	struct remote_session s;
 	remote_session_init(&s, rm);
+	size_t ns = rm->policy->nservers;
+	struct server_listing l[STG_CLUSTER_MAX_SERVERS];
+	pthread_t th[STG_CLUSTER_MAX_SERVERS];
+	bool started[STG_CLUSTER_MAX_SERVERS];
+	for (size_t i = 0; i < ns; i++) {
+		l[i] = (struct server_listing){.s = &s, .i = i, .prefix = prefix,
+					       .deleted_too = deleted_too};
+		started[i] = ns > 1 && pthread_create(&th[i], NULL, list_server, &l[i]) == 0;
+		if (!started[i])
+			list_server(&l[i]);
+	}
 	struct remote_version *v = NULL;
-	size_t n = 0, cap = 0, reached = 0;
+	size_t n = 0, total = 0, reached = 0;
 	int r = 0;
-	for (size_t i = 0; i < rm->policy->nservers && r == 0; i++) {
-		if (!remote_conn(&s, i))
-			continue;
-		struct stg_msg req = {.type = STG_MSG_LIST}, rep;
-		req.list.prefix = prefix ? prefix : "";
-		req.list.prefix_len = prefix ? (uint32_t)strlen(prefix) : 0;
-		req.list.flags = STG_LIST_FLAGS | (deleted_too ? STG_LIST_DELETED : 0);
-		int cr = remote_call(&s, i, &req, STG_MSG_LIST_REPLY_FLAGS, 0, &rep);
-		if (cr == -EPROTO && deleted_too) {
-			/* A server older than deletions drops the connection on
-			 * DELETED: list again without (it deleted nothing). */
-			stg_conn_close(&s.conns[i]);
-			s.open[i] = false;
-			req.list.flags = STG_LIST_FLAGS;
-			cr = remote_call(&s, i, &req, STG_MSG_LIST_REPLY_FLAGS, 0, &rep);
-		}
-		if (cr == -EPROTO) {
-			/* A server older than LIST_REPLY_FLAGS drops the connection
-			 * on the flag: list again without (it holds no parts, which
-			 * it refuses, so its versions are whole). */
-			stg_conn_close(&s.conns[i]);
-			s.open[i] = false;
-			req.list.flags = 0;
-			cr = remote_call(&s, i, &req, STG_MSG_LIST_REPLY, 0, &rep);
-		}
-		if (cr < 0) {
-			remote_fail(&s, i, cr);
-			continue;
-		}
-		reached++;
-		uint32_t off = 0;
-		struct stg_list_entry e;
-		while (r == 0 && stg_wire_list_next(&rep.list_reply, &off, &e)) {
-			if (n == cap) {
-				size_t ncap = cap ? cap * 2 : 64;
-				struct remote_version *nv = realloc(v, ncap * sizeof(*nv));
-				if (!nv) {
-					r = -ENOMEM;
-					break;
-				}
-				v = nv;
-				cap = ncap;
-			}
-			v[n].path = strndup(e.path, e.path_len);
-			if (!v[n].path) {
-				r = -ENOMEM;
-				break;
-			}
-			v[n].e = e;
-			v[n].servers = 1ull << i;
-			n++;
+	for (size_t i = 0; i < ns; i++) {
+		if (started[i])
+			pthread_join(th[i], NULL);
+		total += l[i].n;
+		reached += l[i].reached;
+		if (l[i].r < 0)
+			r = l[i].r;
+	}
+	if (r == 0 && total && !(v = malloc(total * sizeof(*v))))
+		r = -ENOMEM;
+	for (size_t i = 0; i < ns; i++) {
+		if (r == 0) {
+			memcpy(v + n, l[i].v, l[i].n * sizeof(*v));
+			n += l[i].n;
+			free(l[i].v);
+		} else {
+			remote_list_free(l[i].v, l[i].n);
 		}
 	}
 	remote_session_done(&s);

@@ -66,7 +66,8 @@ struct remote_version {
  * answers, merged, sorted by path then version; with deleted_too, the
  * versions of deleted paths too, STG_LIST_ENTRY_DELETED in their flags
  * (those of names renamed away never). *ret_reached counts the servers
- * that answered. Returns 0 or -errno. */
+ * that answered. The servers are asked all at once, each by a thread.
+ * Returns 0 or -errno. */
 int remote_list(struct remote *rm, const char *prefix, bool deleted_too,
 		struct remote_version **ret, size_t *ret_n, size_t *ret_reached);
 void remote_list_free(struct remote_version *v, size_t n);

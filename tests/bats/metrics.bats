@@ -149,3 +149,42 @@ EOP
 	wait_for "$WAIT" test -s "$T/m/server.prom" || fail "no metrics: $(tail -3 "$T/srv0.log")"
 	! grep "cannot write the metrics" "$T/srv0.log" || fail "the server could not write them"
 }
+
+@test "a restore of one file reads that path's entry on the server, not every entry of its user (the path index)" {
+	start_server 0 --metrics-file "$T/server.prom" --metrics-interval 1
+	cluster_default_policy cluster.replicas=1
+	head -c 100000 /dev/urandom >"$REF/f"
+	shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	# 300 more paths of the user on the server: f's entry copied under
+	# other names, found when the server starts again
+	stop_server 0
+	local user="$T/srv0/files/$(id -u)" entry i p
+	entry=$(echo "$user"/*)
+	[ -f "$entry/path" ] || fail "no single entry: $entry"
+	for i in $(seq 300); do
+		p="$CKPT/d/f$i"
+		cp -a "$entry" "$user/$("$PROGS/catalog-id" "$p")"
+		printf '%s' "$p" >"$user/$("$PROGS/catalog-id" "$p")/path"
+	done
+	start_server 0 --metrics-file "$T/server.prom" --metrics-interval 1
+	wait_for "$WAIT" grep -q '^stagehand_server_paths 301$' "$T/server.prom" ||
+		fail "$(grep paths "$T/server.prom")"
+	# from an empty node
+	rm -rf "$CACHE"
+	run "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
+	[ "$status" -eq 0 ] || fail "restore: $output"
+	cmp "$REF/f" "$BACK$CKPT/f"
+	# the server writes its counters as it stops
+	stop_server 0
+	[ "$(prom "$T/server.prom" stagehand_server_list_entries_read_total)" -le 2 ] ||
+		fail "$(grep list_entries "$T/server.prom") of 301 paths read for one"
+	# a directory's listing reads its paths, found from the index rebuilt
+	start_server 0 --metrics-file "$T/server.prom" --metrics-interval 1
+	[ "$("$STAGEHAND" ls "$CKPT/d" | grep -c "^$CKPT/d/f")" -eq 300 ] ||
+		fail "$("$STAGEHAND" ls "$CKPT/d")"
+	stop_server 0
+	[ "$(prom "$T/server.prom" stagehand_server_list_entries_read_total)" -eq 300 ] ||
+		fail "$(grep list_entries "$T/server.prom")"
+}

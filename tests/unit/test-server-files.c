@@ -511,6 +511,16 @@ int main(void)
 	memset(&o, 0, sizeof(o));
 	CHECK_EQ(stg_files_foreach(f, record_owned, &o), 0);
 	CHECK_EQ(o.n, 5);
+	/* ...and listed by prefix, from the path index rebuilt from disk. */
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(stg_files_list(f, 1000, "/ckpt/", false, record, &s), 0);
+	CHECK_EQ(s.n, 4);
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(stg_files_list(f, 1000, "/ckpt/b.bin", false, record, &s), 0);
+	CHECK_EQ(s.n, 2);
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(stg_files_list(f, 1001, "", false, record, &s), 0);
+	CHECK_EQ(s.n, 1);
 
 	/* Retention counts closed versions; an open one (a sync's) goes when a
 	 * newer one takes its number or a newer closed one comes. */

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# What one request costs on a staging server as what it holds grows: each
+# figure printed beside its target (docs/SCALE.md).
+#
+#   files: one file of a user restored, and listed, from the servers by a
+#   node with an empty cache, while the user has F files on them (2
+#   servers, replicas = 2; medians of --trials runs). The F - 1 other files
+#   are copies of the first one's entry on each server under other paths,
+#   made while the servers are stopped: what a server finds when it starts
+#   is what it would hold after F real checkpoints.
+#
+#   bench/scale.sh [--files LIST] [--trials N] [--dir DIR]
+#     --files: the counts F, comma-separated (default 1000,10000,100000)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+files="1000,10000,100000"
+trials=7
+dir=""
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--files) files=$2; shift 2 ;;
+	--trials) trials=$2; shift 2 ;;
+	--dir) dir=$2; shift 2 ;;
+	-h|--help) sed -n '3,14p' "$0"; exit 0 ;;
+	*) echo "scale.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+	esac
+done
+build="$root/build"
+S="$build/tools/stagehand"
+SERVER="$build/server/stagehand-server"
+SHIM="$build/preload/libstagehand.so"
+ID="$build/tests/progs/catalog-id"
+[ -x "$SERVER" ] && [ -x "$ID" ] || { echo "scale.sh: build first (meson compile -C build)" >&2; exit 1; }
+[ -n "$dir" ] || dir="$root/bench/work"
+mkdir -p "$dir"
+dir=$(mktemp -d "$(cd "$dir" && pwd)/scale.XXXXXX")
+pids=()
+cleanup() {
+	local p
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	pkill -f "stagehand-flusher --policy $dir/" 2>/dev/null || true
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+seconds() {
+	local t0 t1
+	t0=$(date +%s%N)
+	"$@" >/dev/null
+	t1=$(date +%s%N)
+	awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.4f\n", (b - a) / 1e9}'
+}
+
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/secret"
+chmod 600 "$dir/secret"
+start_servers() {
+	local i
+	pids=()
+	for i in 0 1; do
+		rm -f "$dir/port$i.new"
+		"$SERVER" --listen "127.0.0.1:$(cat "$dir/port$i" 2>/dev/null || echo 0)" \
+			--port-file "$dir/port$i.new" --store "$dir/store$i" \
+			--secret-file "$dir/secret" 2>>"$dir/servers.log" &
+		pids+=($!)
+	done
+	for i in 0 1; do
+		# (a deadline only for a server that failed to start: its log says why)
+		for _ in $(seq 6000); do [ -s "$dir/port$i.new" ] && break; sleep 0.1; done
+		[ -s "$dir/port$i.new" ] || { echo "scale.sh: server $i did not start:" >&2; cat "$dir/servers.log" >&2; exit 1; }
+		mv "$dir/port$i.new" "$dir/port$i"
+	done
+}
+stop_servers() {
+	local p
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	pids=()
+}
+
+# plant N: the user has N files on each server: the first one's entry
+# copied under $dir/ckpt/d<k>/f<k> (its manifests and held maps).
+plant() {
+	python3 - "$dir" "$(id -u)" "$1" "$ID" <<'EOP'
+import os, shutil, subprocess, sys
+top, uid, want, idprog = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+for store in ("store0", "store1"):
+    user = os.path.join(top, store, "files", uid)
+    entries = sorted(os.listdir(user))
+    first = os.path.join(user, [e for e in entries
+                                if open(os.path.join(user, e, "path")).read() == top + "/ckpt/f"][0])
+    have = len(entries)
+    paths = [f"{top}/ckpt/d{k % 1000}/f{k}" for k in range(have, want)]
+    ids = subprocess.run([idprog, "-"], input="\n".join(paths) + "\n", capture_output=True,
+                         text=True, check=True).stdout.split()
+    names = [n for n in os.listdir(first) if n != "path"]
+    for p, i in zip(paths, ids):
+        d = os.path.join(user, i)
+        os.mkdir(d, 0o700)
+        for n in names:
+            shutil.copyfile(os.path.join(first, n), os.path.join(d, n))
+        with open(os.path.join(d, "path"), "w") as f:
+            f.write(p)
+EOP
+}
+
+mkdir -p "$dir/ckpt"
+start_servers
+cat >"$dir/policy.conf" <<EOP
+[cache]
+dir = $dir/cache
+[cluster]
+servers = 127.0.0.1:$(cat "$dir/port0"), 127.0.0.1:$(cat "$dir/port1")
+replicas = 2
+secret_file = $dir/secret
+timeout = 60
+[path $dir/ckpt/**]
+EOP
+head -c $((1 << 20)) /dev/urandom >"$dir/f.ref"
+LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/policy.conf" cp "$dir/f.ref" "$dir/ckpt/f"
+"$S" flush --policy "$dir/policy.conf" --wait --timeout 600 >/dev/null
+pkill -f "stagehand-flusher --policy $dir/" 2>/dev/null || true
+rm -rf "$dir/cache"
+
+printf '| files of the user | one-file restore, ms | one-file ls, ms |\n|---|---|---|\n'
+first_restore="" first_ls=""
+for n in ${files//,/ }; do
+	stop_servers
+	plant "$n"
+	start_servers
+	: >"$dir/t.restore"
+	: >"$dir/t.ls"
+	for ((t = 0; t < trials; t++)); do
+		rm -rf "$dir/cache" "$dir/back"
+		seconds "$S" restore --policy "$dir/policy.conf" --to "$dir/back" "$dir/ckpt/f" >>"$dir/t.restore"
+		cmp -s "$dir/f.ref" "$dir/back$dir/ckpt/f" || { echo "scale.sh: the restored file differs" >&2; exit 1; }
+		rm -rf "$dir/cache"
+		seconds "$S" ls --policy "$dir/policy.conf" "$dir/ckpt/f" >>"$dir/t.ls"
+	done
+	r=$(median <"$dir/t.restore")
+	l=$(median <"$dir/t.ls")
+	printf '| %s | %.1f | %.1f |\n' "$n" "$(awk -v x="$r" 'BEGIN {print x * 1000}')" \
+		"$(awk -v x="$l" 'BEGIN {print x * 1000}')"
+	[ -n "$first_restore" ] || { first_restore=$r; first_ls=$l; first_n=$n; }
+	last_restore=$r last_ls=$l last_n=$n
+done
+awk -v a="$first_restore" -v b="$last_restore" -v c="$first_ls" -v d="$last_ls" \
+	-v m="$first_n" -v n="$last_n" 'BEGIN {
+	printf "one-file restore, %d -> %d files: %.2fx (target <= 1.2x)\n", m, n, b / a
+	printf "one-file ls, %d -> %d files: %.2fx (target <= 1.2x)\n", m, n, d / c }'
