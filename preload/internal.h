@@ -303,6 +303,10 @@ bool share_path(struct share_page *p, char *out, size_t len);
  * moved (renamed onto a name with versions), a writing holding the open
  * version moved->from goes on with moved->to. */
 void share_forget(const char *path, const char *renamed_to, const struct stg_catalog_moved *moved);
+/* path from was renamed to: what was written under to is an unlinked file,
+ * and from's writing goes on as to's, its shadow named so (share_forget),
+ * decided under both names' locks. */
+void share_moved(const char *from, const char *to, const struct stg_catalog_moved *moved);
 /* Another process of the node is writing path: true, with the size, mtime
  * and mode (0: not known) of what it has written so far. */
 bool share_stat_live(const char *path, uint64_t *ret_size, struct timespec *ret_mtime,

@@ -176,7 +176,7 @@ static int move_subtree(const char *from, const char *to)
 			r = 0; /* deleted ones stay behind */
 		else if (r == 0)
 			session_reminted(c.paths[i], &mv);
-		share_forget(c.paths[i], np, &mv);
+		share_moved(c.paths[i], np, &mv);
 	}
 	free(c.paths);
 	session_renamed(from, to);
@@ -217,8 +217,7 @@ static long rename_handler(int od, const char *op, int nd, const char *np, unsig
 				session_unlinked(nabs);
 				session_reminted(oabs, &mv);
 				session_renamed(oabs, nabs);
-				share_forget(nabs, NULL, NULL);
-				share_forget(oabs, nabs, &mv);
+				share_moved(oabs, nabs, &mv);
 				if (REAL(unlink)(oabs) < 0 && errno != ENOENT)
 					stg_debug("rename: leaving real '%s'", oabs);
 			}

@@ -959,6 +959,7 @@ static int commit_content(struct session *s, int fd, bool last, uint64_t replace
 }
 
 static int commit_locked(struct session *s, int fd, bool last);
+static bool follow_writing(struct session *s);
 
 int session_commit(struct session *s, int fd, bool last)
 {
@@ -979,8 +980,18 @@ int session_commit(struct session *s, int fd, bool last)
 			fdatasync(fd);
 	}
 	/* Under the open lock: the processes writing the file sync and close
-	 * one at a time, so each finds the open version the last sync made. */
+	 * one at a time, so each finds the open version the last sync made.
+	 * The lock of the name the writing has now: another process may have
+	 * renamed it, and its shadow's name went along (share_moved). */
 	int lk = share_lock(s->path);
+	for (int i = 0; lk >= 0 && i < 8; i++) {
+		char was[PATH_MAX];
+		snprintf(was, sizeof(was), "%s", s->path);
+		if (!follow_writing(s) || strcmp(was, s->path) == 0)
+			break;
+		share_unlock(lk);
+		lk = share_lock(s->path);
+	}
 	int r = 0;
 	/* A pending commit is written under it; the close's helper takes it
 	 * over. */

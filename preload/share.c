@@ -307,18 +307,18 @@ bool share_stat_live(const char *path, uint64_t *ret_size, struct timespec *ret_
 	return true;
 }
 
-void share_forget(const char *path, const char *renamed_to, const struct stg_catalog_moved *moved)
+/* share_forget under path's lock; with move_name, the shadow's name goes to
+ * renamed_to's (whose lock the caller holds too) rather than away. */
+static void forget_locked(const char *path, const char *renamed_to,
+			  const struct stg_catalog_moved *moved, bool move_name)
 {
-	int lk = share_lock(path);
-	if (lk < 0)
-		return;
 	int h;
 	struct share_page *p = named_page(path, &h);
-	bool writing = p != NULL;
+	bool follows = p && renamed_to && strlen(renamed_to) < PAGE_PATH_MAX;
 	if (p) {
 		/* Its writers go on writing; whoever lets go last commits under
 		 * the new name, or not at all. */
-		if (renamed_to && strlen(renamed_to) < PAGE_PATH_MAX) {
+		if (follows) {
 			snprintf(p->path, PAGE_PATH_MAX, "%s", renamed_to);
 			uint64_t from = moved ? moved->from : 0;
 			if (moved)
@@ -329,22 +329,56 @@ void share_forget(const char *path, const char *renamed_to, const struct stg_cat
 		share_unmap(p);
 		real_close(h);
 	}
-	char name[64];
+	char name[64], to[64];
 	name_of(path, "shadow", name);
+	if (follows && move_name) {
+		name_of(renamed_to, "shadow", to);
+		if (renameat(shim.cache->tmp_fd, name, shim.cache->tmp_fd, to) < 0)
+			unlinkat(shim.cache->tmp_fd, name, 0);
+	} else {
+		unlinkat(shim.cache->tmp_fd, name, 0);
+	}
+	/* A sync's pending commit is of the old name (CAPTURE.md). */
+	stg_pending_drop(shim.cache, path);
+}
+
+void share_forget(const char *path, const char *renamed_to, const struct stg_catalog_moved *moved)
+{
+	int lk = share_lock(path);
+	if (lk < 0)
+		return;
+	forget_locked(path, renamed_to, moved, false);
+	share_unlock(lk);
+}
+
+void share_moved(const char *from, const char *to, const struct stg_catalog_moved *moved)
+{
+	char a[64], b[64];
+	name_of(from, "open", a);
+	name_of(to, "open", b);
+	int order = strcmp(a, b);
+	if (order == 0)
+		return; /* one name */
+	/* Both names' locks, taken in the order of their names by every
+	 * process: nobody decides under either while the writing and its
+	 * shadow's name move from one to the other. */
+	int first = share_lock(order < 0 ? from : to);
+	int second = first < 0 ? -1 : share_lock(order < 0 ? to : from);
+	if (second < 0) {
+		share_unlock(first);
+		/* The writing goes on without a name: its close packs it. */
+		share_forget(to, NULL, NULL);
+		share_forget(from, to, moved);
+		return;
+	}
+	/* What was written under the new name is an unlinked file now. */
+	forget_locked(to, NULL, NULL, false);
 	/* The shadow's name follows the file: who opens the new name joins
 	 * the writing, and its close can link the shadow as a pending commit
 	 * (a file whose last name went cannot be linked again). */
-	char to[64];
-	bool moved_shadow = false;
-	if (writing && renamed_to && strlen(renamed_to) < PAGE_PATH_MAX) {
-		name_of(renamed_to, "shadow", to);
-		moved_shadow = renameat(shim.cache->tmp_fd, name, shim.cache->tmp_fd, to) == 0;
-	}
-	if (!moved_shadow)
-		unlinkat(shim.cache->tmp_fd, name, 0);
-	/* A sync's pending commit is of the old name (CAPTURE.md). */
-	stg_pending_drop(shim.cache, path);
-	share_unlock(lk);
+	forget_locked(from, to, moved, true);
+	share_unlock(second);
+	share_unlock(first);
 }
 
 static void wake(struct share_page *p)
