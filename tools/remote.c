@@ -270,7 +270,8 @@ int remote_list(struct remote *rm, const char *prefix, bool deleted_too,
 		r = -ENOMEM;
 	for (size_t i = 0; i < ns; i++) {
 		if (r == 0) {
-			memcpy(v + n, l[i].v, l[i].n * sizeof(*v));
+			if (l[i].n)
+				memcpy(v + n, l[i].v, l[i].n * sizeof(*v));
 			n += l[i].n;
 			free(l[i].v);
 		} else {
