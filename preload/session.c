@@ -982,7 +982,9 @@ int session_commit(struct session *s, int fd, bool last)
 	/* Under the open lock: the processes writing the file sync and close
 	 * one at a time, so each finds the open version the last sync made.
 	 * The lock of the name the writing has now: another process may have
-	 * renamed it, and its shadow's name went along (share_moved). */
+	 * renamed it, and its shadow's name went along (share_moved). A few
+	 * tries: a writing renamed again at every turn is committed under the
+	 * last lock taken, and commit_locked() sees that it moved on. */
 	int lk = share_lock(s->path);
 	for (int i = 0; lk >= 0 && i < 8; i++) {
 		char was[PATH_MAX];

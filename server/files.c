@@ -611,9 +611,10 @@ int stg_files_list(struct stg_files *f, uint32_t uid, const char *prefix, bool d
 	return r;
 }
 
-/* Fills the path index from every entry of every user: once, when the
- * server opens its store. */
-static int index_paths(struct stg_files *f)
+/* Calls fn with each user's directory under files/ (opened), until fn
+ * returns non-zero. */
+static int foreach_uid(struct stg_files *f, int (*fn)(void *arg, uint32_t uid, int ufd),
+		       void *arg)
 {
 	DIR *d = stg_opendir_at(f->fd, ".");
 	if (!d)
@@ -625,23 +626,40 @@ static int index_paths(struct stg_files *f)
 		if (!parse_uid(de->d_name, &uid))
 			continue;
 		int ufd = openat(f->fd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		DIR *ud = ufd < 0 ? NULL : stg_opendir_at(ufd, ".");
-		struct dirent *fe;
-		while (r == 0 && ud && (fe = readdir(ud))) {
-			char path[PATH_MAX];
-			int ffd = open_entry(ufd, fe->d_name, path);
-			if (ffd >= 0) {
-				r = stg_pathindex_add(f->paths, uid, path);
-				close(ffd);
-			}
-		}
-		if (ud)
-			closedir(ud);
-		if (ufd >= 0)
-			close(ufd);
+		if (ufd < 0)
+			continue;
+		r = fn(arg, uid, ufd);
+		close(ufd);
 	}
 	closedir(d);
 	return r;
+}
+
+static int index_uid(void *arg, uint32_t uid, int ufd)
+{
+	struct stg_files *f = arg;
+	DIR *d = stg_opendir_at(ufd, ".");
+	if (!d)
+		return 0; /* (as an entry that cannot be read: not listed) */
+	int r = 0;
+	struct dirent *de;
+	while (r == 0 && (de = readdir(d))) {
+		char path[PATH_MAX];
+		int ffd = open_entry(ufd, de->d_name, path);
+		if (ffd >= 0) {
+			r = stg_pathindex_add(f->paths, uid, path);
+			close(ffd);
+		}
+	}
+	closedir(d);
+	return r;
+}
+
+/* Fills the path index from every entry of every user: once, when the
+ * server opens its store. */
+static int index_paths(struct stg_files *f)
+{
+	return foreach_uid(f, index_uid, f);
 }
 
 /* Parses a uid directory name: decimal, no leading zeros, 32 bits. */
@@ -662,27 +680,25 @@ static bool parse_uid(const char *name, uint32_t *ret)
 	return true;
 }
 
+struct owned_walk {
+	struct stg_files *f;
+	stg_files_owned_fn fn;
+	void *arg;
+	int64_t now_ns;
+};
+
+static int walk_one_uid(void *arg, uint32_t uid, int ufd)
+{
+	struct owned_walk *o = arg;
+	struct walk w = {.owned_fn = o->fn, .now_ns = o->now_ns, .arg = o->arg, .uid = uid,
+			 .files = o->f};
+	return walk_uid(ufd, &w);
+}
+
 int stg_files_foreach(struct stg_files *f, stg_files_owned_fn fn, void *arg)
 {
-	DIR *d = stg_opendir_at(f->fd, ".");
-	if (!d)
-		return -errno;
-	int r = 0;
-	struct dirent *de;
-	while (r == 0 && (de = readdir(d))) {
-		uint32_t uid;
-		if (!parse_uid(de->d_name, &uid))
-			continue;
-		int ufd = openat(f->fd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (ufd < 0)
-			continue;
-		struct walk w = {.owned_fn = fn, .now_ns = stg_now_ns(), .arg = arg, .uid = uid,
-				 .files = f};
-		r = walk_uid(ufd, &w);
-		close(ufd);
-	}
-	closedir(d);
-	return r;
+	struct owned_walk o = {.f = f, .fn = fn, .arg = arg, .now_ns = stg_now_ns()};
+	return foreach_uid(f, walk_one_uid, &o);
 }
 
 void stg_files_stats(struct stg_files *f, struct stg_files_stats *ret)

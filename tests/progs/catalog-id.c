@@ -21,7 +21,12 @@ int main(int argc, char **argv)
 	}
 	char line[4097];
 	while (fgets(line, sizeof(line), stdin)) {
-		line[strcspn(line, "\n")] = '\0';
+		size_t n = strcspn(line, "\n");
+		if (line[n] != '\n' && !feof(stdin)) {
+			fprintf(stderr, "catalog-id: a path longer than %zu bytes\n", sizeof(line) - 2);
+			return 1;
+		}
+		line[n] = '\0';
 		stg_catalog_file_id(line, id);
 		puts(id);
 	}
