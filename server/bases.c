@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The delta objects' bases: a balanced tree (glibc's tsearch). Deltas are a
- * fraction of the chunks, so a node and a 32-byte key per delta beside the
- * 32-byte index entry cost little. */
+ * fraction of the chunks, so a node and a 32-byte key per delta beside its
+ * index entry cost little. */
 #include "bases.h"
 
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The server's in-memory chunk index: open addressing, linear probing. */
+/* The server's in-memory chunk index: 256 Robin Hood tables of packed slots. */
 #include "chunkindex.h"
 
 #include <errno.h>
@@ -8,64 +8,159 @@
 
 #include "util.h"
 
-/* Growing by 1.5x past 85% load keeps the table between 57% and 85% full:
- * 38 to 57 bytes of memory per 32-byte entry. */
-#define MIN_SLOTS 64
-#define LOAD_NUM 85
+/* A slot: the hash's bytes 1..15 (byte 0 picks the table), segment,
+ * offset, and the length with the epoch in its top 5 bits. */
+#define TAIL 15
+#define SLOT 27
+#define SEGMENT_AT 15
+#define OFFSET_AT 19
+#define LEN_AT 23
+#define LEN_BITS 27
+
+#define TABLES 256
+#define MIN_SLOTS 8
+/* Kept between 88% and 94% full: Robin Hood probing keeps lookups, the
+ * misses included, to a few slots at that load. */
+#define LOAD_NUM 94
 #define LOAD_DEN 100
 
-struct stg_chunkindex {
-	struct stg_chunkindex_entry *slots;
-	size_t nslots;
-	size_t count;
-	size_t limit; /* grow before count exceeds this */
+_Static_assert(STG_CHUNKINDEX_LEN_LIMIT == 1u << LEN_BITS, "the length's bits");
+_Static_assert(STG_CHUNKINDEX_EPOCHS == 1u << (32 - LEN_BITS), "the epoch's bits");
+
+struct table {
+	uint8_t *slots;
+	size_t n, count, limit;
 };
 
-_Static_assert(sizeof(struct stg_chunkindex_entry) == 32, "index entries are 32 bytes");
+struct stg_chunkindex {
+	struct table t[TABLES];
+	size_t count;
+	size_t memory, peak; /* bytes of slots */
+};
 
-/* The hash is XXH3-128, uniform already: its first 8 bytes, mapped onto the
- * table by multiplication (Lemire's fastrange), need no further mixing. */
-static size_t home_of(const struct stg_hash *h, size_t nslots)
+static struct table *table_of(const struct stg_chunkindex *x, const struct stg_hash *h)
 {
-	return (size_t)(((unsigned __int128)stg_get_le64(h->b) * nslots) >> 64);
+	return (struct table *)&x->t[h->b[0]];
 }
 
-static bool slot_empty(const struct stg_chunkindex_entry *e)
+/* The hash is XXH3-128, uniform already: bytes 1..8, mapped onto the table
+ * by multiplication (Lemire's fastrange), need no further mixing. */
+static size_t home_of(const uint8_t *tail, size_t n)
 {
-	return e->segment == 0;
+	return (size_t)(((unsigned __int128)stg_get_le64(tail) * n) >> 64);
 }
 
-static size_t limit_of(size_t nslots)
+static uint8_t *slot_at(const struct table *t, size_t i)
 {
-	return nslots / LOAD_DEN * LOAD_NUM + nslots % LOAD_DEN * LOAD_NUM / LOAD_DEN;
+	return t->slots + i * SLOT;
 }
 
-static int alloc_slots(struct stg_chunkindex *x, size_t nslots)
+static bool slot_empty(const uint8_t *s)
 {
-	if (nslots > SIZE_MAX / sizeof(*x->slots))
+	return stg_get_le32(s + SEGMENT_AT) == 0;
+}
+
+static size_t next(const struct table *t, size_t i)
+{
+	return i + 1 == t->n ? 0 : i + 1;
+}
+
+/* How far slot i's entry sits from its home. */
+static size_t displacement(const struct table *t, size_t i)
+{
+	size_t home = home_of(slot_at(t, i), t->n);
+	return i >= home ? i - home : i + t->n - home;
+}
+
+static void pack(uint8_t *s, const struct stg_chunkindex_entry *e)
+{
+	memcpy(s, e->hash.b + 1, TAIL);
+	stg_put_le32(s + SEGMENT_AT, e->segment);
+	stg_put_le32(s + OFFSET_AT, e->offset);
+	stg_put_le32(s + LEN_AT, e->len | (e->epoch % STG_CHUNKINDEX_EPOCHS) << LEN_BITS);
+}
+
+static void unpack(const uint8_t *s, uint8_t first, struct stg_chunkindex_entry *ret)
+{
+	ret->hash.b[0] = first;
+	memcpy(ret->hash.b + 1, s, TAIL);
+	ret->segment = stg_get_le32(s + SEGMENT_AT);
+	ret->offset = stg_get_le32(s + OFFSET_AT);
+	uint32_t v = stg_get_le32(s + LEN_AT);
+	ret->len = v & (STG_CHUNKINDEX_LEN_LIMIT - 1);
+	ret->epoch = v >> LEN_BITS;
+}
+
+/* The slot holding h, or -1. A probe stops at the first entry nearer its
+ * home than h would be there: h would have displaced it. */
+static ptrdiff_t find(const struct table *t, const struct stg_hash *h)
+{
+	if (t->n == 0)
+		return -1;
+	size_t i = home_of(h->b + 1, t->n);
+	for (size_t d = 0;; d++, i = next(t, i)) {
+		const uint8_t *s = slot_at(t, i);
+		if (slot_empty(s) || displacement(t, i) < d)
+			return -1;
+		if (memcmp(s, h->b + 1, TAIL) == 0)
+			return (ptrdiff_t)i;
+	}
+}
+
+/* Places a packed slot known to be absent; the table has room. */
+static void place(struct table *t, const uint8_t *packed)
+{
+	uint8_t carry[SLOT], tmp[SLOT];
+	memcpy(carry, packed, SLOT);
+	size_t i = home_of(carry, t->n);
+	for (size_t d = 0;; d++, i = next(t, i)) {
+		uint8_t *s = slot_at(t, i);
+		if (slot_empty(s)) {
+			memcpy(s, carry, SLOT);
+			return;
+		}
+		size_t sd = displacement(t, i);
+		if (sd < d) {
+			memcpy(tmp, s, SLOT);
+			memcpy(s, carry, SLOT);
+			memcpy(carry, tmp, SLOT);
+			d = sd;
+		}
+	}
+}
+
+static size_t limit_of(size_t n)
+{
+	return n / LOAD_DEN * LOAD_NUM + n % LOAD_DEN * LOAD_NUM / LOAD_DEN;
+}
+
+/* Grows one table by a sixteenth: only its old and new slots coexist. */
+static int grow(struct stg_chunkindex *x, struct table *t)
+{
+	size_t n = t->n < MIN_SLOTS ? MIN_SLOTS : t->n + (t->n / 16 > 1 ? t->n / 16 : 1);
+	if (n > SIZE_MAX / SLOT)
 		return -ENOMEM;
-	struct stg_chunkindex_entry *s = calloc(nslots, sizeof(*s));
-	if (!s)
+	uint8_t *slots = calloc(n, SLOT);
+	if (!slots)
 		return -ENOMEM;
-	x->slots = s;
-	x->nslots = nslots;
-	x->limit = limit_of(nslots);
+	struct table old = *t;
+	*t = (struct table){slots, n, old.count, limit_of(n)};
+	x->memory += n * SLOT;
+	if (x->memory > x->peak)
+		x->peak = x->memory;
+	for (size_t i = 0; i < old.n; i++)
+		if (!slot_empty(slot_at(&old, i)))
+			place(t, slot_at(&old, i));
+	free(old.slots);
+	x->memory -= old.n * SLOT;
 	return 0;
 }
 
-int stg_chunkindex_new(size_t hint, struct stg_chunkindex **ret)
+int stg_chunkindex_new(struct stg_chunkindex **ret)
 {
 	struct stg_chunkindex *x = calloc(1, sizeof(*x));
 	if (!x)
 		return -ENOMEM;
-	size_t n = MIN_SLOTS;
-	while (limit_of(n) < hint && n < SIZE_MAX / 2)
-		n += n / 2;
-	int r = alloc_slots(x, n);
-	if (r < 0) {
-		free(x);
-		return r;
-	}
 	*ret = x;
 	return 0;
 }
@@ -74,81 +169,84 @@ void stg_chunkindex_free(struct stg_chunkindex *x)
 {
 	if (!x)
 		return;
-	free(x->slots);
+	for (size_t i = 0; i < TABLES; i++)
+		free(x->t[i].slots);
 	free(x);
 }
 
-static size_t probe(const struct stg_chunkindex *x, const struct stg_hash *h)
+bool stg_chunkindex_get(const struct stg_chunkindex *x, const struct stg_hash *h,
+			struct stg_chunkindex_entry *ret)
 {
-	size_t i = home_of(h, x->nslots);
-	while (!slot_empty(&x->slots[i]) && !stg_hash_eq(&x->slots[i].hash, h))
-		i = i + 1 == x->nslots ? 0 : i + 1;
-	return i;
-}
-
-struct stg_chunkindex_entry *stg_chunkindex_find(const struct stg_chunkindex *x,
-						 const struct stg_hash *h)
-{
-	size_t i = probe(x, h);
-	return slot_empty(&x->slots[i]) ? NULL : &x->slots[i];
-}
-
-static int grow(struct stg_chunkindex *x)
-{
-	struct stg_chunkindex old = *x;
-	int r = alloc_slots(x, old.nslots + old.nslots / 2);
-	if (r < 0)
-		return r;
-	for (size_t i = 0; i < old.nslots; i++)
-		if (!slot_empty(&old.slots[i]))
-			x->slots[probe(x, &old.slots[i].hash)] = old.slots[i];
-	free(old.slots);
-	return 0;
+	const struct table *t = table_of(x, h);
+	ptrdiff_t i = find(t, h);
+	if (i < 0)
+		return false;
+	if (ret)
+		unpack(slot_at(t, (size_t)i), h->b[0], ret);
+	return true;
 }
 
 int stg_chunkindex_insert(struct stg_chunkindex *x, const struct stg_chunkindex_entry *e,
-			  struct stg_chunkindex_entry **ret)
+			  struct stg_chunkindex_entry *ret_existing)
 {
-	if (e->segment == 0)
+	if (e->segment == 0 || e->len >= STG_CHUNKINDEX_LEN_LIMIT)
 		return -EINVAL;
-	size_t i = probe(x, &e->hash);
-	if (!slot_empty(&x->slots[i])) {
-		*ret = &x->slots[i];
+	struct table *t = table_of(x, &e->hash);
+	ptrdiff_t i = find(t, &e->hash);
+	if (i >= 0) {
+		if (ret_existing)
+			unpack(slot_at(t, (size_t)i), e->hash.b[0], ret_existing);
 		return 0;
 	}
-	if (x->count + 1 > x->limit) {
-		int r = grow(x);
+	if (t->count + 1 > t->limit) {
+		int r = grow(x, t);
 		if (r < 0)
 			return r;
-		i = probe(x, &e->hash);
 	}
-	x->slots[i] = *e;
+	uint8_t s[SLOT];
+	pack(s, e);
+	place(t, s);
+	t->count++;
 	x->count++;
-	*ret = &x->slots[i];
 	return 1;
+}
+
+bool stg_chunkindex_set(struct stg_chunkindex *x, const struct stg_chunkindex_entry *e)
+{
+	struct table *t = table_of(x, &e->hash);
+	ptrdiff_t i = find(t, &e->hash);
+	if (i < 0 || e->segment == 0 || e->len >= STG_CHUNKINDEX_LEN_LIMIT)
+		return false;
+	pack(slot_at(t, (size_t)i), e);
+	return true;
+}
+
+bool stg_chunkindex_mark(struct stg_chunkindex *x, const struct stg_hash *h, uint32_t epoch)
+{
+	struct table *t = table_of(x, h);
+	ptrdiff_t i = find(t, h);
+	if (i < 0)
+		return false;
+	uint8_t *s = slot_at(t, (size_t)i);
+	uint32_t v = stg_get_le32(s + LEN_AT) & (STG_CHUNKINDEX_LEN_LIMIT - 1);
+	stg_put_le32(s + LEN_AT, v | (epoch % STG_CHUNKINDEX_EPOCHS) << LEN_BITS);
+	return true;
 }
 
 bool stg_chunkindex_remove(struct stg_chunkindex *x, const struct stg_hash *h)
 {
-	size_t i = probe(x, h);
-	if (slot_empty(&x->slots[i]))
+	struct table *t = table_of(x, h);
+	ptrdiff_t found = find(t, h);
+	if (found < 0)
 		return false;
-	/* Backward shift: pull later entries of the cluster into the hole when
-	 * the hole lies between their home slot and where they sit, so that
-	 * every probe sequence stays unbroken without tombstones. */
-	size_t j = i;
-	for (;;) {
-		j = j + 1 == x->nslots ? 0 : j + 1;
-		if (slot_empty(&x->slots[j]))
-			break;
-		size_t k = home_of(&x->slots[j].hash, x->nslots);
-		bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
-		if (stays)
-			continue;
-		x->slots[i] = x->slots[j];
-		i = j;
-	}
-	memset(&x->slots[i], 0, sizeof(x->slots[i]));
+	/* Backward shift: the entries after it that sit past their home move
+	 * one slot back, so that no probe ever meets a hole it should pass. */
+	size_t i = (size_t)found;
+	for (size_t j = next(t, i); !slot_empty(slot_at(t, j)) && displacement(t, j) > 0;
+	     i = j, j = next(t, j))
+		memcpy(slot_at(t, i), slot_at(t, j), SLOT);
+	memset(slot_at(t, i), 0, SLOT);
+	t->count--;
 	x->count--;
 	return true;
 }
@@ -160,18 +258,29 @@ size_t stg_chunkindex_count(const struct stg_chunkindex *x)
 
 size_t stg_chunkindex_memory(const struct stg_chunkindex *x)
 {
-	return sizeof(*x) + x->nslots * sizeof(*x->slots);
+	return sizeof(*x) + x->memory;
 }
 
-int stg_chunkindex_foreach(struct stg_chunkindex *x,
-			   int (*fn)(void *arg, struct stg_chunkindex_entry *e), void *arg)
+size_t stg_chunkindex_memory_peak(const struct stg_chunkindex *x)
 {
-	for (size_t i = 0; i < x->nslots; i++) {
-		if (slot_empty(&x->slots[i]))
-			continue;
-		int r = fn(arg, &x->slots[i]);
-		if (r)
-			return r;
+	return sizeof(*x) + x->peak;
+}
+
+int stg_chunkindex_foreach(const struct stg_chunkindex *x,
+			   int (*fn)(void *arg, const struct stg_chunkindex_entry *e), void *arg)
+{
+	for (size_t k = 0; k < TABLES; k++) {
+		const struct table *t = &x->t[k];
+		for (size_t i = 0; i < t->n; i++) {
+			const uint8_t *s = slot_at(t, i);
+			if (slot_empty(s))
+				continue;
+			struct stg_chunkindex_entry e;
+			unpack(s, (uint8_t)k, &e);
+			int r = fn(arg, &e);
+			if (r)
+				return r;
+		}
 	}
 	return 0;
 }

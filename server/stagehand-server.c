@@ -48,7 +48,7 @@ static void usage(FILE *f)
 		"                        needed), or secret,munge\n"
 		"  --munge-socket PATH   munged's socket (default: libmunge's)\n"
 		"  --capacity SIZE       bytes of segments at most (e.g. 500G; default: disk)\n"
-		"  --segment-size SIZE   seal segments past this size (default 1G)\n"
+		"  --segment-size SIZE   seal segments past this size (default 1G, at most 16G)\n"
 		"  --gc-interval SECS    collect unreferenced chunks this often (default 60)\n"
 		"  --timeout SECS        per request once it has begun (default 30)\n"
 		"  --max-connections N   logged-in connections at once (default 1024); when\n"
@@ -394,9 +394,10 @@ int main(int argc, char **argv)
 		case 'c':
 		case 'S':
 			if (stg_parse_size(optarg, c == 'c' ? &so.capacity : &so.segment_size) < 0 ||
-			    (c == 'S' && so.segment_size < (1u << 20))) {
+			    (c == 'S' && (so.segment_size < (1u << 20) ||
+					   so.segment_size > (16ull << 30)))) {
 				fprintf(stderr, "stagehand-server: bad --%s '%s'\n",
-					c == 'c' ? "capacity" : "segment-size (at least 1M)", optarg);
+					c == 'c' ? "capacity" : "segment-size (1M to 16G)", optarg);
 				return 2;
 			}
 			break;

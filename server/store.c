@@ -28,9 +28,10 @@
 #define LOCK_FILE "lock"
 #define FILES_DIR "files"
 #define DEFAULT_SEGMENT_SIZE (1ull << 30)
-/* Index offsets count 4096-byte units in 32 bits: 16 TiB per segment, minus
+/* Index offsets count 8-byte units in 32 bits: 32 GiB per segment, with
  * room for one record past the limit. */
-#define MAX_SEGMENT_SIZE (1ull << 40)
+#define OFFSET_UNIT 8u
+#define MAX_SEGMENT_SIZE (16ull << 30)
 
 /* A segment file. The fd stays open while anyone holds a reference: the
  * table holds one while the segment is listed, each read, append or sync in
@@ -355,11 +356,9 @@ static bool mark_locked(struct stg_store *s, const struct stg_hash *h)
 {
 	bool found = false;
 	for (unsigned i = 0; h && i <= STG_CHUNK_DELTA_DEPTH; i++) {
-		struct stg_chunkindex_entry *e = stg_chunkindex_find(s->index, h);
-		if (!e)
+		if (!stg_chunkindex_mark(s->index, h, s->epoch))
 			break;
 		found |= i == 0;
-		e->epoch = s->epoch;
 		h = stg_bases_find(s->bases, h);
 	}
 	return found;
@@ -368,7 +367,7 @@ static bool mark_locked(struct stg_store *s, const struct stg_hash *h)
 bool stg_store_has(struct stg_store *s, const struct stg_hash *h)
 {
 	pthread_mutex_lock(&s->lock);
-	bool found = stg_chunkindex_find(s->index, h) != NULL;
+	bool found = stg_chunkindex_get(s->index, h, NULL);
 	pthread_mutex_unlock(&s->lock);
 	return found;
 }
@@ -444,10 +443,10 @@ static int put_record(struct stg_store *s, const uint8_t *obj, size_t len, const
 		struct stg_chunkindex_entry ent = {
 			.hash = *h,
 			.segment = g->id,
-			.offset = (uint32_t)(off / STG_SEGMENT_ALIGN),
+			.offset = (uint32_t)(off / OFFSET_UNIT),
 			.len = (uint32_t)len,
 			.epoch = s->epoch,
-		}, *e;
+		};
 		/* A collection may have started since check_delta marked the
 		 * base: marked again with the delta's epoch, or the delta is
 		 * refused if it went meanwhile (the record is garbage). */
@@ -457,7 +456,7 @@ static int put_record(struct stg_store *s, const uint8_t *obj, size_t len, const
 		 * stays, this record is garbage for compaction, and the put
 		 * says the chunk was there (its caller may compare them). */
 		if (r == 0)
-			r = stg_chunkindex_insert(s->index, &ent, &e);
+			r = stg_chunkindex_insert(s->index, &ent, NULL);
 		if (r == 1) {
 			g->live += stg_segment_record_size((uint32_t)len);
 			if (base && stg_bases_set(s->bases, h, base) < 0) {
@@ -467,7 +466,7 @@ static int put_record(struct stg_store *s, const uint8_t *obj, size_t len, const
 				r = -ENOMEM;
 			}
 		} else if (r == 0) {
-			e->epoch = s->epoch;
+			stg_chunkindex_mark(s->index, h, s->epoch);
 		}
 		r = r < 0 ? r : !r; /* inserted: 0; there already: 1 */
 	}
@@ -535,13 +534,13 @@ static int locate(struct stg_store *s, const struct stg_hash *h, struct seg **re
 {
 	int r = -ENOENT;
 	pthread_mutex_lock(&s->lock);
-	struct stg_chunkindex_entry *e = stg_chunkindex_find(s->index, h);
-	struct seg *g = e ? seg_find(s, e->segment) : NULL;
+	struct stg_chunkindex_entry e;
+	struct seg *g = stg_chunkindex_get(s->index, h, &e) ? seg_find(s, e.segment) : NULL;
 	if (g) {
 		g->refs++;
 		*ret_g = g;
-		*ret_off = (uint64_t)e->offset * STG_SEGMENT_ALIGN;
-		*ret_len = e->len;
+		*ret_off = (uint64_t)e.offset * OFFSET_UNIT;
+		*ret_len = e.len;
 		r = 0;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -827,13 +826,13 @@ bool stg_store_mark(struct stg_store *s, const struct stg_hash *h)
 struct move {
 	struct stg_hash hash;
 	struct seg *from;
-	uint32_t offset; /* in 4096-byte units */
+	uint32_t offset; /* in OFFSET_UNIT */
 	uint32_t len;
 };
 
 struct collect {
 	struct stg_store *s;
-	uint32_t keep_from;  /* epochs below are dropped */
+	uint32_t epoch;      /* now: chunks not marked in it or the one before are dropped */
 	struct seg **from;   /* segments being compacted, by id */
 	size_t nfrom;
 	struct move *v;
@@ -854,13 +853,13 @@ static int collect_push(struct collect *c, const struct stg_chunkindex_entry *e,
 	return 0;
 }
 
-static int collect_dead(void *arg, struct stg_chunkindex_entry *e)
+static int collect_dead(void *arg, const struct stg_chunkindex_entry *e)
 {
 	struct collect *c = arg;
-	return e->epoch < c->keep_from ? collect_push(c, e, NULL) : 0;
+	return stg_chunkindex_age(e, c->epoch) > 1 ? collect_push(c, e, NULL) : 0;
 }
 
-static int collect_moves(void *arg, struct stg_chunkindex_entry *e)
+static int collect_moves(void *arg, const struct stg_chunkindex_entry *e)
 {
 	struct collect *c = arg;
 	size_t lo = 0, hi = c->nfrom;
@@ -888,10 +887,11 @@ static int cmp_move(const void *a, const void *b)
  * the lock held. Returns the record bytes dropped. */
 static uint64_t drop_if_at(struct stg_store *s, const struct move *m)
 {
-	struct stg_chunkindex_entry *e = stg_chunkindex_find(s->index, &m->hash);
-	if (!e || e->segment != m->from->id || e->offset != m->offset)
+	struct stg_chunkindex_entry e;
+	if (!stg_chunkindex_get(s->index, &m->hash, &e) || e.segment != m->from->id ||
+	    e.offset != m->offset)
 		return 0;
-	uint64_t size = stg_segment_record_size(e->len);
+	uint64_t size = stg_segment_record_size(e.len);
 	m->from->live -= size;
 	stg_chunkindex_remove(s->index, &m->hash);
 	stg_bases_remove(s->bases, &m->hash);
@@ -903,13 +903,14 @@ static int drop_unmarked(struct stg_store *s, struct stg_store_gc_result *res)
 {
 	struct collect c = {.s = s};
 	pthread_mutex_lock(&s->lock);
-	c.keep_from = s->epoch - 1;
+	c.epoch = s->epoch;
 	/* Collected first, removed after: backward shifts would move entries
 	 * under the iteration. */
 	int r = stg_chunkindex_foreach(s->index, collect_dead, &c);
 	for (size_t i = 0; r == 0 && i < c.n; i++) {
-		struct stg_chunkindex_entry *e = stg_chunkindex_find(s->index, &c.v[i].hash);
-		c.v[i].from = seg_find(s, e->segment);
+		struct stg_chunkindex_entry e;
+		stg_chunkindex_get(s->index, &c.v[i].hash, &e);
+		c.v[i].from = seg_find(s, e.segment);
 		uint64_t size = drop_if_at(s, &c.v[i]);
 		res->chunks_dropped += size > 0;
 		res->bytes_dropped += size;
@@ -925,7 +926,7 @@ static int drop_unmarked(struct stg_store *s, struct stg_store_gc_result *res)
 static int move_record(struct stg_store *s, const struct move *m, struct stg_store_gc_result *res)
 {
 	uint8_t *mem;
-	uint64_t off = (uint64_t)m->offset * STG_SEGMENT_ALIGN;
+	uint64_t off = (uint64_t)m->offset * OFFSET_UNIT;
 	int r = read_record(s, m->from, off, m->len, &m->hash, &mem);
 	if (r == -EBADMSG) {
 		pthread_mutex_lock(&s->lock);
@@ -946,11 +947,13 @@ static int move_record(struct stg_store *s, const struct move *m, struct stg_sto
 	r = write_record(g, noff, mem, mem + STG_RECORD_HEADER_SIZE, m->len);
 	pthread_mutex_lock(&s->lock);
 	append_done(g, r == 0);
-	struct stg_chunkindex_entry *e = stg_chunkindex_find(s->index, &m->hash);
-	if (r == 0 && e && e->segment == m->from->id && e->offset == m->offset) {
+	struct stg_chunkindex_entry e;
+	if (r == 0 && stg_chunkindex_get(s->index, &m->hash, &e) && e.segment == m->from->id &&
+	    e.offset == m->offset) {
 		uint64_t size = stg_segment_record_size(m->len);
-		e->segment = g->id;
-		e->offset = (uint32_t)(noff / STG_SEGMENT_ALIGN);
+		e.segment = g->id;
+		e.offset = (uint32_t)(noff / OFFSET_UNIT);
+		stg_chunkindex_set(s->index, &e);
 		m->from->live -= size;
 		g->live += size;
 		res->bytes_moved += size;
@@ -1203,10 +1206,10 @@ static int recover_record(void *arg, const struct stg_hash *h, uint64_t offset, 
 	struct stg_chunkindex_entry ent = {
 		.hash = *h,
 		.segment = rc->g->id,
-		.offset = (uint32_t)(offset / STG_SEGMENT_ALIGN),
+		.offset = (uint32_t)(offset / OFFSET_UNIT),
 		.len = len,
 		.epoch = s->epoch,
-	}, *e;
+	}, e;
 	int r = stg_chunkindex_insert(s->index, &ent, &e);
 	if (r < 0)
 		return r;
@@ -1215,9 +1218,9 @@ static int recover_record(void *arg, const struct stg_hash *h, uint64_t offset, 
 	if (r == 0 && base && !stg_bases_find(s->bases, h))
 		return 0;
 	if (r == 0) {
-		struct seg *old = e->segment == rc->g->id ? rc->g : seg_find(s, e->segment);
-		old->live -= stg_segment_record_size(e->len);
-		*e = ent;
+		struct seg *old = e.segment == rc->g->id ? rc->g : seg_find(s, e.segment);
+		old->live -= stg_segment_record_size(e.len);
+		stg_chunkindex_set(s->index, &ent);
 	}
 	rc->g->live += size;
 	if (base)
@@ -1316,7 +1319,7 @@ struct orphans {
 static int find_orphan(void *arg, const struct stg_hash *h, const struct stg_hash *base)
 {
 	struct orphans *o = arg;
-	if (stg_chunkindex_find(o->s->index, base))
+	if (stg_chunkindex_get(o->s->index, base, NULL))
 		return 0;
 	if (o->n == o->cap) {
 		size_t cap = o->cap ? o->cap * 2 : 16;
@@ -1344,10 +1347,11 @@ static int drop_orphans(struct stg_store *s)
 		o.n = 0;
 		r = stg_bases_foreach(s->bases, find_orphan, &o);
 		for (size_t i = 0; r == 0 && i < o.n; i++) {
-			struct stg_chunkindex_entry *e = stg_chunkindex_find(s->index, &o.v[i]);
-			struct seg *g = e ? seg_find(s, e->segment) : NULL;
+			struct stg_chunkindex_entry e;
+			struct seg *g = stg_chunkindex_get(s->index, &o.v[i], &e) ?
+						seg_find(s, e.segment) : NULL;
 			if (g)
-				g->live -= stg_segment_record_size(e->len);
+				g->live -= stg_segment_record_size(e.len);
 			stg_chunkindex_remove(s->index, &o.v[i]);
 			stg_bases_remove(s->bases, &o.v[i]);
 			dropped++;
@@ -1472,7 +1476,7 @@ int stg_store_open(const char *dir, const struct stg_store_options *o, struct st
 		r = -errno;
 		goto out_free;
 	}
-	r = stg_chunkindex_new(0, &s->index);
+	r = stg_chunkindex_new(&s->index);
 	if (r == 0)
 		r = stg_bases_new(&s->bases);
 	if (r < 0)
