@@ -15,6 +15,7 @@
 #include "log.h"
 #include "util.h"
 #include "wire.h"
+#include "thread.h"
 
 #define BACKOFF_MAX_NS (30ll * 1000000000)
 #define MANIFEST_TRIES 3
@@ -386,11 +387,7 @@ int servers_start(struct flusher *fl)
 		}
 		/* Signals go to the main thread; a worker's io_uring waits are
 		 * not interrupted by them. */
-		sigset_t all, old;
-		sigfillset(&all);
-		pthread_sigmask(SIG_BLOCK, &all, &old);
-		r = -pthread_create(&s->thread, NULL, worker, s);
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		r = stg_thread_start(&s->thread, NULL, worker, s);
 		if (r < 0)
 			return stg_log_errno(STG_LOG_ERROR, r, "cannot start a worker thread");
 	}

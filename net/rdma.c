@@ -41,6 +41,7 @@
 #include "rdma.h"
 #include "transport.h"
 #include "util.h"
+#include "thread.h"
 
 #define MSG_SIZE (32u << 10)
 #define RECV_DEPTH 16
@@ -599,14 +600,10 @@ static void rdma_close(struct stg_conn *c)
 	if (r->established && !r->closed) {
 		pthread_attr_t attr;
 		pthread_t t;
-		sigset_t all, old;
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 		pthread_attr_setstacksize(&attr, 64 << 10);
-		sigfillset(&all);
-		pthread_sigmask(SIG_BLOCK, &all, &old);
-		int e = pthread_create(&t, &attr, destroy_thread, r);
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		int e = stg_thread_start(&t, &attr, destroy_thread, r);
 		pthread_attr_destroy(&attr);
 		if (e == 0)
 			return;

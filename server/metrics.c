@@ -63,6 +63,11 @@ static int render(struct server *srv, bool up, char **ret, size_t *ret_len)
 	       (double)st.segment_bytes);
 	metric(f, "store_index_bytes", "gauge", "Memory of the store's index.",
 	       (double)st.index_bytes);
+	metric(f, "store_recovery_scanned_bytes", "gauge",
+	       "Bytes of segments the start scanned (no hint served).",
+	       (double)st.recovery_scanned_bytes);
+	metric(f, "store_recovery_hinted_records", "gauge",
+	       "Records the start took from hint files.", (double)st.recovery_hinted_records);
 	metric(f, "store_capacity_bytes", "gauge", "The store's capacity (0: the disk's).",
 	       (double)srv->capacity);
 	struct stg_files_stats fs;

@@ -27,6 +27,7 @@
 #include "rdma.h"
 #endif
 #include "util.h"
+#include "thread.h"
 
 static void usage(FILE *f)
 {
@@ -177,11 +178,7 @@ static void start_session(struct server *srv, struct stg_conn *c, int slot)
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&attr, 256 << 10);
 	/* Only the main thread takes SIGTERM, so that it interrupts accept(). */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	int r = pthread_create(&t, &attr, server_session, a);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	int r = stg_thread_start(&t, &attr, server_session, a);
 	if (r != 0) {
 		admit_release(&srv->admit, slot);
 		stg_conn_close(&a->conn);
@@ -303,11 +300,7 @@ static int start_rdma(struct server *srv, enum stg_transport_kind kind, const ch
 		stg_log(STG_LOG_INFO, "rdma: not listening (%s): TCP only", why);
 		return 0;
 	}
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	r = pthread_create(ret_thread, NULL, rdma_accept_loop, &ra);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	r = stg_thread_start(ret_thread, NULL, rdma_accept_loop, &ra);
 	if (r != 0) {
 		stg_log(STG_LOG_ERROR, "cannot start the RDMA accept thread");
 		return -1;
@@ -557,6 +550,7 @@ int main(int argc, char **argv)
 	}
 	if (!allow_foreign && !store_owned(store_dir))
 		return 1;
+	int64_t opening = stg_now_ns();
 	int r = stg_store_open(store_dir, &so, &srv.store);
 	if (r < 0) {
 		stg_log_errno(STG_LOG_ERROR, r, "cannot open the store '%s'%s", store_dir,
@@ -628,18 +622,17 @@ int main(int argc, char **argv)
 
 	struct stg_store_stats st;
 	stg_store_stats(srv.store, &st);
-	stg_log(STG_LOG_INFO, "listening on %s; store '%s': %llu chunks in %llu segments, "
-		"%zu (user, chunk) pairs", bound, store_dir, (unsigned long long)st.chunks,
-		(unsigned long long)st.segments, stg_owners_count(srv.owners));
+	stg_log(STG_LOG_INFO, "listening on %s; store '%s': %llu chunks in %llu segments "
+		"(opened in %.2f s: %llu records from hint files, %llu bytes of segments "
+		"scanned), %zu (user, chunk) pairs", bound, store_dir,
+		(unsigned long long)st.chunks, (unsigned long long)st.segments,
+		(double)(stg_now_ns() - opening) / 1e9,
+		(unsigned long long)st.recovery_hinted_records,
+		(unsigned long long)st.recovery_scanned_bytes, stg_owners_count(srv.owners));
 
-	pthread_t collector;
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	r = pthread_create(&collector, NULL, server_collector, &srv);
-	pthread_t metrics;
-	int mr = metrics_file ? pthread_create(&metrics, NULL, server_metrics, &srv) : 0;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_t collector, metrics;
+	r = stg_thread_start(&collector, NULL, server_collector, &srv);
+	int mr = metrics_file ? stg_thread_start(&metrics, NULL, server_metrics, &srv) : 0;
 	if (r != 0 || mr != 0) {
 		stg_log(STG_LOG_ERROR, "cannot start the %s thread", r ? "collector" : "metrics");
 		return 1;

@@ -18,9 +18,11 @@
 #include "bases.h"
 #include "chunk.h"
 #include "chunkindex.h"
+#include "hint.h"
 #include "log.h"
 #include "ringio.h"
 #include "segment.h"
+#include "thread.h"
 #include "util.h"
 
 #define FORMAT_FILE "FORMAT"
@@ -41,6 +43,7 @@
  * reader ever needs the lock while it does I/O. */
 struct seg {
 	uint32_t id;
+	int64_t created_ns; /* from its header: a hint names it */
 	int fd;
 	atomic_int dfd;   /* the same file with O_DIRECT, for large records (or -1) */
 	atomic_bool nodirect; /* no O_DIRECT here: refused, or not tried again */
@@ -49,6 +52,12 @@ struct seg {
 	unsigned refs;
 	unsigned writers; /* appends reserved and not finished */
 	bool dirty;       /* appended to since the last sync */
+	/* Its records as hint entries, gathered while it is appended to and
+	 * written out as its hint file once it is sealed (the sealer). */
+	struct stg_hint_entry *hints;
+	size_t nhints, caphints;
+	bool hints_lost; /* no memory for one: no hint, a scan at start */
+	bool to_seal;    /* no longer appended to; its hint is not written yet */
 };
 
 struct stg_store {
@@ -72,6 +81,14 @@ struct stg_store {
 
 	bool rolling; /* a thread is creating the next segment */
 	pthread_cond_t roll_cond;
+
+	/* The sealer thread writes the hint files of sealed segments. */
+	pthread_t sealer;
+	bool sealer_running, stopping;
+	pthread_cond_t seal_cond;
+
+	/* At open: bytes of segments scanned, records taken from hints. */
+	uint64_t recovery_scanned_bytes, recovery_hinted_records;
 
 	/* Group commit: one thread runs a sync round while later callers wait
 	 * for the round that starts after they arrived. */
@@ -135,6 +152,7 @@ static void seg_close(struct seg *g)
 		close(g->fd);
 	if (g->dfd >= 0)
 		close(g->dfd);
+	free(g->hints);
 	free(g);
 }
 
@@ -149,12 +167,13 @@ static void seg_put(struct stg_store *s, struct seg *g)
 		seg_close(g);
 }
 
-static int seg_new(uint64_t id, int fd, struct seg **ret)
+static int seg_new(uint64_t id, int64_t created_ns, int fd, struct seg **ret)
 {
 	struct seg *g = calloc(1, sizeof(*g));
 	if (!g)
 		return -ENOMEM;
 	g->id = (uint32_t)id;
+	g->created_ns = created_ns;
 	g->fd = fd;
 	g->dfd = -1;
 	g->end = STG_SEGMENT_HEADER_SIZE;
@@ -208,7 +227,8 @@ static int segment_create(struct stg_store *s, uint64_t id, struct seg **ret)
 	if (fd < 0)
 		return -errno;
 	uint8_t hdr[STG_SEGMENT_HEADER_SIZE];
-	stg_segment_header_encode(hdr, id, stg_now_ns());
+	int64_t created_ns = stg_now_ns();
+	stg_segment_header_encode(hdr, id, created_ns);
 	int r = stg_pwrite_all(fd, hdr, sizeof(hdr), 0);
 	if (r < 0)
 		goto out_unlink;
@@ -220,7 +240,7 @@ static int segment_create(struct stg_store *s, uint64_t id, struct seg **ret)
 		r = -errno;
 		goto out_close; /* the name exists; recovery will find it empty */
 	}
-	r = seg_new(id, fd, ret);
+	r = seg_new(id, created_ns, fd, ret);
 	if (r < 0)
 		goto out_close;
 	seg_direct_fd(s, *ret);
@@ -255,6 +275,10 @@ static int roll(struct stg_store *s)
 	if (r < 0)
 		return r;
 	table_add(s, g); /* only roll() adds, one at a time: the room is still there */
+	if (s->active) {
+		s->active->to_seal = true;
+		pthread_cond_signal(&s->seal_cond);
+	}
 	s->active = g;
 	return 0;
 }
@@ -341,12 +365,43 @@ static int write_record(struct seg *g, uint64_t off, const uint8_t *hdr, const u
 	return r;
 }
 
-/* Undoes the writer part of reserve(); with ok, the record is there. */
-static void append_done(struct seg *g, bool ok)
+/* Adds a record of g to its hint entries. Called with the lock held (or
+ * alone, at open). */
+static void hint_push(struct seg *g, const struct stg_hash *h, uint64_t off, uint32_t len,
+		      const struct stg_hash *base)
+{
+	if (g->hints_lost)
+		return;
+	if (g->nhints == g->caphints) {
+		size_t cap = g->caphints ? g->caphints * 2 : 64;
+		struct stg_hint_entry *v = realloc(g->hints, cap * sizeof(*v));
+		if (!v) {
+			g->hints_lost = true;
+			free(g->hints);
+			g->hints = NULL;
+			g->nhints = g->caphints = 0;
+			return;
+		}
+		g->hints = v;
+		g->caphints = cap;
+	}
+	g->hints[g->nhints++] = (struct stg_hint_entry){
+		.hash = *h, .base = base ? *base : (struct stg_hash){{0}}, .offset = off,
+		.len = len, .delta = base != NULL};
+}
+
+/* Undoes the writer part of reserve(); with ok, the record of h (a delta
+ * against base, or base NULL) is there. Called with the lock held. */
+static void append_done(struct stg_store *s, struct seg *g, bool ok, const struct stg_hash *h,
+			uint64_t off, uint32_t len, const struct stg_hash *base)
 {
 	g->writers--;
-	if (ok)
+	if (ok) {
 		g->dirty = true;
+		hint_push(g, h, off, len, base);
+	}
+	if (g->writers == 0 && g->to_seal)
+		pthread_cond_signal(&s->seal_cond);
 }
 
 /* Marks h and, for a delta object, the chain of bases it decodes with: a
@@ -438,7 +493,7 @@ static int put_record(struct stg_store *s, const uint8_t *obj, size_t len, const
 	r = write_record(g, off, hdr, obj, (uint32_t)len);
 
 	pthread_mutex_lock(&s->lock);
-	append_done(g, r == 0);
+	append_done(s, g, r == 0, h, off, (uint32_t)len, base);
 	if (r == 0) {
 		struct stg_chunkindex_entry ent = {
 			.hash = *h,
@@ -528,6 +583,29 @@ static int read_record(struct stg_store *s, struct seg *g, uint64_t off, uint32_
 	return 0;
 }
 
+static int drop_orphans(struct stg_store *s);
+
+/* A record found damaged when read (behind its hint since the restart,
+ * or since it was written) is forgotten if the index still points at it,
+ * so that HAVE says the chunk is absent and clients send it again; so are
+ * the deltas built on it. */
+static void forget_damaged(struct stg_store *s, const struct stg_hash *h, struct seg *g,
+			   uint64_t off)
+{
+	struct stg_chunkindex_entry e;
+	pthread_mutex_lock(&s->lock);
+	bool there = stg_chunkindex_get(s->index, h, &e) && e.segment == g->id &&
+		     (uint64_t)e.offset * OFFSET_UNIT == off;
+	if (there) {
+		g->live -= stg_segment_record_size(e.len);
+		stg_chunkindex_remove(s->index, h);
+		stg_bases_remove(s->bases, h);
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (there)
+		drop_orphans(s);
+}
+
 /* Finds h and takes a reference on its segment. Returns 0 or -ENOENT. */
 static int locate(struct stg_store *s, const struct stg_hash *h, struct seg **ret_g,
 		  uint64_t *ret_off, uint32_t *ret_len)
@@ -557,6 +635,8 @@ int stg_store_get(struct stg_store *s, const struct stg_hash *h, struct stg_stor
 		return r;
 	uint8_t *mem;
 	r = read_record(s, g, off, len, h, &mem);
+	if (r == -EBADMSG)
+		forget_damaged(s, h, g, off);
 	seg_put(s, g);
 	if (r < 0)
 		return r;
@@ -799,6 +879,8 @@ void stg_store_stats(struct stg_store *s, struct stg_store_stats *ret)
 	st.index_bytes = stg_chunkindex_memory(s->index);
 	st.segments = s->nsegs;
 	st.segment_bytes = s->total;
+	st.recovery_scanned_bytes = s->recovery_scanned_bytes;
+	st.recovery_hinted_records = s->recovery_hinted_records;
 	for (size_t i = 0; i < s->nsegs; i++)
 		st.chunk_bytes += s->segs[i]->live;
 	pthread_mutex_unlock(&s->lock);
@@ -945,8 +1027,10 @@ static int move_record(struct stg_store *s, const struct move *m, struct stg_sto
 		goto out_free;
 	/* The record header names no location: the bytes move as they are. */
 	r = write_record(g, noff, mem, mem + STG_RECORD_HEADER_SIZE, m->len);
+	struct stg_hash base;
+	bool delta = stg_chunk_base(mem + STG_RECORD_HEADER_SIZE, m->len, &base);
 	pthread_mutex_lock(&s->lock);
-	append_done(g, r == 0);
+	append_done(s, g, r == 0, &m->hash, noff, m->len, delta ? &base : NULL);
 	struct stg_chunkindex_entry e;
 	if (r == 0 && stg_chunkindex_get(s->index, &m->hash, &e) && e.segment == m->from->id &&
 	    e.offset == m->offset) {
@@ -970,7 +1054,9 @@ out_free:
 static void unlink_segments(struct stg_store *s, struct seg **v, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		char name[STG_SEGMENT_NAME_LEN + 1];
+		char name[STG_SEGMENT_NAME_LEN + 1], hint[STG_HINT_NAME_LEN + 1];
+		stg_hint_name(v[i]->id, hint);
+		unlinkat(s->segdirfd, hint, 0); /* first: a hint without its segment is cleared at start */
 		stg_segment_name(v[i]->id, name);
 		if (unlinkat(s->segdirfd, name, 0) < 0)
 			stg_log_errno(STG_LOG_WARN, -errno, "store: cannot remove segment '%s'", name);
@@ -1060,7 +1146,6 @@ out_free:
 	return r;
 }
 
-static int drop_orphans(struct stg_store *s);
 
 int stg_store_gc_end(struct stg_store *s, struct stg_store_gc_result *ret)
 {
@@ -1147,52 +1232,76 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* The ids of the segment files, ascending; removes the temporary files of
- * segments whose creation was cut short. */
-static int list_segments(struct stg_store *s, uint64_t **ret, size_t *ret_n)
+struct ids {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+static int ids_push(struct ids *x, uint64_t id)
+{
+	if (x->n == x->cap) {
+		size_t cap = x->cap ? x->cap * 2 : 64;
+		uint64_t *v = realloc(x->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		x->v = v;
+		x->cap = cap;
+	}
+	x->v[x->n++] = id;
+	return 0;
+}
+
+static bool ids_has(const struct ids *x, uint64_t id)
+{
+	return bsearch(&id, x->v, x->n, sizeof(*x->v), cmp_u64) != NULL;
+}
+
+/* The ids of the segment files, ascending. Removes the temporary files of
+ * segments and hints whose writing was cut short, and the hints of
+ * segments that are gone. */
+static int list_segments(struct stg_store *s, struct ids *ret)
 {
 	DIR *d = stg_opendir_at(s->segdirfd, ".");
 	if (!d)
 		return -errno;
-	uint64_t *v = NULL;
-	size_t n = 0, cap = 0;
+	struct ids segs = {0}, hints = {0};
 	int r = 0;
 	struct dirent *de;
-	while ((de = readdir(d))) {
+	while (r == 0 && (de = readdir(d))) {
 		uint64_t id;
 		size_t l = strlen(de->d_name);
-		if (l == STG_SEGMENT_NAME_LEN + 4 && strcmp(de->d_name + STG_SEGMENT_NAME_LEN, ".tmp") == 0) {
+		if (l > 4 && strcmp(de->d_name + l - 4, ".tmp") == 0) {
 			unlinkat(s->segdirfd, de->d_name, 0);
 			continue;
 		}
-		if (stg_segment_parse_name(de->d_name, &id) < 0)
-			continue;
-		if (n == cap) {
-			cap = cap ? cap * 2 : 64;
-			uint64_t *nv = realloc(v, cap * sizeof(*v));
-			if (!nv) {
-				r = -ENOMEM;
-				break;
-			}
-			v = nv;
-		}
-		v[n++] = id;
+		if (stg_segment_parse_name(de->d_name, &id) == 0)
+			r = ids_push(&segs, id);
+		else if (stg_hint_parse_name(de->d_name, &id) == 0)
+			r = ids_push(&hints, id);
 	}
 	closedir(d);
+	if (segs.n)
+		qsort(segs.v, segs.n, sizeof(*segs.v), cmp_u64);
+	for (size_t i = 0; r == 0 && i < hints.n; i++) {
+		if (ids_has(&segs, hints.v[i]))
+			continue;
+		char name[STG_HINT_NAME_LEN + 1];
+		stg_hint_name(hints.v[i], name);
+		unlinkat(s->segdirfd, name, 0);
+	}
+	free(hints.v);
 	if (r < 0) {
-		free(v);
+		free(segs.v);
 		return r;
 	}
-	if (n)
-		qsort(v, n, sizeof(*v), cmp_u64);
-	*ret = v;
-	*ret_n = n;
+	*ret = segs;
 	return 0;
 }
 
 struct recovery {
 	struct stg_store *s;
 	struct seg *g;
+	bool gather; /* the records go to g's hint entries too */
 };
 
 /* Later copies win: the content is the same, and the newest copy is the one
@@ -1202,6 +1311,8 @@ static int recover_record(void *arg, const struct stg_hash *h, uint64_t offset, 
 {
 	struct recovery *rc = arg;
 	struct stg_store *s = rc->s;
+	if (rc->gather)
+		hint_push(rc->g, h, offset, len, base);
 	uint64_t size = stg_segment_record_size(len);
 	struct stg_chunkindex_entry ent = {
 		.hash = *h,
@@ -1229,9 +1340,58 @@ static int recover_record(void *arg, const struct stg_hash *h, uint64_t offset, 
 	return 0;
 }
 
-/* Opens one segment, checks its header and adds its records to the index.
- * *ret is NULL for a segment ignored for a bad header. */
-static int recover_segment(struct stg_store *s, uint64_t id, struct seg **ret,
+static int recover_hinted(void *arg, const struct stg_hint_entry *e)
+{
+	struct recovery *rc = arg;
+	rc->s->recovery_hinted_records++;
+	return recover_record(arg, &e->hash, e->offset, e->len, e->delta ? &e->base : NULL);
+}
+
+static int cmp_hint(const void *a, const void *b)
+{
+	const struct stg_hint_entry *x = a, *y = b;
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Writes the hint of sealed segment g from its gathered entries, its
+ * records made durable first: a hint never names a record that a crash
+ * could still take. */
+static int write_hint(struct stg_store *s, struct seg *g, struct stg_hint_entry *v, size_t n)
+{
+	struct stat st;
+	if (fdatasync(g->fd) < 0 || fstat(g->fd, &st) < 0)
+		return -errno;
+	qsort(v, n, sizeof(*v), cmp_hint);
+	struct stg_hint_key k = {g->id, g->created_ns, (uint64_t)st.st_size};
+	return stg_hint_write(s->segdirfd, &k, v, n);
+}
+
+/* Takes sealed segment g's records from its hint. Returns 0, or -errno
+ * when the hint cannot serve (the segment is scanned instead). */
+static int recover_from_hint(struct stg_store *s, struct seg *g, const char *name)
+{
+	struct stat st;
+	if (fstat(g->fd, &st) < 0)
+		return -errno;
+	struct stg_hint_key k = {g->id, g->created_ns, (uint64_t)st.st_size};
+	struct recovery rc = {s, g, false};
+	int r = stg_hint_read(s->segdirfd, &k, recover_hinted, &rc);
+	if (r == -ESTALE)
+		stg_log(STG_LOG_WARN, "store: the hint of segment '%s' is of another state of it: "
+			"scanning it", name);
+	else if (r < 0 && r != -ENOENT)
+		stg_log_errno(STG_LOG_WARN, r, "store: the hint of segment '%s' cannot be read: "
+			      "scanning it", name);
+	if (r == 0)
+		g->end = (uint64_t)st.st_size;
+	return r;
+}
+
+/* Opens one segment, checks its header and adds its records to the index:
+ * from its hint when it is sealed and has one that checks out, else by
+ * scanning it (a sealed one then gets its hint written). *ret is NULL for a
+ * segment ignored for a bad header. */
+static int recover_segment(struct stg_store *s, uint64_t id, bool sealed_one, struct seg **ret,
 			   struct stg_segment_scan_result *ret_scan)
 {
 	char name[STG_SEGMENT_NAME_LEN + 1];
@@ -1257,20 +1417,45 @@ static int recover_segment(struct stg_store *s, uint64_t id, struct seg **ret,
 	if (r < 0)
 		goto out_close;
 	struct seg *g;
-	r = seg_new(id, fd, &g);
+	r = seg_new(id, sh.created_ns, fd, &g);
 	if (r < 0)
 		goto out_close;
 	r = table_reserve(s);
 	if (r < 0)
 		goto out_free;
-	struct recovery rc = {s, g};
+	*ret_scan = (struct stg_segment_scan_result){0};
+	/* Only the newest segment keeps its records as hint entries: it is
+	 * the one appended to. */
+	g->hints_lost = sealed_one;
+	if (sealed_one && recover_from_hint(s, g, name) == 0) {
+		table_add(s, g);
+		*ret = g;
+		return 0;
+	}
+	/* A hint that served in part gave the same records the scan finds:
+	 * the index takes them again, and its counts stay right. */
+	struct recovery rc = {s, g, true};
+	g->hints_lost = false;
 	r = stg_segment_scan(fd, recover_record, &rc, ret_scan);
 	if (r < 0)
 		goto out_free;
+	s->recovery_scanned_bytes += ret_scan->size;
 	if (ret_scan->skipped)
 		stg_log(STG_LOG_WARN, "store: segment '%s': %" PRIu64 " corrupt records skipped",
 			name, ret_scan->skipped);
 	g->end = ret_scan->size;
+	if (sealed_one && !g->hints_lost) {
+		r = write_hint(s, g, g->hints, g->nhints);
+		if (r < 0)
+			stg_log_errno(STG_LOG_WARN, r, "store: cannot write the hint of segment '%s'",
+				      name);
+	}
+	if (sealed_one) {
+		free(g->hints);
+		g->hints = NULL;
+		g->nhints = g->caphints = 0;
+		g->hints_lost = true;
+	}
 	table_add(s, g);
 	*ret = g;
 	return 0;
@@ -1367,17 +1552,18 @@ static int drop_orphans(struct stg_store *s)
 
 static int recover(struct stg_store *s)
 {
-	uint64_t *ids = NULL;
-	size_t n = 0;
-	int r = list_segments(s, &ids, &n);
+	struct ids segs = {0};
+	int r = list_segments(s, &segs);
 	if (r < 0)
 		return r;
+	uint64_t *ids = segs.v;
+	size_t n = segs.n;
 	struct seg *last = NULL;
 	struct stg_segment_scan_result last_scan = {0};
 	for (size_t i = 0; i < n; i++) {
 		struct seg *g;
 		struct stg_segment_scan_result sc;
-		r = recover_segment(s, ids[i], &g, &sc);
+		r = recover_segment(s, ids[i], i + 1 < n, &g, &sc);
 		if (r < 0)
 			goto out_free;
 		if (!g)
@@ -1394,6 +1580,11 @@ static int recover(struct stg_store *s)
 		goto out_free;
 	s->next_id = n ? ids[n - 1] + 1 : 1;
 	if (last) {
+		/* Appended to again, it would outgrow its hint (if it had one:
+		 * when the newest segment's header was bad). */
+		char hint[STG_HINT_NAME_LEN + 1];
+		stg_hint_name(last->id, hint);
+		unlinkat(s->segdirfd, hint, 0);
 		r = trim_active(s, last, &last_scan);
 		seg_direct_fd(s, last);
 		s->active = last;
@@ -1407,10 +1598,63 @@ out_free:
 	return r;
 }
 
+/* The sealer: writes the hint of each segment no longer appended to, once
+ * its last append is done, so that a restart reads the hint instead of the
+ * segment. Asked to stop, it writes the hints pending first. */
+static struct seg *next_to_seal(const struct stg_store *s)
+{
+	for (size_t i = 0; i < s->nsegs; i++) {
+		struct seg *g = s->segs[i];
+		if (g->to_seal && g->writers == 0 && g != s->active)
+			return g;
+	}
+	return NULL;
+}
+
+static void *sealer_main(void *arg)
+{
+	struct stg_store *s = arg;
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		struct seg *g = next_to_seal(s);
+		if (!g && s->stopping)
+			break;
+		if (!g) {
+			pthread_cond_wait(&s->seal_cond, &s->lock);
+			continue;
+		}
+		g->to_seal = false;
+		struct stg_hint_entry *v = g->hints;
+		size_t n = g->nhints;
+		bool lost = g->hints_lost;
+		g->hints = NULL;
+		g->nhints = g->caphints = 0;
+		g->hints_lost = true; /* nothing appends to it any more */
+		g->refs++;
+		pthread_mutex_unlock(&s->lock);
+		int r = lost ? 0 : write_hint(s, g, v, n);
+		if (r < 0)
+			stg_log_errno(STG_LOG_WARN, r, "store: cannot write the hint of segment %016"
+				      PRIx32 "; a restart scans it", g->id);
+		free(v);
+		seg_put(s, g);
+		pthread_mutex_lock(&s->lock);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
 void stg_store_free(struct stg_store *s)
 {
 	if (!s)
 		return;
+	if (s->sealer_running) {
+		pthread_mutex_lock(&s->lock);
+		s->stopping = true;
+		pthread_cond_signal(&s->seal_cond);
+		pthread_mutex_unlock(&s->lock);
+		pthread_join(s->sealer, NULL);
+	}
 	for (size_t i = 0; i < s->nsegs; i++)
 		seg_close(s->segs[i]);
 	free(s->segs);
@@ -1424,6 +1668,7 @@ void stg_store_free(struct stg_store *s)
 		close(s->dirfd);
 	pthread_cond_destroy(&s->sync_cond);
 	pthread_cond_destroy(&s->roll_cond);
+	pthread_cond_destroy(&s->seal_cond);
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->gc_lock);
 	free(s);
@@ -1445,6 +1690,7 @@ int stg_store_open(const char *dir, const struct stg_store_options *o, struct st
 	pthread_mutex_init(&s->gc_lock, NULL);
 	pthread_cond_init(&s->roll_cond, NULL);
 	pthread_cond_init(&s->sync_cond, NULL);
+	pthread_cond_init(&s->seal_cond, NULL);
 
 	int r = stg_mkdir_p(dir, 0700);
 	if (r < 0)
@@ -1485,6 +1731,10 @@ int stg_store_open(const char *dir, const struct stg_store_options *o, struct st
 	r = recover(s);
 	if (r < 0)
 		goto out_free;
+	r = stg_thread_start(&s->sealer, NULL, sealer_main, s);
+	if (r < 0)
+		goto out_free;
+	s->sealer_running = true;
 	*ret = s;
 	return 0;
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The server's chunk store: chunk objects appended to segment files, found
- * through an in-memory index rebuilt from the segments at start. */
+ * through an in-memory index rebuilt at start from the segments' hints. */
 #pragma once
 
 #include <stdbool.h>
@@ -16,9 +16,12 @@ struct stg_store_options {
 	uint64_t capacity;     /* bytes of segments at most; 0: only the disk limits */
 };
 
-/* Opens (creating when missing) the store in dir and rebuilds the index by
- * scanning every segment: a torn or corrupt record at the tail of the newest
- * segment is cut off, one elsewhere is skipped and reported. Only one process
+/* Opens (creating when missing) the store in dir and rebuilds the index from
+ * the hint files of the sealed segments and a scan of the newest one (and of
+ * any sealed one without a hint that serves, whose hint is then written): a
+ * torn or corrupt record at the tail of the newest segment is cut off, one
+ * elsewhere is skipped and reported. A thread of the store writes the hint
+ * of each segment sealed while it is open. Only one process
  * opens a store (flock): -EBUSY otherwise; -EPROTO for another format,
  * -EPROTONOSUPPORT for a later one. */
 int stg_store_open(const char *dir, const struct stg_store_options *o, struct stg_store **ret);
@@ -94,6 +97,9 @@ struct stg_store_stats {
 	uint64_t segments;      /* segment files */
 	uint64_t segment_bytes; /* their size on disk */
 	uint64_t index_bytes;   /* memory held by the index */
+	/* At open: bytes of segments scanned (the newest, and those without a
+	 * hint that serves), records taken from hint files. */
+	uint64_t recovery_scanned_bytes, recovery_hinted_records;
 };
 void stg_store_stats(struct stg_store *s, struct stg_store_stats *ret);
 

@@ -24,6 +24,7 @@
 #include "tool.h"
 #include "version.h"
 #include "util.h"
+#include "thread.h"
 
 #define PROGRESS_MIN_BYTES (64ull << 20)
 
@@ -890,7 +891,7 @@ int cmd_restore(int argc, char **argv)
 		 * takes longer than the cache's, and is waited for last. */
 		struct listing l = {.rm = &rm, .prefix = strcmp(abs, "/") == 0 ? NULL : abs};
 		pthread_t th;
-		bool listing = have_remote && pthread_create(&th, NULL, list_servers, &l) == 0;
+		bool listing = have_remote && stg_thread_start(&th, NULL, list_servers, &l) == 0;
 		struct find fd = {.prefix = abs};
 		int r = cache ? stg_catalog_scan(cache, find_paths, bad_entry, &fd) : 0;
 		if (r < 0) {

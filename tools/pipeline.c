@@ -17,6 +17,7 @@
 #include "chunk.h"
 #include "pack.h"
 #include "util.h"
+#include "thread.h"
 
 #define RING 128
 /* Fewer slots for larger chunks: restore's memory stays bounded (64 MiB for
@@ -336,7 +337,7 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 		r = -errno;
 	pthread_t th[WRITERS];
 	int started = 0;
-	while (r == 0 && started < WRITERS && pthread_create(&th[started], NULL, writer, &rg) == 0)
+	while (r == 0 && started < WRITERS && stg_thread_start(&th[started], NULL, writer, &rg) == 0)
 		started++;
 	if (r == 0 && !started)
 		r = -EAGAIN;
@@ -344,14 +345,14 @@ int tool_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 	pthread_mutex_init(&ahead.lock, NULL);
 	pthread_cond_init(&ahead.cond, NULL);
 	pthread_t ahead_th;
-	bool ahead_started = r == 0 && pthread_create(&ahead_th, NULL, prefetcher, &ahead) == 0;
+	bool ahead_started = r == 0 && stg_thread_start(&ahead_th, NULL, prefetcher, &ahead) == 0;
 	struct decode d = {.rg = &rg, .ahead = ahead_started ? &ahead : NULL, .cache = c,
 			   .m = m, .refetch = refetch, .refetch_arg = refetch_arg, .err = r};
 	pthread_mutex_init(&d.refetch_lock, NULL);
 	pthread_t dth[DECODERS - 1];
 	int decoders = 0;
 	while (r == 0 && decoders < DECODERS - 1 &&
-	       pthread_create(&dth[decoders], NULL, decoder, &d) == 0)
+	       stg_thread_start(&dth[decoders], NULL, decoder, &d) == 0)
 		decoders++;
 	decoder(&d); /* this thread is one of them */
 	for (int i = 0; i < decoders; i++)

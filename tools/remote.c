@@ -14,6 +14,7 @@
 #include "tool.h"
 #include "util.h"
 #include "version.h"
+#include "thread.h"
 
 #define FETCH_THREADS 4
 
@@ -251,7 +252,7 @@ int remote_list(struct remote *rm, const char *prefix, bool deleted_too,
 	for (size_t i = 0; i < ns; i++) {
 		l[i] = (struct server_listing){.s = &s, .i = i, .prefix = prefix,
 					       .deleted_too = deleted_too};
-		started[i] = ns > 1 && pthread_create(&th[i], NULL, list_server, &l[i]) == 0;
+		started[i] = ns > 1 && stg_thread_start(&th[i], NULL, list_server, &l[i]) == 0;
 		if (!started[i])
 			list_server(&l[i]);
 	}
@@ -574,7 +575,7 @@ int remote_materialize(struct remote *rm, const char *path, const struct stg_man
 	size_t started = 0;
 	size_t want = m->nchunks < FETCH_THREADS ? (m->nchunks ? m->nchunks : 1) : FETCH_THREADS;
 	for (; started < want; started++)
-		if (pthread_create(&threads[started], NULL, fetch_worker, &f) != 0)
+		if (stg_thread_start(&threads[started], NULL, fetch_worker, &f) != 0)
 			break;
 	if (started == 0)
 		fetch_worker(&f);

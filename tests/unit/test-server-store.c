@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /* The server's chunk store: round trips, recovery from torn and corrupt
- * records, garbage collection and compaction, concurrency, locking. */
+ * records and from hint files, garbage collection and compaction,
+ * concurrency, locking. */
 #include <fcntl.h>
+#include <inttypes.h>
 #include <ftw.h>
 #include <pthread.h>
 #include <sys/stat.h>
 
 #include "chunk.h"
 #include "harness.h"
+#include "hint.h"
 #include "segment.h"
 #include "store.h"
 #include "util.h"
@@ -79,6 +82,11 @@ static void seg_path(char *out, size_t n, const char *dir, uint64_t id)
 	char name[STG_SEGMENT_NAME_LEN + 1];
 	stg_segment_name(id, name);
 	snprintf(out, n, "%s/segments/%s", dir, name);
+}
+
+static void hint_path(char *out, size_t n, const char *dir, uint64_t id)
+{
+	snprintf(out, n, "%s/segments/%016" PRIx64 ".hint", dir, id);
 }
 
 static off_t file_size(const char *path)
@@ -881,6 +889,167 @@ static void same_and_whole(void)
 	free(raw0), free(raw1), free(out), free(z0), free(p0), free(d1), free(p1);
 }
 
+static int count_hint(void *arg, const struct stg_hint_entry *e)
+{
+	struct stg_hint_entry *v = arg;
+	v[v[0].len == 0 ? 0 : 1] = *e;
+	return 0;
+}
+
+/* Pins a hint file byte for byte; every bit of it counts. */
+static void hint_golden(void)
+{
+	char dir[512];
+	subdir(dir, sizeof(dir), "hint-golden");
+	CHECK_EQ(stg_mkdir_p(dir, 0700), 0);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	struct stg_hint_key k = {.id = 7, .created_ns = 1764000000123456789, .size = 1 << 20};
+	struct stg_hint_entry v[2] = {
+		{.offset = 4096, .len = 5000},
+		{.offset = 4096 + 5032 + 8 - 5032 % 8, .len = 70000, .delta = true},
+	};
+	for (int i = 0; i < 16; i++) {
+		v[0].hash.b[i] = (uint8_t)(i + 1);
+		v[1].hash.b[i] = (uint8_t)(0xf0 - i);
+		v[1].base.b[i] = (uint8_t)(0x30 + i);
+	}
+	CHECK_EQ(stg_hint_write(dfd, &k, v, 2), 0);
+	char path[600];
+	snprintf(path, sizeof(path), "%s/0000000000000007.hint", dir);
+	enum { SIZE = STG_HINT_HEADER_SIZE + 2 * STG_HINT_ENTRY_SIZE };
+	CHECK_EQ(file_size(path), SIZE);
+	uint8_t buf[SIZE];
+	int fd = open(path, O_RDONLY);
+	CHECK_EQ(stg_pread_all(fd, buf, SIZE, 0), 0);
+	close(fd);
+	CHECK(harness_golden("hint-v1.bin", buf, SIZE));
+
+	struct stg_hint_entry got[2] = {0};
+	CHECK_EQ(stg_hint_read(dfd, &k, count_hint, got), 0);
+	CHECK(got[0].offset == 4096 && got[0].len == 5000 && !got[0].delta);
+	CHECK(got[1].delta && got[1].len == 70000 && stg_hash_eq(&got[1].base, &v[1].base));
+	struct stg_hint_key other = k;
+	other.size++;
+	CHECK_EQ(stg_hint_read(dfd, &other, count_hint, got), -ESTALE);
+	other = k;
+	other.id = 8;
+	CHECK_EQ(stg_hint_read(dfd, &other, count_hint, got), -ENOENT);
+	int accepted = 0;
+	for (size_t i = 0; i < STG_HINT_HEADER_SIZE; i++) {
+		struct stg_hint_key dk;
+		uint64_t n;
+		buf[i] ^= 0x04;
+		accepted += stg_hint_header_decode(buf, &dk, &n) == 0;
+		buf[i] ^= 0x04;
+	}
+	for (size_t i = 0; i < 2 * STG_HINT_ENTRY_SIZE; i++) {
+		struct stg_hint_entry e;
+		uint8_t *p = buf + STG_HINT_HEADER_SIZE + i / STG_HINT_ENTRY_SIZE * STG_HINT_ENTRY_SIZE;
+		buf[STG_HINT_HEADER_SIZE + i] ^= 0x04;
+		accepted += stg_hint_entry_decode(p, &k, &e) == 0;
+		buf[STG_HINT_HEADER_SIZE + i] ^= 0x04;
+	}
+	CHECK_EQ(accepted, 0);
+	/* A record past the segment's end, checksum and all. */
+	struct stg_hint_entry past = v[0], e;
+	past.offset = k.size - 32;
+	stg_hint_entry_encode(buf, &past);
+	CHECK_EQ(stg_hint_entry_decode(buf, &k, &e), -EBADMSG);
+	close(dfd);
+}
+
+static void flip_byte(const char *path, off_t at)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t b;
+	CHECK_EQ(stg_pread_all(fd, &b, 1, at), 0);
+	b ^= 0x01;
+	CHECK_EQ(stg_pwrite_all(fd, &b, 1, at), 0);
+	close(fd);
+}
+
+/* A restart reads the sealed segments' hint files, not their records: only
+ * the newest segment is scanned. A hint that is damaged, or that describes a
+ * segment since changed, is passed over for a scan and written anew; one
+ * without its segment goes. A record damaged behind its hint is found when
+ * read, and forgotten so that clients send it again. */
+static void hints(void)
+{
+	enum { N = 120 };
+	char dir[512], path[600];
+	subdir(dir, sizeof(dir), "hints");
+	struct stg_store *s = open_store(dir, 64 << 10, 0);
+	static struct obj o[N];
+	for (int i = 0; i < N; i++) {
+		o[i] = make_obj(500 + (uint64_t)i, 5000, false);
+		CHECK_EQ(stg_store_put(s, o[i].data, o[i].len, &o[i].hash), 0);
+	}
+	struct stg_store_stats st;
+	stg_store_stats(s, &st);
+	uint64_t segments = st.segments;
+	CHECK(segments > 10);
+	CHECK_EQ(st.recovery_scanned_bytes, 0);
+	stg_store_free(s);
+	for (uint64_t id = 1; id < segments; id++) {
+		hint_path(path, sizeof(path), dir, id);
+		CHECK(file_size(path) > 0);
+	}
+
+	s = open_store(dir, 64 << 10, 0);
+	stg_store_stats(s, &st);
+	CHECK_EQ(st.chunks, N);
+	CHECK(st.recovery_scanned_bytes <= 64 << 10); /* the newest segment alone */
+	CHECK(st.recovery_hinted_records >= N - 10);
+	for (int i = 0; i < N; i++)
+		CHECK(reads_back(s, &o[i]));
+	stg_store_free(s);
+
+	/* Segment 2's first record damaged; segment 3's hint damaged;
+	 * segment 4 grown behind its hint; a hint without a segment. */
+	seg_path(path, sizeof(path), dir, 2);
+	flip_byte(path, 4096 + 32 + 2000);
+	hint_path(path, sizeof(path), dir, 3);
+	flip_byte(path, file_size(path) - 20);
+	seg_path(path, sizeof(path), dir, 4);
+	int fd = open(path, O_WRONLY | O_APPEND);
+	CHECK_EQ(stg_write_all(fd, "junk", 4), 0);
+	close(fd);
+	hint_path(path, sizeof(path), dir, 999);
+	fd = open(path, O_WRONLY | O_CREAT, 0600);
+	close(fd);
+	s = open_store(dir, 64 << 10, 0);
+	stg_store_stats(s, &st);
+	CHECK(st.recovery_scanned_bytes > 2 * (64 << 10));
+	CHECK_EQ(file_size(path), -1);
+	int damaged = -1, bad = 0;
+	for (int i = 0; i < N; i++) {
+		struct stg_store_obj got;
+		int r = stg_store_get(s, &o[i].hash, &got);
+		if (r == -EBADMSG && damaged < 0) {
+			damaged = i;
+			CHECK(!stg_store_has(s, &o[i].hash));
+			CHECK_EQ(stg_store_put(s, o[i].data, o[i].len, &o[i].hash), 0);
+			continue;
+		}
+		bad += r != 0;
+		if (r == 0)
+			stg_store_obj_free(&got);
+	}
+	CHECK(damaged >= 0);
+	CHECK_EQ(bad, 0);
+	stg_store_free(s);
+
+	/* The hints passed over were written anew. */
+	s = open_store(dir, 64 << 10, 0);
+	stg_store_stats(s, &st);
+	CHECK(st.recovery_scanned_bytes <= 64 << 10);
+	for (int i = 0; i < N; i++)
+		CHECK(reads_back(s, &o[i]));
+	stg_store_free(s);
+	for (int i = 0; i < N; i++)
+		free_obj(&o[i]);
+}
+
 int main(void)
 {
 	roundtrip();
@@ -896,6 +1065,8 @@ int main(void)
 	refusals();
 	deltas();
 	same_and_whole();
+	hint_golden();
+	hints();
 	/* The segments take megabytes: kept only when something failed. */
 	if (!harness_failures && base)
 		nftw(base, remove_one, 16, FTW_DEPTH | FTW_PHYS);

@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: MIT */
+/* Hint files of sealed segments: encoding, writing, reading. */
+#include "hint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "segment.h"
+#include "util.h"
+
+#define HEADER_SUM_AT 56
+#define ENTRY_SUM_AT 48
+#define FLAG_DELTA 1u
+/* Entries go to and come from the file this many at a time. */
+#define BATCH 4096
+
+void stg_hint_name(uint64_t id, char *out)
+{
+	snprintf(out, STG_HINT_NAME_LEN + 1, "%016" PRIx64 ".hint", id);
+}
+
+int stg_hint_parse_name(const char *name, uint64_t *ret)
+{
+	return stg_parse_hex_name(name, ".hint", ret);
+}
+
+static bool all_zero(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+void stg_hint_header_encode(uint8_t out[STG_HINT_HEADER_SIZE], const struct stg_hint_key *k,
+			    uint64_t count)
+{
+	memset(out, 0, STG_HINT_HEADER_SIZE);
+	memcpy(out, STG_HINT_MAGIC, 4);
+	stg_put_le16(out + 4, STG_HINT_FORMAT);
+	stg_put_le64(out + 8, k->id);
+	stg_put_le64(out + 16, (uint64_t)k->created_ns);
+	stg_put_le64(out + 24, k->size);
+	stg_put_le64(out + 32, count);
+	stg_put_le64(out + HEADER_SUM_AT, stg_hash64(out, HEADER_SUM_AT));
+}
+
+int stg_hint_header_decode(const uint8_t buf[STG_HINT_HEADER_SIZE], struct stg_hint_key *ret_key,
+			   uint64_t *ret_count)
+{
+	if (memcmp(buf, STG_HINT_MAGIC, 4) != 0 || stg_get_le16(buf + 4) != STG_HINT_FORMAT ||
+	    !all_zero(buf + 6, 2) || !all_zero(buf + 40, HEADER_SUM_AT - 40) ||
+	    stg_get_le64(buf + HEADER_SUM_AT) != stg_hash64(buf, HEADER_SUM_AT))
+		return -EBADMSG;
+	struct stg_hint_key k = {
+		.id = stg_get_le64(buf + 8),
+		.created_ns = (int64_t)stg_get_le64(buf + 16),
+		.size = stg_get_le64(buf + 24),
+	};
+	uint64_t count = stg_get_le64(buf + 32);
+	/* Every record takes more than a hint entry's worth of bytes. */
+	if (k.id == 0 || k.size < STG_SEGMENT_HEADER_SIZE ||
+	    count > (k.size - STG_SEGMENT_HEADER_SIZE) / STG_HINT_ENTRY_SIZE)
+		return -EBADMSG;
+	*ret_key = k;
+	*ret_count = count;
+	return 0;
+}
+
+void stg_hint_entry_encode(uint8_t out[STG_HINT_ENTRY_SIZE], const struct stg_hint_entry *e)
+{
+	memset(out, 0, STG_HINT_ENTRY_SIZE);
+	memcpy(out, e->hash.b, sizeof(e->hash.b));
+	if (e->delta)
+		memcpy(out + 16, e->base.b, sizeof(e->base.b));
+	stg_put_le64(out + 32, e->offset);
+	stg_put_le32(out + 40, e->len);
+	stg_put_le32(out + 44, e->delta ? FLAG_DELTA : 0);
+	stg_put_le64(out + ENTRY_SUM_AT, stg_hash64(out, ENTRY_SUM_AT));
+}
+
+int stg_hint_entry_decode(const uint8_t buf[STG_HINT_ENTRY_SIZE], const struct stg_hint_key *k,
+			  struct stg_hint_entry *ret)
+{
+	if (stg_get_le64(buf + ENTRY_SUM_AT) != stg_hash64(buf, ENTRY_SUM_AT))
+		return -EBADMSG;
+	struct stg_hint_entry e = {
+		.offset = stg_get_le64(buf + 32),
+		.len = stg_get_le32(buf + 40),
+	};
+	uint32_t flags = stg_get_le32(buf + 44);
+	memcpy(e.hash.b, buf, sizeof(e.hash.b));
+	memcpy(e.base.b, buf + 16, sizeof(e.base.b));
+	e.delta = flags & FLAG_DELTA;
+	if ((flags & ~FLAG_DELTA) || (!e.delta && !all_zero(buf + 16, 16)))
+		return -EBADMSG;
+	if (e.len <= 40 || e.len > stg_segment_body_max() || e.offset < STG_SEGMENT_HEADER_SIZE ||
+	    e.offset % 8 || e.offset > k->size ||
+	    k->size - e.offset < STG_RECORD_HEADER_SIZE + (uint64_t)e.len)
+		return -EBADMSG;
+	*ret = e;
+	return 0;
+}
+
+int stg_hint_write(int dirfd, const struct stg_hint_key *k, const struct stg_hint_entry *v,
+		   size_t n)
+{
+	char name[STG_HINT_NAME_LEN + 1], tmp[STG_HINT_NAME_LEN + 5];
+	stg_hint_name(k->id, name);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", name);
+	uint8_t *buf = malloc((size_t)BATCH * STG_HINT_ENTRY_SIZE);
+	if (!buf)
+		return -ENOMEM;
+	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	int r = fd < 0 ? -errno : 0;
+	if (r < 0)
+		goto out_free;
+	stg_hint_header_encode(buf, k, n);
+	r = stg_write_all(fd, buf, STG_HINT_HEADER_SIZE);
+	for (size_t i = 0; r == 0 && i < n; i += BATCH) {
+		size_t m = n - i < BATCH ? n - i : BATCH;
+		for (size_t j = 0; j < m; j++)
+			stg_hint_entry_encode(buf + j * STG_HINT_ENTRY_SIZE, &v[i + j]);
+		r = stg_write_all(fd, buf, m * STG_HINT_ENTRY_SIZE);
+	}
+	if (r == 0 && fdatasync(fd) < 0)
+		r = -errno;
+	if (close(fd) < 0 && r == 0)
+		r = -errno;
+	if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
+		r = -errno;
+	if (r == 0 && fsync(dirfd) < 0)
+		r = -errno;
+	if (r < 0)
+		unlinkat(dirfd, tmp, 0);
+out_free:
+	free(buf);
+	return r;
+}
+
+int stg_hint_read(int dirfd, const struct stg_hint_key *k, stg_hint_fn fn, void *arg)
+{
+	char name[STG_HINT_NAME_LEN + 1];
+	stg_hint_name(k->id, name);
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	uint8_t *buf = malloc((size_t)BATCH * STG_HINT_ENTRY_SIZE);
+	struct stat st;
+	struct stg_hint_key got;
+	uint64_t count;
+	int r = !buf ? -ENOMEM : fstat(fd, &st) < 0 ? -errno : 0;
+	if (r == 0)
+		r = stg_pread_all(fd, buf, STG_HINT_HEADER_SIZE, 0);
+	if (r == -ENODATA)
+		r = -EBADMSG;
+	if (r == 0)
+		r = stg_hint_header_decode(buf, &got, &count);
+	if (r == 0 && (got.id != k->id || got.created_ns != k->created_ns || got.size != k->size))
+		r = -ESTALE;
+	if (r == 0 && (uint64_t)st.st_size != STG_HINT_HEADER_SIZE + count * STG_HINT_ENTRY_SIZE)
+		r = -EBADMSG;
+	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	for (uint64_t i = 0; r == 0 && i < count; i += BATCH) {
+		size_t m = count - i < BATCH ? (size_t)(count - i) : BATCH;
+		r = stg_pread_all(fd, buf, m * STG_HINT_ENTRY_SIZE,
+				  (off_t)(STG_HINT_HEADER_SIZE + i * STG_HINT_ENTRY_SIZE));
+		if (r == -ENODATA)
+			r = -EBADMSG;
+		for (size_t j = 0; r == 0 && j < m; j++) {
+			struct stg_hint_entry e;
+			r = stg_hint_entry_decode(buf + j * STG_HINT_ENTRY_SIZE, k, &e);
+			if (r == 0)
+				r = fn(arg, &e);
+		}
+	}
+	free(buf);
+	close(fd);
+	return r;
+}

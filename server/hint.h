@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/* Hint files: the records of a sealed segment as index entries, so that a
+ * restart reads them instead of the segment (Bitcask's hint files). A hint
+ * names the segment state it describes; a missing, stale or damaged one
+ * only means that the segment is scanned. See docs/STORE.md. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hash.h"
+
+#define STG_HINT_MAGIC "SHHT"
+#define STG_HINT_FORMAT 1
+#define STG_HINT_HEADER_SIZE 64
+#define STG_HINT_ENTRY_SIZE 56
+/* "<16 hex>.hint" */
+#define STG_HINT_NAME_LEN 21
+
+/* The segment a hint describes: its id and creation time (from its header)
+ * and its size when the hint was written. */
+struct stg_hint_key {
+	uint64_t id;
+	int64_t created_ns;
+	uint64_t size;
+};
+
+struct stg_hint_entry {
+	struct stg_hash hash;
+	struct stg_hash base; /* a delta object's base; zero otherwise */
+	uint64_t offset;      /* of the record in the segment */
+	uint32_t len;         /* its body bytes */
+	bool delta;
+};
+
+/* "<16 hex>.hint" into out[STG_HINT_NAME_LEN + 1]. */
+void stg_hint_name(uint64_t id, char *out);
+/* Parses a hint file name; returns 0 or -EINVAL. */
+int stg_hint_parse_name(const char *name, uint64_t *ret);
+
+void stg_hint_header_encode(uint8_t out[STG_HINT_HEADER_SIZE], const struct stg_hint_key *k,
+			    uint64_t count);
+/* Validates a header. Returns 0 or -EBADMSG. */
+int stg_hint_header_decode(const uint8_t buf[STG_HINT_HEADER_SIZE], struct stg_hint_key *ret_key,
+			   uint64_t *ret_count);
+
+void stg_hint_entry_encode(uint8_t out[STG_HINT_ENTRY_SIZE], const struct stg_hint_entry *e);
+/* Validates an entry, its record lying within the segment k. Returns 0 or
+ * -EBADMSG. */
+int stg_hint_entry_decode(const uint8_t buf[STG_HINT_ENTRY_SIZE], const struct stg_hint_key *k,
+			  struct stg_hint_entry *ret);
+
+/* Writes the hint of segment k in dirfd, durably (temporary name, fdatasync,
+ * rename, directory fsync): its entries v[0..n), in the segment's order.
+ * Returns 0 or -errno. */
+int stg_hint_write(int dirfd, const struct stg_hint_key *k, const struct stg_hint_entry *v,
+		   size_t n);
+
+typedef int (*stg_hint_fn)(void *arg, const struct stg_hint_entry *e);
+
+/* Calls fn for each entry of the hint of segment k, in order, once the
+ * header checks out; each entry is checked before fn sees it, so a hint
+ * damaged past its start has already given fn its first entries (the same
+ * records a scan finds). Returns 0, -ENOENT (no hint), -ESTALE (a hint of
+ * another state of the segment), -EBADMSG, fn's non-zero value or -errno. */
+int stg_hint_read(int dirfd, const struct stg_hint_key *k, stg_hint_fn fn, void *arg);
