@@ -94,7 +94,8 @@ static int watch_queue(struct stg_cache *c)
 	return fd;
 }
 
-/* Sleeps until something is queued or ms pass. */
+/* Sleeps until something is queued or ms pass; without a watch (inofd -1),
+ * ms pass. */
 static void wait_for_work(int inofd, int ms)
 {
 	if (stg_cancel_poll(inofd, POLLIN, ms) == 0) {
@@ -221,9 +222,12 @@ static int load(struct flusher *fl, const char *policy_file)
 
 static int run(struct flusher *fl, int lockfd, bool once, int idle_exit_s)
 {
+	/* A user may hold only so many inotify instances (128 by default):
+	 * past that, the queue is looked at every second instead. */
 	int inofd = watch_queue(fl->cache);
 	if (inofd < 0)
-		return stg_log_errno(STG_LOG_ERROR, inofd, "cannot watch the queue");
+		stg_log_errno(STG_LOG_WARN, inofd, "cannot watch the queue (too many inotify "
+			      "instances?): looking at it every second instead");
 	size_t recovered = 0;
 	if (stg_queue_recover(fl->cache, &recovered) == 0 && recovered)
 		stg_log(STG_LOG_INFO, "queued %zu versions that were never shipped", recovered);
@@ -270,7 +274,8 @@ static int run(struct flusher *fl, int lockfd, bool once, int idle_exit_s)
 			break; /* another flusher took over */
 		idle_since = stg_now_ns();
 	}
-	close(inofd);
+	if (inofd >= 0)
+		close(inofd);
 	return status;
 }
 

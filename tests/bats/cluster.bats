@@ -108,6 +108,24 @@ restores_from_servers() {
 	cmp "$T/c$n" "$BACK$CKPT/f" || fail "the newest version is not checkpoint $n"
 }
 
+@test "no inotify instance left (a crowd of flushers under one user): the flusher looks at its queue every second instead, and ships" {
+	start_servers 2
+	cluster_default_policy
+	random_file "$REF/f" $((1 << 20))
+	# A user namespace with no inotify instance to give, in which the
+	# shim starts the flusher.
+	run unshare --user --map-user="$(id -u)" --map-group="$(id -g)" --keep-caps sh -c '
+		echo 0 >/proc/sys/user/max_inotify_instances || exit 3
+		LD_PRELOAD="$1" cp "$2" "$3" && exec "$4" flush --wait --timeout "$5"' sh \
+		"$SHIM" "$REF/f" "$CKPT/f" "$STAGEHAND" "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	grep -qF "cannot watch the queue (too many inotify instances?): looking at it every second instead" \
+		"$CACHE/flusher.log" || fail "flusher log: $(cat "$CACHE/flusher.log")"
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	assert_restores "$REF/f" "$CKPT/f"
+}
+
 @test "a replacement node (empty cache, a server down) writes the next checkpoint: it follows the servers' versions, none is replaced" {
 	start_servers 3
 	cluster_default_policy
@@ -809,8 +827,8 @@ for name in sys.argv[1:]:
         c = data[off:off + 65536]
         seen[hashlib.sha256(c).digest()] = len(c)
 # a raw record: 32-byte record header, 40-byte chunk header, payload,
-# padded to 4 KiB
-print(len(seen), sum((72 + n + 4095) // 4096 * 4096 for n in seen.values()))
+# padded to 8 bytes (segment format 2, docs/STORE.md)
+print(len(seen), sum((72 + n + 7) // 8 * 8 for n in seen.values()))
 EOP
 )
 	run "$STAGEHAND" status
@@ -849,22 +867,11 @@ EOP
 	# of its chunks has its other replica on server 1 or 2. Restore asks
 	# the first-ranked holder first, which is server 0 for about a third of
 	# the 64 chunks.
-	local seg flipped=0
-	for seg in "$T"/srv0/segments/*.seg; do
-		for off in $("$PYTHON" - "$seg" <<'EOP'
-import struct, sys
-data = open(sys.argv[1], 'rb').read()
-off = 4096
-while off + 32 <= len(data) and data[off:off + 4] == b'SHSR':
-    (length,) = struct.unpack_from('<I', data, off + 8)
-    print(off + 32 + 40 + 100)
-    off += (32 + length + 4095) // 4096 * 4096
-EOP
-		); do
-			flip_byte "$seg" "$off"
-			flipped=$((flipped + 1))
-		done
-	done
+	local seg off len flipped=0
+	while read -r seg off len; do
+		flip_byte "$seg" $((off + 32 + 40 + 100))
+		flipped=$((flipped + 1))
+	done < <("$PROGS/segment-records" "$T"/srv0/segments/*.seg)
 	[ "$flipped" -gt 10 ] || fail "only $flipped records found on server 0"
 	rm -rf "$CACHE"
 	run --separate-stderr "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
