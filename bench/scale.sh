@@ -10,20 +10,32 @@
 #   made while the servers are stopped: what a server finds when it starts
 #   is what it would hold after F real checkpoints.
 #
-#   bench/scale.sh [--files LIST] [--trials N] [--dir DIR]
+#   chunks: a server's start over a store of C chunks (small ones, so that
+#   a million fit a few GB): the time it takes to open the store, cold
+#   (page cache dropped, where this user may) and warm, from its hint
+#   files, against the first start of the same store without them (as an
+#   older release left it: every segment scanned).
+#
+#   bench/scale.sh [--parts LIST] [--files LIST] [--chunks LIST] [--trials N] [--dir DIR]
+#     --parts: which, comma-separated (default files,chunks)
 #     --files: the counts F, comma-separated (default 1000,10000,100000)
+#     --chunks: the counts C, comma-separated (default 100000,1000000)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 files="1000,10000,100000"
+chunks="100000,1000000"
+parts="files,chunks"
 trials=7
 dir=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--files) files=$2; shift 2 ;;
+	--chunks) chunks=$2; shift 2 ;;
+	--parts) parts=$2; shift 2 ;;
 	--trials) trials=$2; shift 2 ;;
 	--dir) dir=$2; shift 2 ;;
-	-h|--help) sed -n '3,14p' "$0"; exit 0 ;;
+	-h|--help) sed -n '3,24p' "$0"; exit 0 ;;
 	*) echo "scale.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -32,7 +44,8 @@ S="$build/tools/stagehand"
 SERVER="$build/server/stagehand-server"
 SHIM="$build/preload/libstagehand.so"
 ID="$build/tests/progs/catalog-id"
-[ -x "$SERVER" ] && [ -x "$ID" ] || { echo "scale.sh: build first (meson compile -C build)" >&2; exit 1; }
+FILL="$build/bench/store-fill"
+[ -x "$SERVER" ] && [ -x "$ID" ] && [ -x "$FILL" ] || { echo "scale.sh: build first (meson compile -C build)" >&2; exit 1; }
 [ -n "$dir" ] || dir="$root/bench/work"
 mkdir -p "$dir"
 dir=$(mktemp -d "$(cd "$dir" && pwd)/scale.XXXXXX")
@@ -105,47 +118,104 @@ for store in ("store0", "store1"):
 EOP
 }
 
-mkdir -p "$dir/ckpt"
-start_servers
-cat >"$dir/policy.conf" <<EOP
-[cache]
-dir = $dir/cache
-[cluster]
-servers = 127.0.0.1:$(cat "$dir/port0"), 127.0.0.1:$(cat "$dir/port1")
-replicas = 2
-secret_file = $dir/secret
-timeout = 60
-[path $dir/ckpt/**]
-EOP
-head -c $((1 << 20)) /dev/urandom >"$dir/f.ref"
-LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/policy.conf" cp "$dir/f.ref" "$dir/ckpt/f"
-"$S" flush --policy "$dir/policy.conf" --wait --timeout 600 >/dev/null
-pkill -f "stagehand-flusher --policy $dir/" 2>/dev/null || true
-rm -rf "$dir/cache"
-
-printf '| files of the user | one-file restore, ms | one-file ls, ms |\n|---|---|---|\n'
-first_restore="" first_ls=""
-for n in ${files//,/ }; do
-	stop_servers
-	plant "$n"
+files_part() {
+	mkdir -p "$dir/ckpt"
 	start_servers
-	: >"$dir/t.restore"
-	: >"$dir/t.ls"
-	for ((t = 0; t < trials; t++)); do
-		rm -rf "$dir/cache" "$dir/back"
-		seconds "$S" restore --policy "$dir/policy.conf" --to "$dir/back" "$dir/ckpt/f" >>"$dir/t.restore"
-		cmp -s "$dir/f.ref" "$dir/back$dir/ckpt/f" || { echo "scale.sh: the restored file differs" >&2; exit 1; }
-		rm -rf "$dir/cache"
-		seconds "$S" ls --policy "$dir/policy.conf" "$dir/ckpt/f" >>"$dir/t.ls"
+	cat >"$dir/policy.conf" <<-EOP
+	[cache]
+	dir = $dir/cache
+	[cluster]
+	servers = 127.0.0.1:$(cat "$dir/port0"), 127.0.0.1:$(cat "$dir/port1")
+	replicas = 2
+	secret_file = $dir/secret
+	timeout = 60
+	[path $dir/ckpt/**]
+	EOP
+	head -c $((1 << 20)) /dev/urandom >"$dir/f.ref"
+	LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/policy.conf" cp "$dir/f.ref" "$dir/ckpt/f"
+	"$S" flush --policy "$dir/policy.conf" --wait --timeout 600 >/dev/null
+	pkill -f "stagehand-flusher --policy $dir/" 2>/dev/null || true
+	rm -rf "$dir/cache"
+
+	printf '| files of the user | one-file restore, ms | one-file ls, ms |\n|---|---|---|\n'
+	first_restore="" first_ls=""
+	for n in ${files//,/ }; do
+		stop_servers
+		plant "$n"
+		start_servers
+		: >"$dir/t.restore"
+		: >"$dir/t.ls"
+		for ((t = 0; t < trials; t++)); do
+			rm -rf "$dir/cache" "$dir/back"
+			seconds "$S" restore --policy "$dir/policy.conf" --to "$dir/back" "$dir/ckpt/f" >>"$dir/t.restore"
+			cmp -s "$dir/f.ref" "$dir/back$dir/ckpt/f" || { echo "scale.sh: the restored file differs" >&2; exit 1; }
+			rm -rf "$dir/cache"
+			seconds "$S" ls --policy "$dir/policy.conf" "$dir/ckpt/f" >>"$dir/t.ls"
+		done
+		r=$(median <"$dir/t.restore")
+		l=$(median <"$dir/t.ls")
+		printf '| %s | %.1f | %.1f |\n' "$n" "$(awk -v x="$r" 'BEGIN {print x * 1000}')" \
+			"$(awk -v x="$l" 'BEGIN {print x * 1000}')"
+		[ -n "$first_restore" ] || { first_restore=$r; first_ls=$l; first_n=$n; }
+		last_restore=$r last_ls=$l last_n=$n
 	done
-	r=$(median <"$dir/t.restore")
-	l=$(median <"$dir/t.ls")
-	printf '| %s | %.1f | %.1f |\n' "$n" "$(awk -v x="$r" 'BEGIN {print x * 1000}')" \
-		"$(awk -v x="$l" 'BEGIN {print x * 1000}')"
-	[ -n "$first_restore" ] || { first_restore=$r; first_ls=$l; first_n=$n; }
-	last_restore=$r last_ls=$l last_n=$n
+	awk -v a="$first_restore" -v b="$last_restore" -v c="$first_ls" -v d="$last_ls" \
+		-v m="$first_n" -v n="$last_n" 'BEGIN {
+		printf "one-file restore, %d -> %d files: %.2fx (target <= 1.2x)\n", m, n, b / a
+		printf "one-file ls, %d -> %d files: %.2fx (target <= 1.2x)\n", m, n, d / c }'
+}
+
+drop_caches() {
+	sync
+	[ -w /proc/sys/vm/drop_caches ] && echo 3 >/proc/sys/vm/drop_caches || true
+}
+
+# open_time: starts a server on $dir/big, waits until it listens, stops it;
+# prints the seconds its store took to open (its log says).
+open_time() {
+	local p log="$dir/big.log"
+	rm -f "$dir/bigport"
+	"$SERVER" --listen 127.0.0.1:0 --port-file "$dir/bigport" --store "$dir/big" \
+		--secret-file "$dir/secret" 2>"$log" &
+	p=$!
+	# (no deadline but the server's own end: a large store may take long)
+	while [ ! -s "$dir/bigport" ] && kill -0 "$p" 2>/dev/null; do sleep 0.05; done
+	[ -s "$dir/bigport" ] || { echo "scale.sh: the server did not start:" >&2; cat "$log" >&2; exit 1; }
+	kill "$p"
+	wait "$p" || true
+	sed -n 's/.*(opened in \([0-9.]*\) s: .*/\1/p' "$log"
+}
+
+chunks_part() {
+	printf '| chunks | start from hints, cold s | warm s | first start without hints (scan), cold s |\n|---|---|---|---|\n'
+	local c scan cold warm
+	for c in ${chunks//,/ }; do
+		"$FILL" "$dir/big" "$c" 256 >/dev/null
+		# As an older release left it: the first start scans every
+		# segment and writes the hints.
+		rm -f "$dir/big/segments/"*.hint "$dir/big/segments/"*.hlog
+		drop_caches
+		scan=$(open_time)
+		: >"$dir/t.cold"
+		: >"$dir/t.warm"
+		for ((t = 0; t < trials; t++)); do
+			drop_caches
+			open_time >>"$dir/t.cold"
+			open_time >>"$dir/t.warm"
+		done
+		cold=$(median <"$dir/t.cold")
+		warm=$(median <"$dir/t.warm")
+		printf '| %s | %.2f | %.2f | %.2f |\n' "$c" "$cold" "$warm" "$scan"
+		last_c=$c last_cold=$cold last_scan=$scan
+	done
+	awk -v c="$last_c" -v a="$last_cold" -v s="$last_scan" 'BEGIN {
+	printf "start from hints, %d chunks: %.2f s per million chunks cold (target <= 2); %.1fx faster than a scan\n", c, a * 1e6 / c, s / a }'
+}
+
+for part in ${parts//,/ }; do
+	case "$part" in
+	files) files_part ;;
+	chunks) chunks_part ;;
+	*) echo "scale.sh: unknown part '$part'" >&2; exit 2 ;;
+	esac
 done
-awk -v a="$first_restore" -v b="$last_restore" -v c="$first_ls" -v d="$last_ls" \
-	-v m="$first_n" -v n="$last_n" 'BEGIN {
-	printf "one-file restore, %d -> %d files: %.2fx (target <= 1.2x)\n", m, n, b / a
-	printf "one-file ls, %d -> %d files: %.2fx (target <= 1.2x)\n", m, n, d / c }'

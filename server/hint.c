@@ -38,17 +38,35 @@ static bool all_zero(const uint8_t *p, size_t n)
 	return true;
 }
 
-void stg_hint_header_encode(uint8_t out[STG_HINT_HEADER_SIZE], const struct stg_hint_key *k,
-			    uint64_t count)
+static void header_encode(uint8_t out[STG_HINT_HEADER_SIZE], const char *magic,
+			  const struct stg_hint_key *k, uint64_t count)
 {
 	memset(out, 0, STG_HINT_HEADER_SIZE);
-	memcpy(out, STG_HINT_MAGIC, 4);
+	memcpy(out, magic, 4);
 	stg_put_le16(out + 4, STG_HINT_FORMAT);
 	stg_put_le64(out + 8, k->id);
 	stg_put_le64(out + 16, (uint64_t)k->created_ns);
 	stg_put_le64(out + 24, k->size);
 	stg_put_le64(out + 32, count);
 	stg_put_le64(out + HEADER_SUM_AT, stg_hash64(out, HEADER_SUM_AT));
+}
+
+void stg_hint_header_encode(uint8_t out[STG_HINT_HEADER_SIZE], const struct stg_hint_key *k,
+			    uint64_t count)
+{
+	header_encode(out, STG_HINT_MAGIC, k, count);
+}
+
+/* A hint log's header: a hint header of size and count 0. */
+static int log_header_decode(const uint8_t buf[STG_HINT_HEADER_SIZE], struct stg_hint_key *ret)
+{
+	if (memcmp(buf, STG_HINT_LOG_MAGIC, 4) != 0 || stg_get_le16(buf + 4) != STG_HINT_FORMAT ||
+	    !all_zero(buf + 6, 2) || !all_zero(buf + 24, HEADER_SUM_AT - 24) ||
+	    stg_get_le64(buf + HEADER_SUM_AT) != stg_hash64(buf, HEADER_SUM_AT))
+		return -EBADMSG;
+	ret->id = stg_get_le64(buf + 8);
+	ret->created_ns = (int64_t)stg_get_le64(buf + 16);
+	return ret->id == 0 ? -EBADMSG : 0;
 }
 
 int stg_hint_header_decode(const uint8_t buf[STG_HINT_HEADER_SIZE], struct stg_hint_key *ret_key,
@@ -108,30 +126,36 @@ int stg_hint_entry_decode(const uint8_t buf[STG_HINT_ENTRY_SIZE], const struct s
 	return 0;
 }
 
-int stg_hint_write(int dirfd, const struct stg_hint_key *k, const struct stg_hint_entry *v,
-		   size_t n)
+static int write_entries(int fd, const struct stg_hint_entry *v, size_t n)
 {
-	char name[STG_HINT_NAME_LEN + 1], tmp[STG_HINT_NAME_LEN + 5];
-	stg_hint_name(k->id, name);
-	snprintf(tmp, sizeof(tmp), "%s.tmp", name);
 	uint8_t *buf = malloc((size_t)BATCH * STG_HINT_ENTRY_SIZE);
 	if (!buf)
 		return -ENOMEM;
-	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-	int r = fd < 0 ? -errno : 0;
-	if (r < 0)
-		goto out_free;
-	stg_hint_header_encode(buf, k, n);
-	r = stg_write_all(fd, buf, STG_HINT_HEADER_SIZE);
+	int r = 0;
 	for (size_t i = 0; r == 0 && i < n; i += BATCH) {
 		size_t m = n - i < BATCH ? n - i : BATCH;
 		for (size_t j = 0; j < m; j++)
 			stg_hint_entry_encode(buf + j * STG_HINT_ENTRY_SIZE, &v[i + j]);
 		r = stg_write_all(fd, buf, m * STG_HINT_ENTRY_SIZE);
 	}
+	free(buf);
+	return r;
+}
+
+/* Writes header and entries under name.tmp, then renames it into place,
+ * durably. Returns 0 or -errno; with ret_fd, the file stays open on it. */
+static int write_file(int dirfd, const char *name, const uint8_t hdr[STG_HINT_HEADER_SIZE],
+		      const struct stg_hint_entry *v, size_t n, int *ret_fd)
+{
+	char tmp[STG_HINT_NAME_LEN + 5];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", name);
+	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return -errno;
+	int r = stg_write_all(fd, hdr, STG_HINT_HEADER_SIZE);
+	if (r == 0)
+		r = write_entries(fd, v, n);
 	if (r == 0 && fdatasync(fd) < 0)
-		r = -errno;
-	if (close(fd) < 0 && r == 0)
 		r = -errno;
 	if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
 		r = -errno;
@@ -139,8 +163,93 @@ int stg_hint_write(int dirfd, const struct stg_hint_key *k, const struct stg_hin
 		r = -errno;
 	if (r < 0)
 		unlinkat(dirfd, tmp, 0);
-out_free:
+	if (r == 0 && ret_fd) {
+		*ret_fd = fd;
+		return 0;
+	}
+	if (close(fd) < 0 && r == 0)
+		r = -errno;
+	return r;
+}
+
+int stg_hint_write(int dirfd, const struct stg_hint_key *k, const struct stg_hint_entry *v,
+		   size_t n)
+{
+	char name[STG_HINT_NAME_LEN + 1];
+	uint8_t hdr[STG_HINT_HEADER_SIZE];
+	stg_hint_name(k->id, name);
+	stg_hint_header_encode(hdr, k, n);
+	return write_file(dirfd, name, hdr, v, n, NULL);
+}
+
+void stg_hint_log_name(uint64_t id, char *out)
+{
+	snprintf(out, STG_HINT_LOG_NAME_LEN + 1, "%016" PRIx64 ".hlog", id);
+}
+
+int stg_hint_log_parse_name(const char *name, uint64_t *ret)
+{
+	return stg_parse_hex_name(name, ".hlog", ret);
+}
+
+int stg_hint_log_create(int dirfd, const struct stg_hint_key *k, const struct stg_hint_entry *v,
+			size_t n)
+{
+	char name[STG_HINT_LOG_NAME_LEN + 1];
+	uint8_t hdr[STG_HINT_HEADER_SIZE];
+	stg_hint_log_name(k->id, name);
+	struct stg_hint_key lk = {.id = k->id, .created_ns = k->created_ns};
+	header_encode(hdr, STG_HINT_LOG_MAGIC, &lk, 0);
+	int fd;
+	int r = write_file(dirfd, name, hdr, v, n, &fd);
+	return r < 0 ? r : fd;
+}
+
+int stg_hint_log_append(int fd, const struct stg_hint_entry *v, size_t n)
+{
+	/* Opened for writing at its end, and only ever appended to. */
+	return write_entries(fd, v, n);
+}
+
+int stg_hint_log_read(int dirfd, const struct stg_hint_key *k, stg_hint_fn fn, void *arg)
+{
+	char name[STG_HINT_LOG_NAME_LEN + 1];
+	stg_hint_log_name(k->id, name);
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	uint8_t *buf = malloc((size_t)BATCH * STG_HINT_ENTRY_SIZE);
+	struct stg_hint_key got;
+	int r = buf ? stg_pread_all(fd, buf, STG_HINT_HEADER_SIZE, 0) : -ENOMEM;
+	if (r == -ENODATA)
+		r = -EBADMSG;
+	if (r == 0)
+		r = log_header_decode(buf, &got);
+	if (r == 0 && (got.id != k->id || got.created_ns != k->created_ns))
+		r = -ESTALE;
+	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	for (off_t at = STG_HINT_HEADER_SIZE; r == 0;) {
+		ssize_t got_bytes = pread(fd, buf, (size_t)BATCH * STG_HINT_ENTRY_SIZE, at);
+		if (got_bytes < 0 && errno == EINTR)
+			continue;
+		if (got_bytes < 0) {
+			r = -errno;
+			break;
+		}
+		size_t m = (size_t)got_bytes / STG_HINT_ENTRY_SIZE;
+		bool torn = false;
+		for (size_t j = 0; r == 0 && j < m && !torn; j++) {
+			struct stg_hint_entry e;
+			torn = stg_hint_entry_decode(buf + j * STG_HINT_ENTRY_SIZE, k, &e) < 0;
+			if (!torn)
+				r = fn(arg, &e);
+		}
+		if (torn || m < BATCH)
+			break;
+		at += (off_t)(m * STG_HINT_ENTRY_SIZE);
+	}
 	free(buf);
+	close(fd);
 	return r;
 }
 

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* Hint files: the records of a sealed segment as index entries, so that a
- * restart reads them instead of the segment (Bitcask's hint files). A hint
- * names the segment state it describes; a missing, stale or damaged one
- * only means that the segment is scanned. See docs/STORE.md. */
+ * restart reads them instead of the segment (Bitcask's hint files); and the
+ * hint log of the segment appended to, which gets the entries of its
+ * records as each sync makes them durable. A hint names the segment state
+ * it describes; a missing, stale or damaged one only means that the
+ * segment is scanned. See docs/STORE.md. */
 #pragma once
 
 #include <stdbool.h>
@@ -17,6 +19,9 @@
 #define STG_HINT_ENTRY_SIZE 56
 /* "<16 hex>.hint" */
 #define STG_HINT_NAME_LEN 21
+#define STG_HINT_LOG_MAGIC "SHHL"
+/* "<16 hex>.hlog" */
+#define STG_HINT_LOG_NAME_LEN 21
 
 /* The segment a hint describes: its id and creation time (from its header)
  * and its size when the hint was written. */
@@ -65,3 +70,24 @@ typedef int (*stg_hint_fn)(void *arg, const struct stg_hint_entry *e);
  * records a scan finds). Returns 0, -ENOENT (no hint), -ESTALE (a hint of
  * another state of the segment), -EBADMSG, fn's non-zero value or -errno. */
 int stg_hint_read(int dirfd, const struct stg_hint_key *k, stg_hint_fn fn, void *arg);
+
+/* "<16 hex>.hlog" into out[STG_HINT_LOG_NAME_LEN + 1]. */
+void stg_hint_log_name(uint64_t id, char *out);
+int stg_hint_log_parse_name(const char *name, uint64_t *ret);
+
+/* Creates the hint log of segment k (its size unused) holding v[0..n),
+ * durably, in place of any before. Returns a descriptor to append to, or
+ * -errno. */
+int stg_hint_log_create(int dirfd, const struct stg_hint_key *k, const struct stg_hint_entry *v,
+			size_t n);
+
+/* Appends v[0..n) to a hint log. Nothing is synced: an entry lost or torn
+ * by a crash only means that the start scans its record. */
+int stg_hint_log_append(int fd, const struct stg_hint_entry *v, size_t n);
+
+/* Calls fn for each entry of the hint log of segment k (k->size: its size
+ * now), in order, up to the first that does not check out (a torn append)
+ * or names a record past the segment's end. Returns 0, -ENOENT, -ESTALE
+ * (a log of another segment of that id), -EBADMSG (its header), fn's
+ * non-zero value or -errno. */
+int stg_hint_log_read(int dirfd, const struct stg_hint_key *k, stg_hint_fn fn, void *arg);

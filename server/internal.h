@@ -111,6 +111,11 @@ struct server {
 	bool gc_wanted, stopping;
 	unsigned gc_interval_s;
 
+	/* The scrub thread (scrub.c) reads this many bytes a second (0: none);
+	 * it waits on scrub_cond, under gc_mutex. */
+	uint64_t scrub_rate;
+	pthread_cond_t scrub_cond;
+
 	/* The metrics, written by their own thread (under gc_mutex). */
 	struct server_counters counters;
 	uint64_t capacity; /* of the store, 0: the disk's */
@@ -131,6 +136,9 @@ void *server_session(void *arg);
 
 /* The collector thread. */
 void *server_collector(void *arg);
+
+/* The scrub thread. */
+void *server_scrubber(void *arg);
 
 /* The metrics thread: writes metrics_file every metrics_interval_s, and
  * once more when the server stops. */

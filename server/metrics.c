@@ -68,6 +68,15 @@ static int render(struct server *srv, bool up, char **ret, size_t *ret_len)
 	       (double)st.recovery_scanned_bytes);
 	metric(f, "store_recovery_hinted_records", "gauge",
 	       "Records the start took from hint files.", (double)st.recovery_hinted_records);
+	metric(f, "scrub_bytes_total", "counter", "Bytes of records the scrub verified.",
+	       (double)st.scrub_bytes);
+	metric(f, "scrub_records_total", "counter", "Records the scrub verified.",
+	       (double)st.scrub_records);
+	metric(f, "scrub_damaged_total", "counter",
+	       "Records the scrub found damaged (forgotten; clients send them again).",
+	       (double)st.scrub_damaged);
+	metric(f, "scrub_passes_total", "counter",
+	       "Passes of the scrub over all sealed segments.", (double)st.scrub_passes);
 	metric(f, "store_capacity_bytes", "gauge", "The store's capacity (0: the disk's).",
 	       (double)srv->capacity);
 	struct stg_files_stats fs;

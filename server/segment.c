@@ -41,11 +41,11 @@ static bool all_zero(const uint8_t *p, size_t n)
 	return true;
 }
 
-void stg_segment_header_encode(uint8_t *out, uint64_t id, int64_t created_ns)
+void stg_segment_header_encode(uint8_t *out, unsigned format, uint64_t id, int64_t created_ns)
 {
 	memset(out, 0, STG_SEGMENT_HEADER_SIZE);
 	memcpy(out, STG_SEGMENT_MAGIC, 4);
-	stg_put_le16(out + 4, STG_SEGMENT_FORMAT);
+	stg_put_le16(out + 4, (uint16_t)format);
 	stg_put_le64(out + 16, id);
 	stg_put_le64(out + 24, (uint64_t)created_ns);
 	stg_put_le64(out + STG_SEGMENT_HEADER_SUM_OFFSET,
@@ -56,7 +56,8 @@ int stg_segment_header_decode(const uint8_t *buf, size_t len, struct stg_segment
 {
 	if (len < STG_SEGMENT_HEADER_SIZE || memcmp(buf, STG_SEGMENT_MAGIC, 4) != 0)
 		return -EBADMSG;
-	if (stg_get_le16(buf + 4) != STG_SEGMENT_FORMAT || !all_zero(buf + 6, 10) ||
+	unsigned format = stg_get_le16(buf + 4);
+	if (format < 1 || format > STG_SEGMENT_FORMAT || !all_zero(buf + 6, 10) ||
 	    !all_zero(buf + 32, STG_SEGMENT_HEADER_SUM_OFFSET - 32))
 		return -EBADMSG;
 	if (stg_get_le64(buf + STG_SEGMENT_HEADER_SUM_OFFSET) !=
@@ -65,6 +66,7 @@ int stg_segment_header_decode(const uint8_t *buf, size_t len, struct stg_segment
 	if (!all_zero(buf + 64, STG_SEGMENT_HEADER_SIZE - 64))
 		return -EBADMSG;
 	struct stg_segment_header h = {
+		.format = format,
 		.id = stg_get_le64(buf + 16),
 		.created_ns = (int64_t)stg_get_le64(buf + 24),
 	};
@@ -182,16 +184,19 @@ static int read_record(struct reader *rd, uint64_t off, bool full, struct stg_ha
 	return 0;
 }
 
-int stg_segment_scan(int fd, stg_segment_scan_fn fn, void *arg,
+int stg_segment_scan(int fd, unsigned format, uint64_t from, stg_segment_scan_fn fn, void *arg,
 		     struct stg_segment_scan_result *ret)
 {
 	struct stat st;
 	if (fstat(fd, &st) < 0)
 		return -errno;
+	uint64_t step = format == 1 ? STG_SEGMENT_ALIGN : STG_SEGMENT_SMALL_ALIGN;
+	if (from < STG_SEGMENT_HEADER_SIZE || from % step)
+		return -EINVAL;
 	struct reader rd = {.fd = fd, .size = (uint64_t)st.st_size};
-	struct stg_segment_scan_result res = {.end = STG_SEGMENT_HEADER_SIZE, .size = rd.size};
-	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	uint64_t off = STG_SEGMENT_HEADER_SIZE;
+	struct stg_segment_scan_result res = {.end = from, .size = rd.size};
+	posix_fadvise(fd, (off_t)from, 0, POSIX_FADV_SEQUENTIAL);
+	uint64_t off = from;
 	bool lost = false; /* off was reached by probing, not by a record's length */
 	int r = 0;
 	while (off < rd.size && rd.size - off >= STG_RECORD_HEADER_SIZE) {
@@ -200,8 +205,12 @@ int stg_segment_scan(int fd, stg_segment_scan_fn fn, void *arg,
 		bool delta;
 		r = read_record(&rd, off, lost, &h, &len, &base, &delta);
 		if (r == -EBADMSG || r == -ENODATA) {
-			lost = true;
-			off += STG_SEGMENT_ALIGN;
+			/* Zeros between records are format 2's padding. */
+			const uint8_t *p;
+			if (step != STG_SEGMENT_SMALL_ALIGN || window(&rd, off, step, &p) < 0 ||
+			    !all_zero(p, step))
+				lost = true;
+			off += step;
 			r = 0;
 			continue;
 		}
@@ -214,7 +223,7 @@ int stg_segment_scan(int fd, stg_segment_scan_fn fn, void *arg,
 			res.skipped++;
 		lost = false;
 		res.records++;
-		off += stg_segment_record_size(len);
+		off += stg_segment_record_size(format, len);
 		res.end = off;
 	}
 	free(rd.buf);

@@ -51,6 +51,8 @@ static void usage(FILE *f)
 		"  --capacity SIZE       bytes of segments at most (e.g. 500G; default: disk)\n"
 		"  --segment-size SIZE   seal segments past this size (default 1G, at most 16G)\n"
 		"  --gc-interval SECS    collect unreferenced chunks this often (default 60)\n"
+		"  --scrub-rate SIZE     verify stored records in the background at this many\n"
+		"                        bytes a second (default 32M; 0: never)\n"
 		"  --timeout SECS        per request once it has begun (default 30)\n"
 		"  --max-connections N   logged-in connections at once (default 1024); when\n"
 		"                        all are taken, the one idle the longest is closed\n"
@@ -344,6 +346,7 @@ int main(int argc, char **argv)
 		{"capacity", required_argument, NULL, 'c'},
 		{"segment-size", required_argument, NULL, 'S'},
 		{"gc-interval", required_argument, NULL, 'g'},
+		{"scrub-rate", required_argument, NULL, 'R'},
 		{"timeout", required_argument, NULL, 't'},
 		{"max-connections", required_argument, NULL, 'm'},
 		{"max-handshakes", required_argument, NULL, 'A'},
@@ -372,7 +375,7 @@ int main(int argc, char **argv)
 	const char *metrics_file = NULL, *munge_socket = NULL;
 	bool auth_secret = true, auth_munge = false;
 	struct admit_limits limits = {.max_connections = 1024, .max_handshakes = 256};
-	uint64_t frame_memory = 256ull << 20;
+	uint64_t frame_memory = 256ull << 20, scrub_rate = 32ull << 20;
 	long user_key = -1;
 	bool allow_foreign = false, accept_v1 = false;
 	enum stg_transport_kind transport = STG_TRANSPORT_AUTO;
@@ -391,6 +394,13 @@ int main(int argc, char **argv)
 					   so.segment_size > (16ull << 30)))) {
 				fprintf(stderr, "stagehand-server: bad --%s '%s'\n",
 					c == 'c' ? "capacity" : "segment-size (1M to 16G)", optarg);
+				return 2;
+			}
+			break;
+		case 'R':
+			if (stg_parse_size(optarg, &scrub_rate) < 0) {
+				fprintf(stderr, "stagehand-server: bad --scrub-rate '%s' (bytes a "
+					"second, e.g. 32M; 0: no scrub)\n", optarg);
 				return 2;
 			}
 			break;
@@ -587,6 +597,7 @@ int main(int argc, char **argv)
 	stg_conn_budget_init(&srv.frames, frame_memory);
 	srv.accept_v1 = accept_v1;
 	srv.gc_interval_s = gc_interval;
+	srv.scrub_rate = scrub_rate;
 	srv.capacity = so.capacity;
 	srv.metrics_file = metrics_file;
 	srv.metrics_interval_s = metrics_interval;
@@ -595,6 +606,7 @@ int main(int argc, char **argv)
 	pthread_rwlock_init(&srv.manifest_lock, NULL);
 	pthread_mutex_init(&srv.gc_mutex, NULL);
 	pthread_cond_init(&srv.gc_cond, NULL);
+	pthread_cond_init(&srv.scrub_cond, NULL);
 
 	char bound[300];
 	int port = 0;
@@ -630,11 +642,13 @@ int main(int argc, char **argv)
 		(unsigned long long)st.recovery_hinted_records,
 		(unsigned long long)st.recovery_scanned_bytes, stg_owners_count(srv.owners));
 
-	pthread_t collector, metrics;
+	pthread_t collector, metrics, scrubber;
 	r = stg_thread_start(&collector, NULL, server_collector, &srv);
 	int mr = metrics_file ? stg_thread_start(&metrics, NULL, server_metrics, &srv) : 0;
-	if (r != 0 || mr != 0) {
-		stg_log(STG_LOG_ERROR, "cannot start the %s thread", r ? "collector" : "metrics");
+	int sr = scrub_rate ? stg_thread_start(&scrubber, NULL, server_scrubber, &srv) : 0;
+	if (r != 0 || mr != 0 || sr != 0) {
+		stg_log(STG_LOG_ERROR, "cannot start the %s thread",
+			r ? "collector" : mr ? "metrics" : "scrub");
 		return 1;
 	}
 	/* Listening, the store open, the port written: ready. */
@@ -657,8 +671,11 @@ int main(int argc, char **argv)
 	srv.stopping = true;
 	pthread_cond_signal(&srv.gc_cond);
 	pthread_cond_signal(&srv.metrics_cond);
+	pthread_cond_signal(&srv.scrub_cond);
 	pthread_mutex_unlock(&srv.gc_mutex);
 	pthread_join(collector, NULL);
+	if (scrub_rate)
+		pthread_join(scrubber, NULL);
 	stg_store_sync(srv.store);
 	if (metrics_file)
 		pthread_join(metrics, NULL); /* its last write says the server is down */

@@ -43,6 +43,7 @@
  * reader ever needs the lock while it does I/O. */
 struct seg {
 	uint32_t id;
+	unsigned format;    /* of its header: how its records are aligned */
 	int64_t created_ns; /* from its header: a hint names it */
 	int fd;
 	atomic_int dfd;   /* the same file with O_DIRECT, for large records (or -1) */
@@ -58,6 +59,16 @@ struct seg {
 	size_t nhints, caphints;
 	bool hints_lost; /* no memory for one: no hint, a scan at start */
 	bool to_seal;    /* no longer appended to; its hint is not written yet */
+	/* The hint log of the segment appended to holds the entries of its
+	 * records in their order in the segment, each durable and every record
+	 * before it with it: a record goes to the log once a sync covered it
+	 * and no append before it in the segment is still in flight. */
+	int log_fd;
+	bool log_failed;
+	struct stg_hint_entry *unlogged; /* gathered, not in the log yet */
+	size_t nunlogged, capunlogged;
+	uint64_t *inflight; /* offsets of the appends reserved and not done */
+	size_t ninflight, capinflight;
 };
 
 struct stg_store {
@@ -68,6 +79,8 @@ struct stg_store {
 	/* One collection at a time: two would pick the same segments. Held
 	 * across I/O, but only collections ever wait for it. */
 	pthread_mutex_t gc_lock;
+
+	pthread_mutex_t format_lock; /* writing FORMAT */
 
 	pthread_mutex_t lock; /* everything below; never held across I/O */
 	struct stg_chunkindex *index;
@@ -89,6 +102,8 @@ struct stg_store {
 
 	/* At open: bytes of segments scanned, records taken from hints. */
 	uint64_t recovery_scanned_bytes, recovery_hinted_records;
+	/* The scrub's totals (stg_store_scrub_step). */
+	uint64_t scrub_bytes, scrub_records, scrub_damaged, scrub_passes;
 
 	/* Group commit: one thread runs a sync round while later callers wait
 	 * for the round that starts after they arrived. */
@@ -152,7 +167,11 @@ static void seg_close(struct seg *g)
 		close(g->fd);
 	if (g->dfd >= 0)
 		close(g->dfd);
+	if (g->log_fd >= 0)
+		close(g->log_fd);
 	free(g->hints);
+	free(g->unlogged);
+	free(g->inflight);
 	free(g);
 }
 
@@ -167,15 +186,23 @@ static void seg_put(struct stg_store *s, struct seg *g)
 		seg_close(g);
 }
 
-static int seg_new(uint64_t id, int64_t created_ns, int fd, struct seg **ret)
+/* Bytes a record of len body bytes takes in g. */
+static uint64_t rsize_in(const struct seg *g, uint32_t len)
+{
+	return stg_segment_record_size(g->format, len);
+}
+
+static int seg_new(uint64_t id, unsigned format, int64_t created_ns, int fd, struct seg **ret)
 {
 	struct seg *g = calloc(1, sizeof(*g));
 	if (!g)
 		return -ENOMEM;
 	g->id = (uint32_t)id;
+	g->format = format;
 	g->created_ns = created_ns;
 	g->fd = fd;
 	g->dfd = -1;
+	g->log_fd = -1;
 	g->end = STG_SEGMENT_HEADER_SIZE;
 	g->refs = 1;
 	*ret = g;
@@ -215,12 +242,32 @@ static int seg_direct_fd(struct stg_store *s, struct seg *g)
 	return fd;
 }
 
+/* Gives segment g, about to be appended to, a hint log holding its
+ * gathered entries. Without one (an error, logged), the next start scans
+ * the segment. */
+static void open_hint_log(struct stg_store *s, struct seg *g)
+{
+	struct stg_hint_key k = {.id = g->id, .created_ns = g->created_ns};
+	int fd = stg_hint_log_create(s->segdirfd, &k, g->hints, g->nhints);
+	if (fd < 0) {
+		stg_log_errno(STG_LOG_WARN, fd, "store: cannot create the hint log of segment "
+			      "%016" PRIx32 "; a restart scans it", g->id);
+		return;
+	}
+	g->log_fd = fd;
+}
+
 /* Creates segment id under a temporary name and renames it into place once
  * its header is durable, so that a segment file with a bad header is never
  * the leftover of a crash but real damage. */
 static int segment_create(struct stg_store *s, uint64_t id, struct seg **ret)
 {
 	char name[STG_SEGMENT_NAME_LEN + 1], tmp[STG_SEGMENT_NAME_LEN + 8];
+	/* A segment of format 2 is damage to an older server: the store says
+	 * so first. */
+	int r = stg_store_require_format(s, 4);
+	if (r < 0)
+		return r;
 	stg_segment_name(id, name);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", name);
 	int fd = openat(s->segdirfd, tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -228,8 +275,8 @@ static int segment_create(struct stg_store *s, uint64_t id, struct seg **ret)
 		return -errno;
 	uint8_t hdr[STG_SEGMENT_HEADER_SIZE];
 	int64_t created_ns = stg_now_ns();
-	stg_segment_header_encode(hdr, id, created_ns);
-	int r = stg_pwrite_all(fd, hdr, sizeof(hdr), 0);
+	stg_segment_header_encode(hdr, STG_SEGMENT_FORMAT, id, created_ns);
+	r = stg_pwrite_all(fd, hdr, sizeof(hdr), 0);
 	if (r < 0)
 		goto out_unlink;
 	if (fdatasync(fd) < 0 || renameat(s->segdirfd, tmp, s->segdirfd, name) < 0) {
@@ -240,10 +287,11 @@ static int segment_create(struct stg_store *s, uint64_t id, struct seg **ret)
 		r = -errno;
 		goto out_close; /* the name exists; recovery will find it empty */
 	}
-	r = seg_new(id, created_ns, fd, ret);
+	r = seg_new(id, STG_SEGMENT_FORMAT, created_ns, fd, ret);
 	if (r < 0)
 		goto out_close;
 	seg_direct_fd(s, *ret);
+	open_hint_log(s, *ret);
 	return 0;
 
 out_unlink:
@@ -290,21 +338,35 @@ static int roll(struct stg_store *s)
 static int reserve(struct stg_store *s, uint32_t len, bool compaction, struct seg **ret_g,
 		   uint64_t *ret_off)
 {
-	uint64_t rsize = stg_segment_record_size(len);
 	int r = 0;
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
 		struct seg *g = s->active;
-		bool fits = g->end == STG_SEGMENT_HEADER_SIZE || g->end + rsize <= s->segment_size;
-		uint64_t need = rsize + (fits ? 0 : STG_SEGMENT_HEADER_SIZE);
+		uint64_t rsize = rsize_in(g, len);
+		uint64_t at = stg_segment_record_place(g->format, len, g->end);
+		bool fits = g->end == STG_SEGMENT_HEADER_SIZE || at + rsize <= s->segment_size;
+		uint64_t need = fits ? at - g->end + rsize : rsize + STG_SEGMENT_HEADER_SIZE;
 		if (!compaction && s->capacity && s->total + need > s->capacity) {
 			r = -ENOSPC;
 			break;
 		}
+		if (fits && g->log_fd >= 0 && !g->log_failed &&
+		    g->ninflight == g->capinflight) {
+			size_t cap = g->capinflight ? g->capinflight * 2 : 16;
+			uint64_t *v = realloc(g->inflight, cap * sizeof(*v));
+			if (!v) {
+				r = -ENOMEM;
+				break;
+			}
+			g->inflight = v;
+			g->capinflight = cap;
+		}
 		if (fits) {
-			*ret_off = g->end;
-			g->end += rsize;
-			s->total += rsize;
+			if (g->log_fd >= 0 && !g->log_failed)
+				g->inflight[g->ninflight++] = at;
+			*ret_off = at;
+			s->total += at + rsize - g->end;
+			g->end = at + rsize;
 			g->writers++;
 			g->refs++;
 			*ret_g = g;
@@ -322,21 +384,25 @@ static int reserve(struct stg_store *s, uint32_t len, bool compaction, struct se
 	return r;
 }
 
-/* Records of this size and more go to and from the disk with O_DIRECT:
- * copying them through the page cache cost the server more than receiving
- * and verifying them, and more than sending them (two servers restoring
- * 2 GiB used 2.7 s of CPU through the page cache, 1.2 s without; a segment
- * is read back only for restores and collections). Smaller ones do not: a
- * session writes its records one after the other, and the disk's wait for
- * each costs more than the copy (64 KiB records took a flush twice as
- * long). */
-#define DIRECT_MIN (512u << 10)
+/* Records of STG_SEGMENT_DIRECT_MIN bytes and more go to and from the disk
+ * with O_DIRECT: copying them through the page cache cost the server more
+ * than receiving and verifying them, and more than sending them (two
+ * servers restoring 2 GiB used 2.7 s of CPU through the page cache, 1.2 s
+ * without; a segment is read back only for restores and collections).
+ * Smaller ones do not: a session writes its records one after the other,
+ * and the disk's wait for each costs more than the copy (64 KiB records
+ * took a flush twice as long). Such records lie in whole 4096-byte blocks. */
+static bool direct_record(const struct seg *g, uint32_t len)
+{
+	return stg_segment_record_align(g->format, len) == STG_SEGMENT_ALIGN &&
+	       rsize_in(g, len) >= STG_SEGMENT_DIRECT_MIN;
+}
 
 static int write_record(struct seg *g, uint64_t off, const uint8_t *hdr, const uint8_t *body,
 			uint32_t len)
 {
 	static const uint8_t zeros[STG_SEGMENT_ALIGN];
-	size_t pad = (size_t)(stg_segment_record_size(len) - STG_RECORD_HEADER_SIZE - len);
+	size_t pad = (size_t)(rsize_in(g, len) - STG_RECORD_HEADER_SIZE - len);
 	struct iovec iov[3] = {
 		{(void *)hdr, STG_RECORD_HEADER_SIZE},
 		{(void *)body, len},
@@ -345,7 +411,7 @@ static int write_record(struct seg *g, uint64_t off, const uint8_t *hdr, const u
 	int r = -EINVAL;
 	size_t rsize = STG_RECORD_HEADER_SIZE + len + pad;
 	uint8_t *direct = NULL;
-	if (g->dfd >= 0 && rsize >= DIRECT_MIN && !atomic_load(&g->nodirect) &&
+	if (g->dfd >= 0 && direct_record(g, len) && !atomic_load(&g->nodirect) &&
 	    posix_memalign((void **)&direct, STG_SEGMENT_ALIGN, rsize) == 0) {
 		/* One aligned copy, as O_DIRECT wants it. */
 		memcpy(direct, hdr, STG_RECORD_HEADER_SIZE);
@@ -365,29 +431,49 @@ static int write_record(struct seg *g, uint64_t off, const uint8_t *hdr, const u
 	return r;
 }
 
-/* Adds a record of g to its hint entries. Called with the lock held (or
- * alone, at open). */
+/* Appends e to the array *v; returns 0 or -ENOMEM. */
+static int entries_push(struct stg_hint_entry **v, size_t *n, size_t *cap,
+			const struct stg_hint_entry *e)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? *cap * 2 : 64;
+		struct stg_hint_entry *nv = realloc(*v, c * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		*v = nv;
+		*cap = c;
+	}
+	(*v)[(*n)++] = *e;
+	return 0;
+}
+
+/* Adds a record of g to its hint entries, and to those its hint log is to
+ * get. Called with the lock held (or alone, at open). */
 static void hint_push(struct seg *g, const struct stg_hash *h, uint64_t off, uint32_t len,
 		      const struct stg_hash *base)
 {
-	if (g->hints_lost)
-		return;
-	if (g->nhints == g->caphints) {
-		size_t cap = g->caphints ? g->caphints * 2 : 64;
-		struct stg_hint_entry *v = realloc(g->hints, cap * sizeof(*v));
-		if (!v) {
-			g->hints_lost = true;
-			free(g->hints);
-			g->hints = NULL;
-			g->nhints = g->caphints = 0;
-			return;
-		}
-		g->hints = v;
-		g->caphints = cap;
-	}
-	g->hints[g->nhints++] = (struct stg_hint_entry){
+	struct stg_hint_entry e = {
 		.hash = *h, .base = base ? *base : (struct stg_hash){{0}}, .offset = off,
 		.len = len, .delta = base != NULL};
+	if (!g->hints_lost && entries_push(&g->hints, &g->nhints, &g->caphints, &e) < 0) {
+		g->hints_lost = true;
+		free(g->hints);
+		g->hints = NULL;
+		g->nhints = g->caphints = 0;
+	}
+	if (g->log_fd >= 0 && !g->log_failed &&
+	    entries_push(&g->unlogged, &g->nunlogged, &g->capunlogged, &e) < 0)
+		g->log_failed = true; /* the sync round removes the log */
+}
+
+static void inflight_done(struct seg *g, uint64_t off)
+{
+	for (size_t i = 0; i < g->ninflight; i++) {
+		if (g->inflight[i] != off)
+			continue;
+		g->inflight[i] = g->inflight[--g->ninflight];
+		return;
+	}
 }
 
 /* Undoes the writer part of reserve(); with ok, the record of h (a delta
@@ -396,6 +482,7 @@ static void append_done(struct stg_store *s, struct seg *g, bool ok, const struc
 			uint64_t off, uint32_t len, const struct stg_hash *base)
 {
 	g->writers--;
+	inflight_done(g, off);
 	if (ok) {
 		g->dirty = true;
 		hint_push(g, h, off, len, base);
@@ -513,11 +600,11 @@ static int put_record(struct stg_store *s, const uint8_t *obj, size_t len, const
 		if (r == 0)
 			r = stg_chunkindex_insert(s->index, &ent, NULL);
 		if (r == 1) {
-			g->live += stg_segment_record_size((uint32_t)len);
+			g->live += rsize_in(g, (uint32_t)len);
 			if (base && stg_bases_set(s->bases, h, base) < 0) {
 				/* Unindexed, the record is garbage: put again. */
 				stg_chunkindex_remove(s->index, h);
-				g->live -= stg_segment_record_size((uint32_t)len);
+				g->live -= rsize_in(g, (uint32_t)len);
 				r = -ENOMEM;
 			}
 		} else if (r == 0) {
@@ -537,8 +624,8 @@ static int put_record(struct stg_store *s, const uint8_t *obj, size_t len, const
 static int read_record(struct stg_store *s, struct seg *g, uint64_t off, uint32_t len,
 		       const struct stg_hash *h, uint8_t **ret_mem)
 {
-	size_t rsize = (size_t)stg_segment_record_size(len);
-	int dfd = rsize >= DIRECT_MIN ? seg_direct_fd(s, g) : -1;
+	size_t rsize = (size_t)rsize_in(g, len);
+	int dfd = direct_record(g, len) ? seg_direct_fd(s, g) : -1;
 	uint8_t *mem = NULL;
 	int r = -EINVAL;
 	if (dfd >= 0 && posix_memalign((void **)&mem, STG_SEGMENT_ALIGN, rsize) == 0) {
@@ -597,7 +684,7 @@ static void forget_damaged(struct stg_store *s, const struct stg_hash *h, struct
 	bool there = stg_chunkindex_get(s->index, h, &e) && e.segment == g->id &&
 		     (uint64_t)e.offset * OFFSET_UNIT == off;
 	if (there) {
-		g->live -= stg_segment_record_size(e.len);
+		g->live -= rsize_in(g, e.len);
 		stg_chunkindex_remove(s->index, h);
 		stg_bases_remove(s->bases, h);
 	}
@@ -812,9 +899,60 @@ int stg_store_get_whole(struct stg_store *s, const struct stg_hash *h, struct st
 
 /* One sync round: fdatasync of every segment appended to since the last
  * round. Called with the lock held and s->syncing set; drops it meanwhile. */
+/* A segment synced by a round, and the hint entries its hint log gets
+ * once the fdatasync is done: those of the records before the first append
+ * still in flight. */
+struct synced {
+	struct seg *g;
+	struct stg_hint_entry *v;
+	size_t n;
+};
+
+static int cmp_hint(const void *a, const void *b);
+
+/* Takes from g's unlogged entries those its log can get after this round
+ * into y (in the segment's order). Called with the lock held. */
+static void take_loggable(struct seg *g, struct synced *y)
+{
+	if (g->log_fd < 0 || g->log_failed || g->nunlogged == 0)
+		return;
+	uint64_t mark = g->end;
+	for (size_t i = 0; i < g->ninflight; i++)
+		if (g->inflight[i] < mark)
+			mark = g->inflight[i];
+	qsort(g->unlogged, g->nunlogged, sizeof(*g->unlogged), cmp_hint);
+	size_t n = 0;
+	while (n < g->nunlogged && g->unlogged[n].offset < mark)
+		n++;
+	if (n == 0 || !(y->v = malloc(n * sizeof(*y->v))))
+		return; /* (no memory: a later round takes them) */
+	memcpy(y->v, g->unlogged, n * sizeof(*y->v));
+	y->n = n;
+	memmove(g->unlogged, g->unlogged + n, (g->nunlogged - n) * sizeof(*g->unlogged));
+	g->nunlogged -= n;
+}
+
+/* Appends the entries a round made durable to the segment's hint log. A
+ * log with a gap would hide the records in it from the next start, which
+ * scans only past the log's last record: after an append that fails (or
+ * entries lost for want of memory) nothing more is appended, and the start
+ * scans past the log's last whole entry. */
+static void log_synced(struct stg_store *s, struct synced *y)
+{
+	struct seg *g = y->g;
+	int r = stg_hint_log_append(g->log_fd, y->v, y->n);
+	if (r < 0) {
+		pthread_mutex_lock(&s->lock);
+		g->log_failed = true;
+		pthread_mutex_unlock(&s->lock);
+		stg_log_errno(STG_LOG_WARN, r, "store: cannot append to the hint log of segment "
+			      "%016" PRIx32 "; a restart scans the rest of it", g->id);
+	}
+}
+
 static int sync_round(struct stg_store *s)
 {
-	struct seg **dirty = malloc((s->nsegs ? s->nsegs : 1) * sizeof(*dirty));
+	struct synced *dirty = calloc(s->nsegs ? s->nsegs : 1, sizeof(*dirty));
 	if (!dirty)
 		return -ENOMEM;
 	size_t n = 0;
@@ -824,15 +962,21 @@ static int sync_round(struct stg_store *s)
 			continue;
 		g->dirty = false;
 		g->refs++;
-		dirty[n++] = g;
+		struct synced *y = &dirty[n++];
+		y->g = g;
+		take_loggable(g, y);
 	}
 	pthread_mutex_unlock(&s->lock);
 	int r = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (r == 0 && fdatasync(dirty[i]->fd) < 0)
+		struct synced *y = &dirty[i];
+		if (r == 0 && fdatasync(y->g->fd) < 0)
 			r = stg_log_errno(STG_LOG_ERROR, -errno, "store: fdatasync of segment %016"
-					  PRIx32, dirty[i]->id);
-		seg_put(s, dirty[i]);
+					  PRIx32, y->g->id);
+		if (r == 0 && y->v)
+			log_synced(s, y);
+		free(y->v);
+		seg_put(s, y->g);
 	}
 	free(dirty);
 	pthread_mutex_lock(&s->lock);
@@ -881,6 +1025,10 @@ void stg_store_stats(struct stg_store *s, struct stg_store_stats *ret)
 	st.segment_bytes = s->total;
 	st.recovery_scanned_bytes = s->recovery_scanned_bytes;
 	st.recovery_hinted_records = s->recovery_hinted_records;
+	st.scrub_bytes = s->scrub_bytes;
+	st.scrub_records = s->scrub_records;
+	st.scrub_damaged = s->scrub_damaged;
+	st.scrub_passes = s->scrub_passes;
 	for (size_t i = 0; i < s->nsegs; i++)
 		st.chunk_bytes += s->segs[i]->live;
 	pthread_mutex_unlock(&s->lock);
@@ -973,7 +1121,7 @@ static uint64_t drop_if_at(struct stg_store *s, const struct move *m)
 	if (!stg_chunkindex_get(s->index, &m->hash, &e) || e.segment != m->from->id ||
 	    e.offset != m->offset)
 		return 0;
-	uint64_t size = stg_segment_record_size(e.len);
+	uint64_t size = rsize_in(m->from, e.len);
 	m->from->live -= size;
 	stg_chunkindex_remove(s->index, &m->hash);
 	stg_bases_remove(s->bases, &m->hash);
@@ -1034,13 +1182,12 @@ static int move_record(struct stg_store *s, const struct move *m, struct stg_sto
 	struct stg_chunkindex_entry e;
 	if (r == 0 && stg_chunkindex_get(s->index, &m->hash, &e) && e.segment == m->from->id &&
 	    e.offset == m->offset) {
-		uint64_t size = stg_segment_record_size(m->len);
 		e.segment = g->id;
 		e.offset = (uint32_t)(noff / OFFSET_UNIT);
 		stg_chunkindex_set(s->index, &e);
-		m->from->live -= size;
-		g->live += size;
-		res->bytes_moved += size;
+		m->from->live -= rsize_in(m->from, m->len);
+		g->live += rsize_in(g, m->len);
+		res->bytes_moved += rsize_in(g, m->len);
 	}
 	pthread_mutex_unlock(&s->lock);
 	seg_put(s, g);
@@ -1057,6 +1204,8 @@ static void unlink_segments(struct stg_store *s, struct seg **v, size_t n)
 		char name[STG_SEGMENT_NAME_LEN + 1], hint[STG_HINT_NAME_LEN + 1];
 		stg_hint_name(v[i]->id, hint);
 		unlinkat(s->segdirfd, hint, 0); /* first: a hint without its segment is cleared at start */
+		stg_hint_log_name(v[i]->id, hint);
+		unlinkat(s->segdirfd, hint, 0);
 		stg_segment_name(v[i]->id, name);
 		if (unlinkat(s->segdirfd, name, 0) < 0)
 			stg_log_errno(STG_LOG_WARN, -errno, "store: cannot remove segment '%s'", name);
@@ -1208,13 +1357,18 @@ int stg_store_require_format(struct stg_store *s, unsigned format)
 	pthread_mutex_unlock(&s->lock);
 	if (have)
 		return 0;
-	/* Two sessions may both write it: the same bytes. */
-	int r = stg_format_write(s->dirfd, FORMAT_KIND, format);
-	if (r == 0) {
+	/* One writer at a time, so that a lower format never lands after a
+	 * higher one. */
+	pthread_mutex_lock(&s->format_lock);
+	int r = 0;
+	if (s->format < format)
+		r = stg_format_write(s->dirfd, FORMAT_KIND, format);
+	if (r == 0 && s->format < format) {
 		pthread_mutex_lock(&s->lock);
 		s->format = format;
 		pthread_mutex_unlock(&s->lock);
 	}
+	pthread_mutex_unlock(&s->format_lock);
 	return r;
 }
 
@@ -1276,7 +1430,8 @@ static int list_segments(struct stg_store *s, struct ids *ret)
 		}
 		if (stg_segment_parse_name(de->d_name, &id) == 0)
 			r = ids_push(&segs, id);
-		else if (stg_hint_parse_name(de->d_name, &id) == 0)
+		else if (stg_hint_parse_name(de->d_name, &id) == 0 ||
+			 stg_hint_log_parse_name(de->d_name, &id) == 0)
 			r = ids_push(&hints, id);
 	}
 	closedir(d);
@@ -1287,6 +1442,8 @@ static int list_segments(struct stg_store *s, struct ids *ret)
 			continue;
 		char name[STG_HINT_NAME_LEN + 1];
 		stg_hint_name(hints.v[i], name);
+		unlinkat(s->segdirfd, name, 0);
+		stg_hint_log_name(hints.v[i], name);
 		unlinkat(s->segdirfd, name, 0);
 	}
 	free(hints.v);
@@ -1301,7 +1458,8 @@ static int list_segments(struct stg_store *s, struct ids *ret)
 struct recovery {
 	struct stg_store *s;
 	struct seg *g;
-	bool gather; /* the records go to g's hint entries too */
+	bool gather;         /* the records go to g's hint entries too */
+	uint64_t logged_end; /* the end of the last record its hint log names */
 };
 
 /* Later copies win: the content is the same, and the newest copy is the one
@@ -1313,7 +1471,7 @@ static int recover_record(void *arg, const struct stg_hash *h, uint64_t offset, 
 	struct stg_store *s = rc->s;
 	if (rc->gather)
 		hint_push(rc->g, h, offset, len, base);
-	uint64_t size = stg_segment_record_size(len);
+	uint64_t size = rsize_in(rc->g, len);
 	struct stg_chunkindex_entry ent = {
 		.hash = *h,
 		.segment = rc->g->id,
@@ -1330,7 +1488,7 @@ static int recover_record(void *arg, const struct stg_hash *h, uint64_t offset, 
 		return 0;
 	if (r == 0) {
 		struct seg *old = e.segment == rc->g->id ? rc->g : seg_find(s, e.segment);
-		old->live -= stg_segment_record_size(e.len);
+		old->live -= rsize_in(old, e.len);
 		stg_chunkindex_set(s->index, &ent);
 	}
 	rc->g->live += size;
@@ -1344,6 +1502,9 @@ static int recover_hinted(void *arg, const struct stg_hint_entry *e)
 {
 	struct recovery *rc = arg;
 	rc->s->recovery_hinted_records++;
+	uint64_t end = e->offset + rsize_in(rc->g, e->len);
+	if (end > rc->logged_end)
+		rc->logged_end = end;
 	return recover_record(arg, &e->hash, e->offset, e->len, e->delta ? &e->base : NULL);
 }
 
@@ -1387,6 +1548,25 @@ static int recover_from_hint(struct stg_store *s, struct seg *g, const char *nam
 	return r;
 }
 
+/* Takes a segment's records from its hint log (the newest segment's, or a
+ * sealed one's whose hint was not written yet): those made durable by the
+ * syncs before the stop. The scan goes on past the last one. The log names
+ * every record before that one: appends go to it in the segment's order. */
+static int recover_from_log(struct stg_store *s, struct recovery *rc, const char *name)
+{
+	struct stat st;
+	if (fstat(rc->g->fd, &st) < 0)
+		return -errno;
+	struct stg_hint_key k = {rc->g->id, rc->g->created_ns, (uint64_t)st.st_size};
+	int r = stg_hint_log_read(s->segdirfd, &k, recover_hinted, rc);
+	if (r < 0 && r != -ENOENT && r != -ENOMEM)
+		stg_log_errno(STG_LOG_WARN, r, "store: the hint log of segment '%s' cannot be "
+			      "read: scanning it", name);
+	if (r == -ENOENT || r == -ESTALE || r == -EBADMSG || r == -EIO)
+		r = 0;
+	return r;
+}
+
 /* Opens one segment, checks its header and adds its records to the index:
  * from its hint when it is sealed and has one that checks out, else by
  * scanning it (a sealed one then gets its hint written). *ret is NULL for a
@@ -1417,7 +1597,7 @@ static int recover_segment(struct stg_store *s, uint64_t id, bool sealed_one, st
 	if (r < 0)
 		goto out_close;
 	struct seg *g;
-	r = seg_new(id, sh.created_ns, fd, &g);
+	r = seg_new(id, sh.format, sh.created_ns, fd, &g);
 	if (r < 0)
 		goto out_close;
 	r = table_reserve(s);
@@ -1427,19 +1607,25 @@ static int recover_segment(struct stg_store *s, uint64_t id, bool sealed_one, st
 	/* Only the newest segment keeps its records as hint entries: it is
 	 * the one appended to. */
 	g->hints_lost = sealed_one;
+	char log[STG_HINT_LOG_NAME_LEN + 1];
+	stg_hint_log_name(id, log);
 	if (sealed_one && recover_from_hint(s, g, name) == 0) {
+		unlinkat(s->segdirfd, log, 0); /* the sealer's leftover */
 		table_add(s, g);
 		*ret = g;
 		return 0;
 	}
 	/* A hint that served in part gave the same records the scan finds:
 	 * the index takes them again, and its counts stay right. */
-	struct recovery rc = {s, g, true};
+	struct recovery rc = {s, g, true, STG_SEGMENT_HEADER_SIZE};
 	g->hints_lost = false;
-	r = stg_segment_scan(fd, recover_record, &rc, ret_scan);
+	r = recover_from_log(s, &rc, name);
 	if (r < 0)
 		goto out_free;
-	s->recovery_scanned_bytes += ret_scan->size;
+	r = stg_segment_scan(fd, g->format, rc.logged_end, recover_record, &rc, ret_scan);
+	if (r < 0)
+		goto out_free;
+	s->recovery_scanned_bytes += ret_scan->size - rc.logged_end;
 	if (ret_scan->skipped)
 		stg_log(STG_LOG_WARN, "store: segment '%s': %" PRIu64 " corrupt records skipped",
 			name, ret_scan->skipped);
@@ -1449,12 +1635,24 @@ static int recover_segment(struct stg_store *s, uint64_t id, bool sealed_one, st
 		if (r < 0)
 			stg_log_errno(STG_LOG_WARN, r, "store: cannot write the hint of segment '%s'",
 				      name);
+		else
+			unlinkat(s->segdirfd, log, 0);
 	}
 	if (sealed_one) {
 		free(g->hints);
 		g->hints = NULL;
 		g->nhints = g->caphints = 0;
 		g->hints_lost = true;
+	} else if (!g->hints_lost) {
+		/* The log anew, with every record found, made durable first:
+		 * the scan may have read what a killed process left in the
+		 * page cache. */
+		if (fdatasync(fd) < 0) {
+			r = -errno;
+			goto out_free;
+		}
+		qsort(g->hints, g->nhints, sizeof(*g->hints), cmp_hint);
+		open_hint_log(s, g);
 	}
 	table_add(s, g);
 	*ret = g;
@@ -1536,7 +1734,7 @@ static int drop_orphans(struct stg_store *s)
 			struct seg *g = stg_chunkindex_get(s->index, &o.v[i], &e) ?
 						seg_find(s, e.segment) : NULL;
 			if (g)
-				g->live -= stg_segment_record_size(e.len);
+				g->live -= rsize_in(g, e.len);
 			stg_chunkindex_remove(s->index, &o.v[i]);
 			stg_bases_remove(s->bases, &o.v[i]);
 			dropped++;
@@ -1598,6 +1796,131 @@ out_free:
 	return r;
 }
 
+/* The scrub: the records of the sealed segments, one segment after the
+ * other, each read and checked as a GET does. Their list comes from the
+ * segment's hint (or, without one, a scan, which checks them as it goes). */
+struct stg_store_scrub {
+	uint64_t segment; /* whose records v holds; 0 before the first */
+	struct stg_hint_entry *v;
+	size_t n, cap, next;
+};
+
+int stg_store_scrub_new(struct stg_store_scrub **ret)
+{
+	*ret = calloc(1, sizeof(**ret));
+	return *ret ? 0 : -ENOMEM;
+}
+
+void stg_store_scrub_free(struct stg_store_scrub *c)
+{
+	if (!c)
+		return;
+	free(c->v);
+	free(c);
+}
+
+static int scrub_gather(void *arg, const struct stg_hint_entry *e)
+{
+	struct stg_store_scrub *c = arg;
+	return entries_push(&c->v, &c->n, &c->cap, e);
+}
+
+static int scrub_gather_scanned(void *arg, const struct stg_hash *h, uint64_t offset,
+				uint32_t len, const struct stg_hash *base)
+{
+	struct stg_hint_entry e = {.hash = *h, .offset = offset, .len = len};
+	(void)base; /* (not needed to read the record) */
+	return scrub_gather(arg, &e);
+}
+
+/* Loads the records of the first sealed segment after c->segment. Returns
+ * 1, 0 (none after it) or -errno. */
+static int scrub_load(struct stg_store *s, struct stg_store_scrub *c)
+{
+	struct seg *g = NULL;
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < s->nsegs && !g; i++)
+		if (s->segs[i]->id > c->segment && sealed(s, s->segs[i]) && !s->segs[i]->to_seal)
+			g = s->segs[i];
+	if (g)
+		g->refs++;
+	pthread_mutex_unlock(&s->lock);
+	c->n = c->next = 0;
+	if (!g)
+		return 0;
+	c->segment = g->id;
+	struct stat st;
+	int r = fstat(g->fd, &st) < 0 ? -errno : 0;
+	struct stg_hint_key k = {g->id, g->created_ns, (uint64_t)st.st_size};
+	if (r == 0)
+		r = stg_hint_read(s->segdirfd, &k, scrub_gather, c);
+	if (r == -ENOENT || r == -ESTALE || r == -EBADMSG) {
+		struct stg_segment_scan_result res;
+		c->n = 0;
+		r = stg_segment_scan(g->fd, g->format, STG_SEGMENT_HEADER_SIZE,
+				     scrub_gather_scanned, c, &res);
+	}
+	seg_put(s, g);
+	return r < 0 ? r : 1;
+}
+
+/* Reads and checks record e of c's segment if the index still points at
+ * it. Returns the bytes read. */
+static uint64_t scrub_record(struct stg_store *s, struct stg_store_scrub *c,
+			     const struct stg_hint_entry *e)
+{
+	struct stg_chunkindex_entry ie;
+	struct seg *g = NULL;
+	pthread_mutex_lock(&s->lock);
+	if (stg_chunkindex_get(s->index, &e->hash, &ie) && ie.segment == c->segment &&
+	    (uint64_t)ie.offset * OFFSET_UNIT == e->offset && ie.len == e->len)
+		g = seg_find(s, c->segment);
+	if (g)
+		g->refs++;
+	pthread_mutex_unlock(&s->lock);
+	if (!g)
+		return 0;
+	uint8_t *mem = NULL;
+	int r = read_record(s, g, e->offset, e->len, &e->hash, &mem);
+	if (r == -EBADMSG)
+		forget_damaged(s, &e->hash, g, e->offset);
+	free(mem);
+	uint64_t n = rsize_in(g, e->len);
+	seg_put(s, g);
+	pthread_mutex_lock(&s->lock);
+	s->scrub_bytes += n;
+	s->scrub_records++;
+	s->scrub_damaged += r == -EBADMSG;
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
+int64_t stg_store_scrub_step(struct stg_store *s, struct stg_store_scrub *c, uint64_t budget)
+{
+	uint64_t done = 0;
+	while (done < budget) {
+		if (c->next == c->n) {
+			int r = scrub_load(s, c);
+			if (r < 0)
+				return r;
+			if (r == 0) {
+				/* The end of a pass (or nothing sealed yet). */
+				bool pass = c->segment != 0;
+				c->segment = 0;
+				if (pass) {
+					pthread_mutex_lock(&s->lock);
+					s->scrub_passes++;
+					pthread_mutex_unlock(&s->lock);
+				}
+				break;
+			}
+			continue;
+		}
+		done += scrub_record(s, c, &c->v[c->next++]);
+	}
+	return (int64_t)done;
+}
+
 /* The sealer: writes the hint of each segment no longer appended to, once
  * its last append is done, so that a restart reads the hint instead of the
  * segment. Asked to stop, it writes the hints pending first. */
@@ -1636,6 +1959,9 @@ static void *sealer_main(void *arg)
 		if (r < 0)
 			stg_log_errno(STG_LOG_WARN, r, "store: cannot write the hint of segment %016"
 				      PRIx32 "; a restart scans it", g->id);
+		char log[STG_HINT_LOG_NAME_LEN + 1];
+		stg_hint_log_name(g->id, log);
+		unlinkat(s->segdirfd, log, 0); /* the hint, or a scan, serves now */
 		free(v);
 		seg_put(s, g);
 		pthread_mutex_lock(&s->lock);
@@ -1649,6 +1975,9 @@ void stg_store_free(struct stg_store *s)
 	if (!s)
 		return;
 	if (s->sealer_running) {
+		/* A clean stop leaves the newest segment's records in its hint
+		 * log: the next start scans nothing. */
+		stg_store_sync(s);
 		pthread_mutex_lock(&s->lock);
 		s->stopping = true;
 		pthread_cond_signal(&s->seal_cond);
@@ -1671,6 +2000,7 @@ void stg_store_free(struct stg_store *s)
 	pthread_cond_destroy(&s->seal_cond);
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->gc_lock);
+	pthread_mutex_destroy(&s->format_lock);
 	free(s);
 }
 
@@ -1688,6 +2018,7 @@ int stg_store_open(const char *dir, const struct stg_store_options *o, struct st
 	s->epoch = 1;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_mutex_init(&s->gc_lock, NULL);
+	pthread_mutex_init(&s->format_lock, NULL);
 	pthread_cond_init(&s->roll_cond, NULL);
 	pthread_cond_init(&s->sync_cond, NULL);
 	pthread_cond_init(&s->seal_cond, NULL);

@@ -31,8 +31,11 @@ int stg_store_open(const char *dir, const struct stg_store_options *o, struct st
  * older server would take for corrupt and collect the chunks of: a store is
  * made format 2 before its first one is filed (docs/STORE.md). Format 3 may
  * hold delta objects (chunk format 3), which older servers would take for
- * corrupt: a store is made format 3 before its first one is stored. */
-#define STG_STORE_FORMAT 3
+ * corrupt: a store is made format 3 before its first one is stored. Format
+ * 4 may hold segments of format 2 (records not padded to 4096 bytes), which
+ * older servers would ignore: a store is made format 4 before it creates
+ * one, so at once for a new store. */
+#define STG_STORE_FORMAT 4
 
 /* Makes the store at least format (FORMAT rewritten durably) before it holds
  * what only that format allows. Returns 0 or -errno. */
@@ -100,8 +103,24 @@ struct stg_store_stats {
 	/* At open: bytes of segments scanned (the newest, and those without a
 	 * hint that serves), records taken from hint files. */
 	uint64_t recovery_scanned_bytes, recovery_hinted_records;
+	/* The scrub: record bytes and records read, records found damaged,
+	 * passes over all sealed segments completed. */
+	uint64_t scrub_bytes, scrub_records, scrub_damaged, scrub_passes;
 };
 void stg_store_stats(struct stg_store *s, struct stg_store_stats *ret);
+
+/* The scrub verifies the stored records in the background, as a read
+ * would (checksums, the chunk's header and hash), one sealed segment after
+ * the other; a damaged record is forgotten, so that clients send its chunk
+ * again. The segment appended to is left to the reads. A cursor says where
+ * it stands. */
+struct stg_store_scrub;
+int stg_store_scrub_new(struct stg_store_scrub **ret);
+void stg_store_scrub_free(struct stg_store_scrub *c);
+/* Verifies about budget bytes of records from where c stopped; stops at
+ * the end of a pass. Returns the bytes read (0: nothing to verify, or a
+ * pass just ended) or -errno. */
+int64_t stg_store_scrub_step(struct stg_store *s, struct stg_store_scrub *c, uint64_t budget);
 
 /* Garbage collection in two steps. stg_store_gc_begin starts a marking epoch;
  * every chunk put from then on counts as marked. The caller marks every chunk

@@ -75,19 +75,11 @@ ships() {
 # damage_records DIR: flips a payload byte of every chunk record in the
 # segments below DIR, so that each fails its checksum when read.
 damage_records() {
-	"$PYTHON" - "$1" <<'PY'
-import os, sys
-for top, _, files in os.walk(sys.argv[1]):
-    for name in files:
-        if not name.endswith(".seg"):
-            continue
-        path = os.path.join(top, name)
-        data = bytearray(open(path, "rb").read())
-        for at in range(4096, len(data), 4096):
-            if data[at:at + 4] == b"SHSR" and at + 200 < len(data):
-                data[at + 200] ^= 0x01
-        open(path, "wb").write(data)
-PY
+	local seg off len
+	find "$1" -name '*.seg' -exec "$PROGS/segment-records" {} + |
+		while read -r seg off len; do
+			if [ "$len" -gt 200 ]; then flip_byte "$seg" $((off + 200)); fi
+		done
 }
 
 @test "delta = xor: a particle series takes less room on the servers, and every version restores from them with a replica down" {

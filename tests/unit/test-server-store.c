@@ -7,6 +7,7 @@
 #include <ftw.h>
 #include <pthread.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "chunk.h"
 #include "harness.h"
@@ -144,7 +145,14 @@ static void roundtrip(void)
 	CHECK_EQ(st.chunks, 4);
 	CHECK_EQ(st.segments, 1);
 	uint64_t bytes = st.segment_bytes;
-	CHECK_EQ(bytes, STG_SEGMENT_HEADER_SIZE + st.chunk_bytes);
+	/* The small records follow each other 8-byte aligned; the 1 MiB one
+	 * starts at the next multiple of 4096. */
+	uint64_t small = STG_SEGMENT_HEADER_SIZE;
+	for (int i = 0; i < 3; i++)
+		small += stg_segment_record_size(STG_SEGMENT_FORMAT, (uint32_t)o[i].len);
+	uint64_t large = stg_segment_record_size(STG_SEGMENT_FORMAT, (uint32_t)o[3].len);
+	CHECK_EQ(st.chunk_bytes, small - STG_SEGMENT_HEADER_SIZE + large);
+	CHECK_EQ(bytes, (small + 4095) / 4096 * 4096 + large);
 	CHECK(st.index_bytes > 0);
 	/* A second put of a stored chunk writes nothing, and says so. */
 	CHECK_EQ(stg_store_put(s, o[1].data, o[1].len, &o[1].hash), 1);
@@ -187,17 +195,21 @@ static void golden(void)
 	CHECK_EQ(stg_store_put(s, o.data, o.len, &o.hash), 0);
 	stg_store_free(s);
 
+	/* Format 2: the record padded to a multiple of 8 bytes only. */
 	seg_path(path, sizeof(path), dir, 1);
-	CHECK_EQ(file_size(path), 2 * 4096);
+	enum { RECORD = (STG_RECORD_HEADER_SIZE + 140 + 7) / 8 * 8 };
+	CHECK_EQ(o.len, 140);
+	CHECK_EQ(file_size(path), 4096 + RECORD);
 	int fd = open(path, O_RDONLY);
-	uint8_t buf[2 * 4096];
+	uint8_t buf[4096 + RECORD];
 	CHECK_EQ(stg_pread_all(fd, buf, sizeof(buf), 0), 0);
 	close(fd);
 	struct stg_segment_header sh;
 	CHECK_EQ(stg_segment_header_decode(buf, 4096, &sh), 0);
 	CHECK_EQ(sh.id, 1);
+	CHECK_EQ(sh.format, 2);
 	CHECK(sh.created_ns > 0);
-	CHECK(harness_golden("segment-record-v1.bin", buf + 4096, 4096));
+	CHECK(harness_golden("segment-record-v2.bin", buf + 4096, RECORD));
 	/* Every bit of the header block counts. */
 	int accepted = 0;
 	for (size_t i = 0; i < 4096; i += 7) {
@@ -214,7 +226,65 @@ static void golden(void)
 		buf[i] ^= 0x02;
 	}
 	CHECK_EQ(accepted, 0);
+
+	/* A store of format 1 (an older release's) with its segment of format
+	 * 1, the same record padded to 4096 bytes: read, appended to in its
+	 * format, read again after a restart. */
+	subdir(dir, sizeof(dir), "golden-v1");
+	char segs[600];
+	snprintf(segs, sizeof(segs), "%s/segments", dir);
+	CHECK_EQ(stg_mkdir_p(segs, 0700), 0);
+	snprintf(path, sizeof(path), "%s/FORMAT", dir);
+	FILE *f = fopen(path, "w");
+	fputs("stagehand-store 1\n", f);
+	fclose(f);
+	size_t flen;
+	uint8_t *v1 = harness_fixture("segment-record-v1.bin", &flen);
+	CHECK_EQ(flen, 4096);
+	seg_path(path, sizeof(path), dir, 1);
+	fd = open(path, O_WRONLY | O_CREAT, 0600);
+	uint8_t hdr[4096];
+	stg_segment_header_encode(hdr, 1, 1, 1764000000000000000);
+	CHECK_EQ(stg_write_all(fd, hdr, sizeof(hdr)), 0);
+	CHECK_EQ(stg_write_all(fd, v1, flen), 0);
+	close(fd);
+	free(v1);
+	s = open_store(dir, 0, 0);
+	CHECK(reads_back(s, &o));
+	struct obj more = make_obj(7, 3000, false);
+	CHECK_EQ(stg_store_put(s, more.data, more.len, &more.hash), 0);
+	stg_store_free(s);
+	CHECK_EQ(file_size(path), 3 * 4096); /* appended in format 1 */
+	s = open_store(dir, 0, 0);
+	CHECK(reads_back(s, &o));
+	CHECK(reads_back(s, &more));
+	stg_store_free(s);
+	free_obj(&more);
 	free_obj(&o);
+}
+
+/* What the records cost beyond their bodies: at most 2% for chunks of
+ * 64 KiB (format 1 padded each to 4096 bytes: 6.25%). */
+static void overhead(void)
+{
+	char dir[512];
+	subdir(dir, sizeof(dir), "overhead");
+	struct stg_store *s = open_store(dir, 0, 0);
+	uint64_t bodies = 0;
+	for (int i = 0; i < 64; i++) {
+		struct obj o = make_obj(3000 + (uint64_t)i, 64 << 10, false);
+		CHECK_EQ(stg_store_put(s, o.data, o.len, &o.hash), 0);
+		bodies += o.len;
+		free_obj(&o);
+	}
+	struct stg_store_stats st;
+	stg_store_stats(s, &st);
+	double over = (double)(st.segment_bytes - STG_SEGMENT_HEADER_SIZE) / (double)bodies - 1;
+	printf("overhead: %.2f%% beyond the bodies of 64 KiB chunks (format 1: %.2f%%)\n",
+	       over * 100,
+	       ((double)stg_segment_record_size(1, (64 << 10) + 40) / ((64 << 10) + 40) - 1) * 100);
+	CHECK(over <= 0.02);
+	stg_store_free(s);
 }
 
 static void torn_tail(void)
@@ -228,8 +298,8 @@ static void torn_tail(void)
 	for (int i = 0; i < 3; i++)
 		CHECK_EQ(stg_store_put(s, o[i].data, o[i].len, &o[i].hash), 0);
 	stg_store_free(s);
-	off_t two = 4096 + 2 * (off_t)stg_segment_record_size((uint32_t)o[0].len);
-	CHECK_EQ(file_size(path), two + (off_t)stg_segment_record_size((uint32_t)o[2].len));
+	off_t two = 4096 + 2 * (off_t)stg_segment_record_size(STG_SEGMENT_FORMAT, (uint32_t)o[0].len);
+	CHECK_EQ(file_size(path), two + (off_t)stg_segment_record_size(STG_SEGMENT_FORMAT, (uint32_t)o[2].len));
 
 	/* A write cut short in the middle of the third record. */
 	CHECK_EQ(truncate(path, two + 5000), 0);
@@ -270,7 +340,7 @@ static void corrupt_record(void)
 		CHECK_EQ(stg_store_put(s, o[i].data, o[i].len, &o[i].hash), 0);
 	/* One byte of the second record's body, in the middle of its second
 	 * 4096-byte block so that resynchronization has to probe past it. */
-	off_t at = 4096 + (off_t)stg_segment_record_size((uint32_t)o[0].len) + 32 + 6000;
+	off_t at = 4096 + (off_t)stg_segment_record_size(STG_SEGMENT_FORMAT, (uint32_t)o[0].len) + 32 + 6000;
 	int fd = open(path, O_RDWR);
 	uint8_t b;
 	CHECK_EQ(stg_pread_all(fd, &b, 1, at), 0);
@@ -283,7 +353,12 @@ static void corrupt_record(void)
 	CHECK(reads_back(s, &o[2]));
 	stg_store_free(s);
 
+	/* Without its hint log (a store of an older release), the start
+	 * scans the segment and probes past the damage. */
 	off_t size = file_size(path);
+	char log[600];
+	snprintf(log, sizeof(log), "%s/segments/0000000000000001.hlog", dir);
+	CHECK_EQ(unlink(log), 0);
 	s = open_store(dir, 0, 0);
 	CHECK_EQ(file_size(path), size);
 	CHECK(reads_back(s, &o[0]));
@@ -389,7 +464,8 @@ static void large_records(void)
 
 /* A segment cut between a record's body and the end of its padding (a copy,
  * an outside truncate): the record still reads, with O_DIRECT or not, and
- * the records appended after a restart start aligned. */
+ * the records appended after a restart start aligned. The large record
+ * starts at a multiple of 4096, after zeros. */
 static void unpadded_tail(void)
 {
 	char dir[512], path[600];
@@ -402,10 +478,15 @@ static void unpadded_tail(void)
 		CHECK_EQ(stg_store_put(s, o[i].data, o[i].len, &o[i].hash), 0);
 	CHECK_EQ(stg_store_sync(s), 0);
 	stg_store_free(s);
-	off_t end = 4096 + (off_t)stg_segment_record_size((uint32_t)o[0].len) +
-		    STG_RECORD_HEADER_SIZE + (off_t)o[1].len;
+	off_t at = (off_t)stg_segment_record_place(
+		STG_SEGMENT_FORMAT, (uint32_t)o[1].len,
+		4096 + stg_segment_record_size(STG_SEGMENT_FORMAT, (uint32_t)o[0].len));
+	CHECK_EQ(at, 3 * 4096);
+	off_t end = at + STG_RECORD_HEADER_SIZE + (off_t)o[1].len;
 	CHECK_EQ(truncate(path, end), 0);
 	s = open_store(dir, 0, 0);
+	CHECK_EQ(file_size(path), at + (off_t)stg_segment_record_size(STG_SEGMENT_FORMAT,
+								     (uint32_t)o[1].len));
 	CHECK_EQ(file_size(path) % STG_SEGMENT_ALIGN, 0);
 	for (int i = 0; i < 2; i++)
 		CHECK(reads_back(s, &o[i]));
@@ -436,15 +517,15 @@ static void gc_epochs(void)
 		CHECK(stg_store_has(s, &o[i].hash));
 	gc_cycle(s, &o[0], 1, &res);
 	CHECK_EQ(res.chunks_dropped, 2);
-	CHECK_EQ(res.bytes_dropped, stg_segment_record_size((uint32_t)o[1].len) +
-					    stg_segment_record_size((uint32_t)o[2].len));
+	CHECK_EQ(res.bytes_dropped, stg_segment_record_size(STG_SEGMENT_FORMAT, (uint32_t)o[1].len) +
+					    stg_segment_record_size(STG_SEGMENT_FORMAT, (uint32_t)o[2].len));
 	CHECK(reads_back(s, &o[0]));
 	CHECK(!stg_store_has(s, &o[1].hash));
 	CHECK(!stg_store_has(s, &o[2].hash));
 	struct stg_store_stats st;
 	stg_store_stats(s, &st);
 	CHECK_EQ(st.chunks, 1);
-	CHECK_EQ(st.chunk_bytes, stg_segment_record_size((uint32_t)o[0].len));
+	CHECK_EQ(st.chunk_bytes, stg_segment_record_size(STG_SEGMENT_FORMAT, (uint32_t)o[0].len));
 	stg_store_free(s);
 	for (int i = 0; i < 3; i++)
 		free_obj(&o[i]);
@@ -644,7 +725,7 @@ static void refusals(void)
 	CHECK_EQ(stg_mkdir_p(dir, 0700), 0);
 	snprintf(path, sizeof(path), "%s/FORMAT", dir);
 	FILE *f = fopen(path, "w");
-	fputs("stagehand-store 4\n", f);
+	fputs("stagehand-store 5\n", f);
 	fclose(f);
 	s2 = NULL;
 	CHECK_EQ(stg_store_open(dir, NULL, &s2), -EPROTONOSUPPORT);
@@ -773,7 +854,7 @@ static void deltas(void)
 	CHECK(f && fgets(line, sizeof(line), f));
 	if (f)
 		fclose(f);
-	CHECK(strcmp(line, "stagehand-store 3\n") == 0);
+	CHECK(strcmp(line, "stagehand-store 4\n") == 0); /* (4 holds 3) */
 
 	/* Marking a delta keeps its chain, and nothing after it. */
 	struct stg_store_gc_result res;
@@ -799,8 +880,9 @@ static void deltas(void)
 	CHECK(!stg_store_has(s, &h[last]) && !stg_store_has(s, &h[last - 1]));
 	stg_store_free(s);
 
-	/* A base whose record is corrupt: at the next start, the deltas built
-	 * on it are forgotten (HAVE then asks for them again); a chain on a
+	/* A base whose record is corrupt: once a read finds it (the start
+	 * takes the records from the hint log unread), the deltas built on it
+	 * are forgotten with it (HAVE then asks for them again); a chain on a
 	 * sound base stays. */
 	subdir(dir, sizeof(dir), "orphans");
 	s = open_store(dir, 16 << 20, 0);
@@ -816,6 +898,8 @@ static void deltas(void)
 	CHECK_EQ(stg_pwrite_all(fd, &b, 1, at), 0);
 	close(fd);
 	s = open_store(dir, 16 << 20, 0);
+	struct stg_store_obj got;
+	CHECK_EQ(stg_store_get(s, &h[0], &got), -EBADMSG);
 	for (unsigned k = 0; k < STEPS; k++)
 		CHECK_EQ(stg_store_has(s, &h[k]), k > STG_CHUNK_DELTA_DEPTH);
 	CHECK_EQ(decode_from(s, &h[last], N, out), 0);
@@ -975,7 +1059,7 @@ static void flip_byte(const char *path, off_t at)
  * read, and forgotten so that clients send it again. */
 static void hints(void)
 {
-	enum { N = 120 };
+	enum { N = 160 };
 	char dir[512], path[600];
 	subdir(dir, sizeof(dir), "hints");
 	struct stg_store *s = open_store(dir, 64 << 10, 0);
@@ -989,6 +1073,7 @@ static void hints(void)
 	uint64_t segments = st.segments;
 	CHECK(segments > 10);
 	CHECK_EQ(st.recovery_scanned_bytes, 0);
+	CHECK_EQ(stg_store_sync(s), 0);
 	stg_store_free(s);
 	for (uint64_t id = 1; id < segments; id++) {
 		hint_path(path, sizeof(path), dir, id);
@@ -998,7 +1083,7 @@ static void hints(void)
 	s = open_store(dir, 64 << 10, 0);
 	stg_store_stats(s, &st);
 	CHECK_EQ(st.chunks, N);
-	CHECK(st.recovery_scanned_bytes <= 64 << 10); /* the newest segment alone */
+	CHECK_EQ(st.recovery_scanned_bytes, 0); /* the newest one's records are in its hint log */
 	CHECK(st.recovery_hinted_records >= N - 10);
 	for (int i = 0; i < N; i++)
 		CHECK(reads_back(s, &o[i]));
@@ -1019,7 +1104,7 @@ static void hints(void)
 	close(fd);
 	s = open_store(dir, 64 << 10, 0);
 	stg_store_stats(s, &st);
-	CHECK(st.recovery_scanned_bytes > 2 * (64 << 10));
+	CHECK(st.recovery_scanned_bytes > (64 << 10)); /* segments 3 and 4 */
 	CHECK_EQ(file_size(path), -1);
 	int damaged = -1, bad = 0;
 	for (int i = 0; i < N; i++) {
@@ -1042,9 +1127,105 @@ static void hints(void)
 	/* The hints passed over were written anew. */
 	s = open_store(dir, 64 << 10, 0);
 	stg_store_stats(s, &st);
-	CHECK(st.recovery_scanned_bytes <= 64 << 10);
+	CHECK_EQ(st.recovery_scanned_bytes, 0);
 	for (int i = 0; i < N; i++)
 		CHECK(reads_back(s, &o[i]));
+	stg_store_free(s);
+
+	/* A process that dies after a sync and 3 more puts: the start takes
+	 * the newest segment's records up to the sync from its hint log, and
+	 * scans only what follows. */
+	static struct obj more[8];
+	for (int i = 0; i < 8; i++)
+		more[i] = make_obj(900 + (uint64_t)i, 5000, false);
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct stg_store_options so = {.segment_size = 64 << 10};
+		struct stg_store *c;
+		if (stg_store_open(dir, &so, &c) < 0)
+			_exit(1);
+		for (int i = 0; i < 5; i++)
+			if (stg_store_put(c, more[i].data, more[i].len, &more[i].hash) != 0)
+				_exit(1);
+		if (stg_store_sync(c) < 0)
+			_exit(1);
+		for (int i = 5; i < 8; i++)
+			if (stg_store_put(c, more[i].data, more[i].len, &more[i].hash) != 0)
+				_exit(1);
+		_exit(0); /* no stg_store_free: as if killed */
+	}
+	int status;
+	CHECK_EQ(waitpid(pid, &status, 0), pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	s = open_store(dir, 64 << 10, 0);
+	stg_store_stats(s, &st);
+	uint64_t tail = 3 * stg_segment_record_size(STG_SEGMENT_FORMAT, (uint32_t)more[0].len);
+	printf("hints: %" PRIu64 " records from hints, %" PRIu64 " bytes scanned (%" PRIu64
+	       " put after the last sync)\n", st.recovery_hinted_records,
+	       st.recovery_scanned_bytes, tail);
+	CHECK(st.recovery_scanned_bytes <= tail);
+	for (int i = 0; i < 8; i++)
+		CHECK(reads_back(s, &more[i]));
+	for (int i = 0; i < N; i++)
+		CHECK(reads_back(s, &o[i]));
+	stg_store_free(s);
+	for (int i = 0; i < 8; i++)
+		free_obj(&more[i]);
+	for (int i = 0; i < N; i++)
+		free_obj(&o[i]);
+}
+
+/* The scrub reads every record of the sealed segments in turn, as a GET
+ * does: a record damaged behind its hint is found and forgotten before any
+ * read needs it, and a second pass finds nothing more. */
+static void scrub(void)
+{
+	enum { N = 60 };
+	char dir[512], path[600];
+	subdir(dir, sizeof(dir), "scrub");
+	struct stg_store *s = open_store(dir, 64 << 10, 0);
+	static struct obj o[N];
+	for (int i = 0; i < N; i++) {
+		o[i] = make_obj(7000 + (uint64_t)i, 5000, false);
+		CHECK_EQ(stg_store_put(s, o[i].data, o[i].len, &o[i].hash), 0);
+	}
+	stg_store_free(s);
+	seg_path(path, sizeof(path), dir, 2);
+	flip_byte(path, 4096 + 32 + 3000);
+	s = open_store(dir, 64 << 10, 0);
+	struct stg_store_scrub *c;
+	CHECK_EQ(stg_store_scrub_new(&c), 0);
+	struct stg_store_stats st;
+	int steps = 0;
+	do {
+		CHECK(stg_store_scrub_step(s, c, 16 << 10) >= 0);
+		stg_store_stats(s, &st);
+	} while (st.scrub_passes == 0 && ++steps < 10000);
+	CHECK_EQ(st.scrub_passes, 1);
+	CHECK_EQ(st.scrub_damaged, 1);
+	/* Every record but those of the newest segment. */
+	CHECK(st.scrub_records >= N - 12 && st.scrub_records < N);
+	int absent = 0, sound = 0;
+	for (int i = 0; i < N; i++) {
+		if (!stg_store_has(s, &o[i].hash)) {
+			absent++;
+			CHECK_EQ(stg_store_put(s, o[i].data, o[i].len, &o[i].hash), 0);
+		}
+		sound += reads_back(s, &o[i]);
+	}
+	CHECK_EQ(absent, 1);
+	CHECK_EQ(sound, N);
+	uint64_t records = st.scrub_records;
+	steps = 0;
+	do {
+		CHECK(stg_store_scrub_step(s, c, 16 << 10) >= 0);
+		stg_store_stats(s, &st);
+	} while (st.scrub_passes == 1 && ++steps < 10000);
+	CHECK_EQ(st.scrub_passes, 2);
+	CHECK_EQ(st.scrub_damaged, 1);
+	CHECK(st.scrub_records >= 2 * records - 1);
+	stg_store_scrub_free(c);
+	stg_store_scrub_free(NULL);
 	stg_store_free(s);
 	for (int i = 0; i < N; i++)
 		free_obj(&o[i]);
@@ -1054,6 +1235,7 @@ int main(void)
 {
 	roundtrip();
 	golden();
+	overhead();
 	torn_tail();
 	corrupt_record();
 	large_records();
@@ -1067,6 +1249,7 @@ int main(void)
 	same_and_whole();
 	hint_golden();
 	hints();
+	scrub();
 	/* The segments take megabytes: kept only when something failed. */
 	if (!harness_failures && base)
 		nftw(base, remove_one, 16, FTW_DEPTH | FTW_PHYS);
