@@ -134,10 +134,9 @@ static size_t limit_of(size_t n)
 	return n / LOAD_DEN * LOAD_NUM + n % LOAD_DEN * LOAD_NUM / LOAD_DEN;
 }
 
-/* Grows one table by a sixteenth: only its old and new slots coexist. */
-static int grow(struct stg_chunkindex *x, struct table *t)
+/* Grows one table to n slots: only its old and new slots coexist. */
+static int grow_to(struct stg_chunkindex *x, struct table *t, size_t n)
 {
-	size_t n = t->n < MIN_SLOTS ? MIN_SLOTS : t->n + (t->n / 16 > 1 ? t->n / 16 : 1);
 	if (n > SIZE_MAX / SLOT)
 		return -ENOMEM;
 	uint8_t *slots = calloc(n, SLOT);
@@ -153,6 +152,43 @@ static int grow(struct stg_chunkindex *x, struct table *t)
 			place(t, slot_at(&old, i));
 	free(old.slots);
 	x->memory -= old.n * SLOT;
+	return 0;
+}
+
+/* Grows one table by a sixteenth. */
+static int grow(struct stg_chunkindex *x, struct table *t)
+{
+	return grow_to(x, t, t->n < MIN_SLOTS ? MIN_SLOTS : t->n + (t->n / 16 > 1 ? t->n / 16 : 1));
+}
+
+static size_t isqrt(size_t v)
+{
+	size_t lo = 0, hi = v < 2 ? v : v / 2;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo + 1) / 2;
+		if (mid <= v / mid)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+int stg_chunkindex_reserve(struct stg_chunkindex *x, size_t n)
+{
+	/* Each table gets its share and a margin for the hash's spread (2
+	 * standard deviations: the odd table grows once more), filled to 92%
+	 * at most. */
+	size_t share = n / TABLES;
+	size_t want = share + 2 * isqrt(share) + 1;
+	size_t slots = want * 100 / 92 + 1;
+	for (size_t i = 0; i < TABLES; i++) {
+		if (x->t[i].limit >= want)
+			continue;
+		int r = grow_to(x, &x->t[i], slots);
+		if (r < 0)
+			return r;
+	}
 	return 0;
 }
 

@@ -56,6 +56,12 @@ static inline uint32_t stg_chunkindex_age(const struct stg_chunkindex_entry *e, 
 /* Removes h; returns whether it was present. */
 bool stg_chunkindex_remove(struct stg_chunkindex *x, const struct stg_hash *h);
 
+/* Makes room for about n entries in all, each table grown at most once (a
+ * start that knows how many records its hints hold: inserting them into
+ * tables grown a sixteenth at a time moved each entry 16 times). Returns 0
+ * or -ENOMEM. */
+int stg_chunkindex_reserve(struct stg_chunkindex *x, size_t n);
+
 size_t stg_chunkindex_count(const struct stg_chunkindex *x);
 
 /* Bytes of memory the index holds now, and the most it ever held at once

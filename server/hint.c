@@ -205,6 +205,21 @@ int stg_hint_log_create(int dirfd, const struct stg_hint_key *k, const struct st
 	return r < 0 ? r : fd;
 }
 
+int stg_hint_log_reopen(int dirfd, const struct stg_hint_key *k, size_t entries)
+{
+	char name[STG_HINT_LOG_NAME_LEN + 1];
+	stg_hint_log_name(k->id, name);
+	int fd = openat(dirfd, name, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)(STG_HINT_HEADER_SIZE + entries * STG_HINT_ENTRY_SIZE)) < 0) {
+		int r = -errno;
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
 int stg_hint_log_append(int fd, const struct stg_hint_entry *v, size_t n)
 {
 	/* Opened for writing at its end, and only ever appended to. */

@@ -81,6 +81,11 @@ int stg_hint_log_parse_name(const char *name, uint64_t *ret);
 int stg_hint_log_create(int dirfd, const struct stg_hint_key *k, const struct stg_hint_entry *v,
 			size_t n);
 
+/* Opens the hint log of segment k to append to after its first entries
+ * (those its reader took), cutting off whatever follows them. Returns a
+ * descriptor or -errno. */
+int stg_hint_log_reopen(int dirfd, const struct stg_hint_key *k, size_t entries);
+
 /* Appends v[0..n) to a hint log. Nothing is synced: an entry lost or torn
  * by a crash only means that the start scans its record. */
 int stg_hint_log_append(int fd, const struct stg_hint_entry *v, size_t n);

@@ -257,6 +257,25 @@ static void open_hint_log(struct stg_store *s, struct seg *g)
 	g->log_fd = fd;
 }
 
+/* Gives the newest segment at start its hint log back, its first logged
+ * entries kept and the rest of g's appended. */
+static void reopen_hint_log(struct stg_store *s, struct seg *g, size_t logged)
+{
+	struct stg_hint_key k = {.id = g->id, .created_ns = g->created_ns};
+	int fd = stg_hint_log_reopen(s->segdirfd, &k, logged);
+	if (fd < 0) {
+		open_hint_log(s, g);
+		return;
+	}
+	int r = stg_hint_log_append(fd, g->hints + logged, g->nhints - logged);
+	if (r < 0) {
+		close(fd);
+		open_hint_log(s, g);
+		return;
+	}
+	g->log_fd = fd;
+}
+
 /* Creates segment id under a temporary name and renames it into place once
  * its header is durable, so that a segment file with a bad header is never
  * the leftover of a crash but real damage. */
@@ -1460,6 +1479,8 @@ struct recovery {
 	struct seg *g;
 	bool gather;         /* the records go to g's hint entries too */
 	uint64_t logged_end; /* the end of the last record its hint log names */
+	size_t logged;       /* entries taken from the hint log (or hint) */
+	bool log_ok;         /* its hint log's header checked out */
 };
 
 /* Later copies win: the content is the same, and the newest copy is the one
@@ -1502,6 +1523,7 @@ static int recover_hinted(void *arg, const struct stg_hint_entry *e)
 {
 	struct recovery *rc = arg;
 	rc->s->recovery_hinted_records++;
+	rc->logged++;
 	uint64_t end = e->offset + rsize_in(rc->g, e->len);
 	if (end > rc->logged_end)
 		rc->logged_end = end;
@@ -1559,6 +1581,7 @@ static int recover_from_log(struct stg_store *s, struct recovery *rc, const char
 		return -errno;
 	struct stg_hint_key k = {rc->g->id, rc->g->created_ns, (uint64_t)st.st_size};
 	int r = stg_hint_log_read(s->segdirfd, &k, recover_hinted, rc);
+	rc->log_ok = r == 0;
 	if (r < 0 && r != -ENOENT && r != -ENOMEM)
 		stg_log_errno(STG_LOG_WARN, r, "store: the hint log of segment '%s' cannot be "
 			      "read: scanning it", name);
@@ -1644,15 +1667,18 @@ static int recover_segment(struct stg_store *s, uint64_t id, bool sealed_one, st
 		g->nhints = g->caphints = 0;
 		g->hints_lost = true;
 	} else if (!g->hints_lost) {
-		/* The log anew, with every record found, made durable first:
-		 * the scan may have read what a killed process left in the
-		 * page cache. */
+		/* The log gets the records the scan found, made durable
+		 * first: the scan may have read what a killed process left in
+		 * the page cache. They follow those the log named, in the
+		 * segment's order. */
 		if (fdatasync(fd) < 0) {
 			r = -errno;
 			goto out_free;
 		}
-		qsort(g->hints, g->nhints, sizeof(*g->hints), cmp_hint);
-		open_hint_log(s, g);
+		if (rc.log_ok)
+			reopen_hint_log(s, g, rc.logged);
+		else
+			open_hint_log(s, g);
 	}
 	table_add(s, g);
 	*ret = g;
@@ -1748,6 +1774,26 @@ static int drop_orphans(struct stg_store *s)
 	return r;
 }
 
+/* How many records the hints and hint logs of the segments name: the index
+ * is sized for them at once. */
+static size_t hinted_records(struct stg_store *s, const uint64_t *ids, size_t n)
+{
+	size_t total = 0;
+	for (size_t i = 0; i < n; i++) {
+		char name[STG_HINT_NAME_LEN + 1];
+		struct stat st;
+		stg_hint_name(ids[i], name);
+		if (fstatat(s->segdirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			stg_hint_log_name(ids[i], name);
+			if (fstatat(s->segdirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+				continue;
+		}
+		if (st.st_size > STG_HINT_HEADER_SIZE)
+			total += (size_t)(st.st_size - STG_HINT_HEADER_SIZE) / STG_HINT_ENTRY_SIZE;
+	}
+	return total;
+}
+
 static int recover(struct stg_store *s)
 {
 	struct ids segs = {0};
@@ -1756,6 +1802,9 @@ static int recover(struct stg_store *s)
 		return r;
 	uint64_t *ids = segs.v;
 	size_t n = segs.n;
+	r = stg_chunkindex_reserve(s->index, hinted_records(s, ids, n));
+	if (r < 0)
+		goto out_free;
 	struct seg *last = NULL;
 	struct stg_segment_scan_result last_scan = {0};
 	for (size_t i = 0; i < n; i++) {

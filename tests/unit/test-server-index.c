@@ -168,10 +168,37 @@ static void memory_per_entry(void)
 	stg_chunkindex_free(x);
 }
 
+/* Sized at once for the entries to come (a start from hints): no growth
+ * while they go in, and no more memory per entry than growing would take. */
+static void reserved(void)
+{
+	enum { N = 500000 };
+	struct stg_chunkindex *x;
+	CHECK_EQ(stg_chunkindex_new(&x), 0);
+	CHECK_EQ(stg_chunkindex_reserve(x, N), 0);
+	size_t before = stg_chunkindex_memory(x);
+	int bad = 0;
+	for (uint32_t i = 0; i < N; i++) {
+		struct stg_hash h;
+		random_hash(&h);
+		struct stg_chunkindex_entry ent = entry_of(&h, i);
+		bad += stg_chunkindex_insert(x, &ent, NULL) != 1;
+	}
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(stg_chunkindex_memory(x), before);
+	double per = (double)stg_chunkindex_memory(x) / N;
+	printf("index reserved for %d entries: %.1f bytes per entry\n", N, per);
+	CHECK(per <= 32);
+	CHECK_EQ(stg_chunkindex_reserve(x, N / 2), 0); /* no shrinking */
+	CHECK_EQ(stg_chunkindex_memory(x), before);
+	stg_chunkindex_free(x);
+}
+
 int main(void)
 {
 	basics();
 	against_reference();
 	memory_per_entry();
+	reserved();
 	return harness_done();
 }
