@@ -5,10 +5,13 @@
 #
 #   files: one file of a user restored, and listed, from the servers by a
 #   node with an empty cache, while the user has F files on them (2
-#   servers, replicas = 2; medians of --trials runs). The F - 1 other files
-#   are copies of the first one's entry on each server under other paths,
-#   made while the servers are stopped: what a server finds when it starts
-#   is what it would hold after F real checkpoints.
+#   servers, replicas = 2; medians of --trials runs); and `ls` of
+#   everything, by a node with an empty cache and by one whose cache holds
+#   the same F files. The F - 1
+#   other files are copies of the first one's entry on each server (and in
+#   the cache) under other paths, made while the servers are stopped: what
+#   a server finds when it starts is what it would hold after F real
+#   checkpoints.
 #
 #   chunks: a server's start over a store of C chunks (small ones, so that
 #   a million fit a few GB): the time it takes to open the store, cold
@@ -118,6 +121,29 @@ for store in ("store0", "store1"):
 EOP
 }
 
+# plant_cache N: the node's cache as it was after the first file's flush
+# ($dir/cache.keep), with N files: the first one's entry copied under
+# $dir/ckpt/d<k>/f<k>, as on the servers.
+plant_cache() {
+	rm -rf "$dir/cache"
+	cp -a "$dir/cache.keep" "$dir/cache"
+	python3 - "$dir" "$1" "$ID" <<'EOP'
+import os, shutil, subprocess, sys
+top, want, idprog = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+files = os.path.join(top, "cache", "files")
+first = [e for e in os.listdir(files)
+         if open(os.path.join(files, e, "path")).read() == top + "/ckpt/f"][0]
+paths = [f"{top}/ckpt/d{k % 1000}/f{k}" for k in range(1, want)]
+ids = subprocess.run([idprog, "-"], input="\n".join(paths) + "\n", capture_output=True,
+                     text=True, check=True).stdout.split()
+for p, i in zip(paths, ids):
+    d = os.path.join(files, i)
+    shutil.copytree(os.path.join(files, first), d)
+    with open(os.path.join(d, "path"), "w") as f:
+        f.write(p)
+EOP
+}
+
 files_part() {
 	mkdir -p "$dir/ckpt"
 	start_servers
@@ -135,9 +161,10 @@ files_part() {
 	LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/policy.conf" cp "$dir/f.ref" "$dir/ckpt/f"
 	"$S" flush --policy "$dir/policy.conf" --wait --timeout 600 >/dev/null
 	pkill -f "stagehand-flusher --policy $dir/" 2>/dev/null || true
-	rm -rf "$dir/cache"
+	while [ -e "$dir/cache/flusher.lock" ] && ! flock -n "$dir/cache/flusher.lock" true; do sleep 0.1; done
+	mv "$dir/cache" "$dir/cache.keep"
 
-	printf '| files of the user | one-file restore, ms | one-file ls, ms |\n|---|---|---|\n'
+	printf '| files of the user | one-file restore, ms | one-file ls, ms | ls of everything, empty cache, ms | ls of everything, cache and servers, ms |\n|---|---|---|---|---|\n'
 	first_restore="" first_ls=""
 	for n in ${files//,/ }; do
 		stop_servers
@@ -145,24 +172,38 @@ files_part() {
 		start_servers
 		: >"$dir/t.restore"
 		: >"$dir/t.ls"
+		: >"$dir/t.empty"
 		for ((t = 0; t < trials; t++)); do
 			rm -rf "$dir/cache" "$dir/back"
 			seconds "$S" restore --policy "$dir/policy.conf" --to "$dir/back" "$dir/ckpt/f" >>"$dir/t.restore"
 			cmp -s "$dir/f.ref" "$dir/back$dir/ckpt/f" || { echo "scale.sh: the restored file differs" >&2; exit 1; }
 			rm -rf "$dir/cache"
 			seconds "$S" ls --policy "$dir/policy.conf" "$dir/ckpt/f" >>"$dir/t.ls"
+			rm -rf "$dir/cache"
+			seconds "$S" ls --policy "$dir/policy.conf" >>"$dir/t.empty"
 		done
 		r=$(median <"$dir/t.restore")
 		l=$(median <"$dir/t.ls")
-		printf '| %s | %.1f | %.1f |\n' "$n" "$(awk -v x="$r" 'BEGIN {print x * 1000}')" \
-			"$(awk -v x="$l" 'BEGIN {print x * 1000}')"
-		[ -n "$first_restore" ] || { first_restore=$r; first_ls=$l; first_n=$n; }
-		last_restore=$r last_ls=$l last_n=$n
+		plant_cache "$n"
+		: >"$dir/t.all"
+		for ((t = 0; t < trials; t++)); do
+			seconds "$S" ls --policy "$dir/policy.conf" >>"$dir/t.all"
+		done
+		rm -rf "$dir/cache"
+		a=$(median <"$dir/t.all")
+		e=$(median <"$dir/t.empty")
+		printf '| %s | %.1f | %.1f | %.1f | %.1f |\n' "$n" "$(awk -v x="$r" 'BEGIN {print x * 1000}')" \
+			"$(awk -v x="$l" 'BEGIN {print x * 1000}')" "$(awk -v x="$e" 'BEGIN {print x * 1000}')" \
+			"$(awk -v x="$a" 'BEGIN {print x * 1000}')"
+		[ -n "$first_restore" ] || { first_restore=$r; first_ls=$l; first_all=$a; first_empty=$e; first_n=$n; }
+		last_restore=$r last_ls=$l last_all=$a last_empty=$e last_n=$n
 	done
 	awk -v a="$first_restore" -v b="$last_restore" -v c="$first_ls" -v d="$last_ls" \
+		-v e="$first_all" -v f="$last_all" -v g="$first_empty" -v h="$last_empty" \
 		-v m="$first_n" -v n="$last_n" 'BEGIN {
 		printf "one-file restore, %d -> %d files: %.2fx (target <= 1.2x)\n", m, n, b / a
-		printf "one-file ls, %d -> %d files: %.2fx (target <= 1.2x)\n", m, n, d / c }'
+		printf "one-file ls, %d -> %d files: %.2fx (target <= 1.2x)\n", m, n, d / c
+		printf "ls of everything, %d -> %d files: %.2fx per file with an empty cache, %.2fx with the cache (target: linear, 1x)\n", m, n, h / g * m / n, f / e * m / n }'
 }
 
 drop_caches() {

@@ -154,6 +154,13 @@ static int cmp_rows(const void *a, const void *b)
 	return x->version < y->version ? -1 : x->version > y->version;
 }
 
+/* The cache's row of path's version, among rows[0..n) sorted (cmp_rows). */
+static struct row *find_row(struct row *rows, size_t n, const char *path, uint64_t version)
+{
+	struct row key = {.path = (char *)path, .version = version};
+	return bsearch(&key, rows, n, sizeof(*rows), cmp_rows);
+}
+
 /* Adds the servers' versions: counts for those in the cache, rows for the
  * others (staged on another node, or evicted here). *ret_missed: the servers
  * that did not answer may hold versions that none of the others does. */
@@ -172,21 +179,21 @@ static int merge_remote(const struct stg_policy *p, struct listing *l, bool *ret
 	}
 	struct remote_session sess; /* for the parts' manifests */
 	remote_session_init(&sess, &rm);
+	/* The cache's rows, sorted, are looked up; the servers' are added
+	 * after them. */
+	size_t local = l->n;
+	qsort(l->rows, local, sizeof(*l->rows), cmp_rows);
 	for (size_t i = 0; i < n && r == 0; i++) {
 		if (!under(rv[i].path, l->prefix))
 			continue;
 		int count = __builtin_popcountll(rv[i].servers);
-		bool found = false, deleted = rv[i].e.flags & STG_LIST_ENTRY_DELETED;
-		for (size_t k = 0; k < l->n; k++)
-			if (l->rows[k].version == rv[i].e.version &&
-			    strcmp(l->rows[k].path, rv[i].path) == 0) {
-				l->rows[k].listed_servers = count;
-				l->rows[k].deleted |= deleted;
-				found = true;
-				break;
-			}
-		if (found)
+		bool deleted = rv[i].e.flags & STG_LIST_ENTRY_DELETED;
+		struct row *in_cache = find_row(l->rows, local, rv[i].path, rv[i].e.version);
+		if (in_cache) {
+			in_cache->listed_servers = count;
+			in_cache->deleted |= deleted;
 			continue;
+		}
 		struct row row = {
 			.path = rv[i].path,
 			.version = rv[i].e.version,
