@@ -1,0 +1,317 @@
+/* SPDX-License-Identifier: MIT */
+/* The store's garbage collection: marking epochs, dropping, compaction. */
+#include "store-internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "chunk.h"
+#include "log.h"
+#include "ringio.h"
+#include "thread.h"
+#include "util.h"
+
+void stg_store_gc_begin(struct stg_store *s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->epoch++;
+	pthread_mutex_unlock(&s->lock);
+}
+
+bool stg_store_mark(struct stg_store *s, const struct stg_hash *h)
+{
+	return store_mark_if_present(s, h);
+}
+
+/* A record to move out of a segment being compacted. */
+struct move {
+	struct stg_hash hash;
+	struct seg *from;
+	uint32_t offset; /* in OFFSET_UNIT */
+	uint32_t len;
+};
+
+struct collect {
+	struct stg_store *s;
+	uint32_t epoch;      /* now: chunks not marked in it or the one before are dropped */
+	struct seg **from;   /* segments being compacted, by id */
+	size_t nfrom;
+	struct move *v;
+	size_t n, cap;
+};
+
+static int collect_push(struct collect *c, const struct stg_chunkindex_entry *e, struct seg *from)
+{
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 256;
+		struct move *v = realloc(c->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		c->v = v;
+		c->cap = cap;
+	}
+	c->v[c->n++] = (struct move){e->hash, from, e->offset, e->len};
+	return 0;
+}
+
+static int collect_dead(void *arg, const struct stg_chunkindex_entry *e)
+{
+	struct collect *c = arg;
+	return stg_chunkindex_age(e, c->epoch) > 1 ? collect_push(c, e, NULL) : 0;
+}
+
+static int collect_moves(void *arg, const struct stg_chunkindex_entry *e)
+{
+	struct collect *c = arg;
+	size_t lo = 0, hi = c->nfrom;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (c->from[mid]->id == e->segment)
+			return collect_push(c, e, c->from[mid]);
+		if (c->from[mid]->id < e->segment)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return 0;
+}
+
+static int cmp_move(const void *a, const void *b)
+{
+	const struct move *x = a, *y = b;
+	if (x->from->id != y->from->id)
+		return x->from->id < y->from->id ? -1 : 1;
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Removes the entry of m->hash if it still points where m says. Called with
+ * the lock held. Returns the record bytes dropped. */
+static uint64_t drop_if_at(struct stg_store *s, const struct move *m)
+{
+	struct stg_chunkindex_entry e;
+	if (!stg_chunkindex_get(s->index, &m->hash, &e) || e.segment != m->from->id ||
+	    e.offset != m->offset)
+		return 0;
+	uint64_t size = store_rsize_in(m->from, e.len);
+	m->from->live -= size;
+	stg_chunkindex_remove(s->index, &m->hash);
+	stg_bases_remove(s->bases, &m->hash);
+	return size;
+}
+
+/* Drops the chunks marked in neither this epoch nor the previous one. */
+static int drop_unmarked(struct stg_store *s, struct stg_store_gc_result *res)
+{
+	struct collect c = {.s = s};
+	pthread_mutex_lock(&s->lock);
+	c.epoch = s->epoch;
+	/* Collected first, removed after: backward shifts would move entries
+	 * under the iteration. */
+	int r = stg_chunkindex_foreach(s->index, collect_dead, &c);
+	for (size_t i = 0; r == 0 && i < c.n; i++) {
+		struct stg_chunkindex_entry e;
+		stg_chunkindex_get(s->index, &c.v[i].hash, &e);
+		c.v[i].from = store_seg_find(s, e.segment);
+		uint64_t size = drop_if_at(s, &c.v[i]);
+		res->chunks_dropped += size > 0;
+		res->bytes_dropped += size;
+	}
+	pthread_mutex_unlock(&s->lock);
+	free(c.v);
+	return r;
+}
+
+/* Copies one live record to the active segment and points the index at the
+ * copy if the entry has not changed meanwhile. A corrupt record cannot be
+ * moved: its entry is dropped, so that clients send the chunk again. */
+static int move_record(struct stg_store *s, const struct move *m, struct stg_store_gc_result *res)
+{
+	uint8_t *mem;
+	uint64_t off = (uint64_t)m->offset * OFFSET_UNIT;
+	int r = store_read_record(s, m->from, off, m->len, &m->hash, &mem);
+	if (r == -EBADMSG) {
+		pthread_mutex_lock(&s->lock);
+		uint64_t size = drop_if_at(s, m);
+		pthread_mutex_unlock(&s->lock);
+		res->chunks_dropped += size > 0;
+		res->bytes_dropped += size;
+		return 0;
+	}
+	if (r < 0)
+		return r;
+	struct seg *g;
+	uint64_t noff;
+	r = store_reserve(s, m->len, true, &g, &noff);
+	if (r < 0)
+		goto out_free;
+	/* The record header names no location: the bytes move as they are. */
+	r = store_write_record(g, noff, mem, mem + STG_RECORD_HEADER_SIZE, m->len);
+	struct stg_hash base;
+	bool delta = stg_chunk_base(mem + STG_RECORD_HEADER_SIZE, m->len, &base);
+	pthread_mutex_lock(&s->lock);
+	store_append_done(s, g, r == 0, &m->hash, noff, m->len, delta ? &base : NULL);
+	struct stg_chunkindex_entry e;
+	if (r == 0 && stg_chunkindex_get(s->index, &m->hash, &e) && e.segment == m->from->id &&
+	    e.offset == m->offset) {
+		e.segment = g->id;
+		e.offset = (uint32_t)(noff / OFFSET_UNIT);
+		stg_chunkindex_set(s->index, &e);
+		m->from->live -= store_rsize_in(m->from, m->len);
+		g->live += store_rsize_in(g, m->len);
+		res->bytes_moved += store_rsize_in(g, m->len);
+	}
+	pthread_mutex_unlock(&s->lock);
+	store_seg_put(s, g);
+out_free:
+	free(mem);
+	return r;
+}
+
+/* Drops the unmarked chunks, then removes and compacts segments. */
+static int collect_garbage(struct stg_store *s, struct stg_store_gc_result *ret)
+{
+	struct stg_store_gc_result res = {0};
+	struct collect c = {.s = s};
+	struct seg **empty = NULL;
+	size_t nempty = 0;
+	int r = drop_unmarked(s, &res);
+	if (r < 0)
+		return r;
+
+	pthread_mutex_lock(&s->lock);
+	empty = malloc((s->nsegs ? s->nsegs : 1) * sizeof(*empty));
+	c.from = malloc((s->nsegs ? s->nsegs : 1) * sizeof(*c.from));
+	if (!empty || !c.from) {
+		pthread_mutex_unlock(&s->lock);
+		r = -ENOMEM;
+		goto out_free;
+	}
+	for (size_t i = 0; i < s->nsegs;) {
+		struct seg *g = s->segs[i];
+		if (store_sealed(s, g) && g->live == 0) {
+			store_table_remove(s, g); /* its reference passes to empty[] */
+			empty[nempty++] = g;
+			continue;
+		}
+		if (store_sealed(s, g) && g->live <= g->end / 2) {
+			g->refs++;
+			c.from[c.nfrom++] = g;
+		}
+		i++;
+	}
+	if (c.nfrom)
+		r = stg_chunkindex_foreach(s->index, collect_moves, &c);
+	pthread_mutex_unlock(&s->lock);
+	store_unlink_segments(s, empty, nempty);
+	res.segments_removed += nempty;
+	if (r < 0)
+		goto out_put;
+
+	if (c.n)
+		qsort(c.v, c.n, sizeof(*c.v), cmp_move);
+	for (size_t i = 0; r == 0 && i < c.n; i++)
+		r = move_record(s, &c.v[i], &res);
+	/* The copies are durable before the originals go. */
+	if (r == 0 && c.nfrom)
+		r = stg_store_sync(s);
+	if (r < 0)
+		goto out_put;
+	nempty = 0;
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < c.nfrom; i++) {
+		if (c.from[i]->live != 0)
+			continue;
+		store_table_remove(s, c.from[i]);
+		empty[nempty++] = c.from[i];
+	}
+	pthread_mutex_unlock(&s->lock);
+	store_unlink_segments(s, empty, nempty);
+	res.segments_removed += nempty;
+	res.segments_compacted += nempty;
+out_put:
+	for (size_t i = 0; i < c.nfrom; i++)
+		store_seg_put(s, c.from[i]);
+out_free:
+	free(c.v);
+	free(c.from);
+	free(empty);
+	if (r == 0 && ret)
+		*ret = res;
+	return r;
+}
+
+
+int stg_store_gc_end(struct stg_store *s, struct stg_store_gc_result *ret)
+{
+	pthread_mutex_lock(&s->gc_lock);
+	int r = collect_garbage(s, ret);
+	if (r == 0)
+		r = store_drop_orphans(s);
+	pthread_mutex_unlock(&s->gc_lock);
+	return r;
+}
+
+struct orphans {
+	struct stg_store *s;
+	struct stg_hash *v;
+	size_t n, cap;
+};
+
+static int find_orphan(void *arg, const struct stg_hash *h, const struct stg_hash *base)
+{
+	struct orphans *o = arg;
+	if (stg_chunkindex_get(o->s->index, base, NULL))
+		return 0;
+	if (o->n == o->cap) {
+		size_t cap = o->cap ? o->cap * 2 : 16;
+		struct stg_hash *v = realloc(o->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		o->v = v;
+		o->cap = cap;
+	}
+	o->v[o->n++] = *h;
+	return 0;
+}
+
+/* A delta whose base was lost (a corrupt record, found at start or moved
+ * out by compaction) cannot be decoded: it is forgotten, so that HAVE says
+ * it is absent and clients send it again. So are the deltas built on it,
+ * in turn. Takes the lock. */
+int store_drop_orphans(struct stg_store *s)
+{
+	struct orphans o = {.s = s};
+	size_t dropped = 0;
+	int r;
+	pthread_mutex_lock(&s->lock);
+	do {
+		o.n = 0;
+		r = stg_bases_foreach(s->bases, find_orphan, &o);
+		for (size_t i = 0; r == 0 && i < o.n; i++) {
+			struct stg_chunkindex_entry e;
+			struct seg *g = stg_chunkindex_get(s->index, &o.v[i], &e) ?
+						store_seg_find(s, e.segment) : NULL;
+			if (g)
+				g->live -= store_rsize_in(g, e.len);
+			stg_chunkindex_remove(s->index, &o.v[i]);
+			stg_bases_remove(s->bases, &o.v[i]);
+			dropped++;
+		}
+	} while (r == 0 && o.n > 0);
+	pthread_mutex_unlock(&s->lock);
+	free(o.v);
+	if (dropped)
+		stg_log(STG_LOG_WARN, "store: %zu delta objects whose base is lost dropped; "
+			"clients send them again", dropped);
+	return r;
+}
