@@ -197,18 +197,25 @@ int stg_segment_scan(int fd, unsigned format, uint64_t from, stg_segment_scan_fn
 	struct stg_segment_scan_result res = {.end = from, .size = rd.size};
 	posix_fadvise(fd, (off_t)from, 0, POSIX_FADV_SEQUENTIAL);
 	uint64_t off = from;
-	bool lost = false; /* off was reached by probing, not by a record's length */
+	bool lost = false;  /* off was reached by probing past bytes not a record */
+	bool zeros = false; /* ... or past zeros alone */
 	int r = 0;
 	while (off < rd.size && rd.size - off >= STG_RECORD_HEADER_SIZE) {
 		struct stg_hash h, base;
 		uint32_t len;
 		bool delta;
-		r = read_record(&rd, off, lost, &h, &len, &base, &delta);
+		/* Zeros lead only to a large record, at a multiple of 4096: a
+		 * record found elsewhere past them is verified in full too (it
+		 * may lie in the body of a record whose head a crash took). */
+		bool full = lost || (zeros && off % STG_SEGMENT_ALIGN);
+		r = read_record(&rd, off, full, &h, &len, &base, &delta);
 		if (r == -EBADMSG || r == -ENODATA) {
 			/* Zeros between records are format 2's padding. */
 			const uint8_t *p;
-			if (step != STG_SEGMENT_SMALL_ALIGN || window(&rd, off, step, &p) < 0 ||
-			    !all_zero(p, step))
+			if (step == STG_SEGMENT_SMALL_ALIGN && window(&rd, off, step, &p) == 0 &&
+			    all_zero(p, step))
+				zeros = true;
+			else
 				lost = true;
 			off += step;
 			r = 0;
@@ -221,7 +228,7 @@ int stg_segment_scan(int fd, unsigned format, uint64_t from, stg_segment_scan_fn
 			break;
 		if (lost)
 			res.skipped++;
-		lost = false;
+		lost = zeros = false;
 		res.records++;
 		off += stg_segment_record_size(format, len);
 		res.end = off;

@@ -37,7 +37,7 @@ bool stg_store_mark(struct stg_store *s, const struct stg_hash *h)
 struct move {
 	struct stg_hash hash;
 	struct seg *from;
-	uint32_t offset; /* in OFFSET_UNIT */
+	uint32_t offset; /* in the index's units (store_offset_unit) */
 	uint32_t len;
 };
 
@@ -137,12 +137,14 @@ static int drop_unmarked(struct stg_store *s, struct stg_store_gc_result *res)
 static int move_record(struct stg_store *s, const struct move *m, struct stg_store_gc_result *res)
 {
 	uint8_t *mem;
-	uint64_t off = (uint64_t)m->offset * OFFSET_UNIT;
+	uint64_t off = (uint64_t)m->offset * store_offset_unit(m->from);
 	int r = store_read_record(s, m->from, off, m->len, &m->hash, &mem);
 	if (r == -EBADMSG) {
 		pthread_mutex_lock(&s->lock);
 		uint64_t size = drop_if_at(s, m);
 		pthread_mutex_unlock(&s->lock);
+		if (size)
+			store_distrust_hints(s, m->from);
 		res->chunks_dropped += size > 0;
 		res->bytes_dropped += size;
 		return 0;
@@ -164,7 +166,7 @@ static int move_record(struct stg_store *s, const struct move *m, struct stg_sto
 	if (r == 0 && stg_chunkindex_get(s->index, &m->hash, &e) && e.segment == m->from->id &&
 	    e.offset == m->offset) {
 		e.segment = g->id;
-		e.offset = (uint32_t)(noff / OFFSET_UNIT);
+		e.offset = (uint32_t)(noff / store_offset_unit(g));
 		stg_chunkindex_set(s->index, &e);
 		m->from->live -= store_rsize_in(m->from, m->len);
 		g->live += store_rsize_in(g, m->len);

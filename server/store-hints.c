@@ -87,7 +87,7 @@ void store_hint_push(struct seg *g, const struct stg_hash *h, uint64_t off, uint
 	}
 	if (g->log_fd >= 0 && !g->log_failed &&
 	    store_entries_push(&g->unlogged, &g->nunlogged, &g->capunlogged, &e) < 0)
-		g->log_failed = true; /* the sync round removes the log */
+		g->log_failed = true; /* the log stays a prefix: the start scans past it */
 }
 
 void store_inflight_done(struct seg *g, uint64_t off)
@@ -148,17 +148,35 @@ static int cmp_hint(const void *a, const void *b)
 	return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-/* Writes the hint of sealed segment g from its gathered entries, its
- * records made durable first: a hint never names a record that a crash
- * could still take. */
+/* Writes the hint of sealed segment g from its gathered entries. Its
+ * records are durable already (the caller saw to it): a hint never names a
+ * record that a crash could still take. */
 int store_write_hint(struct stg_store *s, struct seg *g, struct stg_hint_entry *v, size_t n)
 {
 	struct stat st;
-	if (fdatasync(g->fd) < 0 || fstat(g->fd, &st) < 0)
+	if (fstat(g->fd, &st) < 0)
 		return -errno;
 	qsort(v, n, sizeof(*v), cmp_hint);
 	struct stg_hint_key k = {g->id, g->created_ns, (uint64_t)st.st_size};
 	return stg_hint_write(s->segdirfd, &k, v, n);
+}
+
+/* A record of g was found damaged and forgotten: g's hint and hint log
+ * still name it, and a start would take it back unread. They go, and g
+ * gets neither again: the next start scans it (and leaves the record out,
+ * or finds it sound if the damage was on the way, not on the disk). */
+void store_distrust_hints(struct stg_store *s, struct seg *g)
+{
+	pthread_mutex_lock(&s->lock);
+	g->distrusted = true;
+	g->hints_lost = true;
+	g->log_failed = true;
+	pthread_mutex_unlock(&s->lock);
+	char name[STG_HINT_NAME_LEN + 1];
+	stg_hint_name(g->id, name);
+	unlinkat(s->segdirfd, name, 0);
+	stg_hint_log_name(g->id, name);
+	unlinkat(s->segdirfd, name, 0);
 }
 
 /* The sealer: writes the hint of each segment no longer appended to, once
@@ -195,13 +213,32 @@ void *store_sealer_main(void *arg)
 		g->hints_lost = true; /* nothing appends to it any more */
 		g->refs++;
 		pthread_mutex_unlock(&s->lock);
-		int r = lost ? 0 : store_write_hint(s, g, v, n);
-		if (r < 0)
+		/* Durable through a sync round, not an fdatasync of its own:
+		 * the kernel reports a failed writeback to the first fdatasync
+		 * on the file after it, and only a round's failure keeps the
+		 * store from acknowledging the records lost. Every append to g
+		 * is done: the round that stg_store_sync waits for covers
+		 * them, or failed. */
+		int r = lost ? -ENODATA : stg_store_sync(s);
+		if (r == 0)
+			r = store_write_hint(s, g, v, n);
+		if (r < 0 && r != -ENODATA)
 			stg_log_errno(STG_LOG_WARN, r, "store: cannot write the hint of segment %016"
 				      PRIx32 "; a restart scans it", g->id);
-		char log[STG_HINT_LOG_NAME_LEN + 1];
-		stg_hint_log_name(g->id, log);
-		unlinkat(s->segdirfd, log, 0); /* the hint, or a scan, serves now */
+		pthread_mutex_lock(&s->lock);
+		bool distrusted = g->distrusted;
+		pthread_mutex_unlock(&s->lock);
+		char name[STG_HINT_NAME_LEN + 1];
+		if (r == 0 && distrusted) {
+			/* Damage found while it was written (after
+			 * store_distrust_hints removed the hint, or before). */
+			stg_hint_name(g->id, name);
+			unlinkat(s->segdirfd, name, 0);
+		} else if (r == 0) {
+			/* The hint serves now; without it, the log still does. */
+			stg_hint_log_name(g->id, name);
+			unlinkat(s->segdirfd, name, 0);
+		}
 		free(v);
 		store_seg_put(s, g);
 		pthread_mutex_lock(&s->lock);

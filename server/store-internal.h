@@ -21,9 +21,9 @@
 #define LOCK_FILE "lock"
 #define FILES_DIR "files"
 #define DEFAULT_SEGMENT_SIZE (1ull << 30)
-/* Index offsets count 8-byte units in 32 bits: 32 GiB per segment, with
- * room for one record past the limit. */
-#define OFFSET_UNIT 8u
+/* Index offsets count, in 32 bits, units of the records' alignment: 8
+ * bytes in format 2 (32 GiB per segment, with room for one record past
+ * this limit), 4096 in an older release's format 1 (16 TiB). */
 #define MAX_SEGMENT_SIZE (16ull << 30)
 
 /* A segment file. The fd stays open while anyone holds a reference: the
@@ -50,6 +50,7 @@ struct seg {
 	size_t nhints, caphints;
 	bool hints_lost; /* no memory for one: no hint, a scan at start */
 	bool to_seal;    /* no longer appended to; its hint is not written yet */
+	bool distrusted; /* a record found damaged: no hint or log may name it */
 	/* The hint log of the segment appended to holds the entries of its
 	 * records in their order in the segment, each durable and every record
 	 * before it with it: a record goes to the log once a sync covered it
@@ -116,6 +117,12 @@ struct synced {
 	size_t n;
 };
 
+/* The index's unit of offsets in g. */
+static inline uint64_t store_offset_unit(const struct seg *g)
+{
+	return g->format == 1 ? STG_SEGMENT_ALIGN : STG_SEGMENT_SMALL_ALIGN;
+}
+
 /* store-segments.c */
 struct seg *store_seg_find(const struct stg_store *s, uint64_t id);
 int store_table_reserve(struct stg_store *s);
@@ -141,6 +148,7 @@ void store_inflight_done(struct seg *g, uint64_t off);
 void store_take_loggable(struct seg *g, struct synced *y);
 void store_log_synced(struct stg_store *s, struct synced *y);
 int store_write_hint(struct stg_store *s, struct seg *g, struct stg_hint_entry *v, size_t n);
+void store_distrust_hints(struct stg_store *s, struct seg *g);
 void *store_sealer_main(void *arg);
 
 /* store.c */

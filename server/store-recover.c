@@ -118,7 +118,7 @@ static int recover_record(void *arg, const struct stg_hash *h, uint64_t offset, 
 	struct stg_chunkindex_entry ent = {
 		.hash = *h,
 		.segment = rc->g->id,
-		.offset = (uint32_t)(offset / OFFSET_UNIT),
+		.offset = (uint32_t)(offset / store_offset_unit(rc->g)),
 		.len = len,
 		.epoch = s->epoch,
 	}, e;
@@ -226,6 +226,17 @@ static int recover_segment(struct stg_store *s, uint64_t id, bool sealed_one, st
 	r = store_seg_new(id, sh.format, sh.created_ns, fd, &g);
 	if (r < 0)
 		goto out_close;
+	/* (Only a segment no release made could hold offsets past the
+	 * index's 32 bits of units.) */
+	struct stat st;
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		goto out_free;
+	}
+	if ((uint64_t)st.st_size / store_offset_unit(g) > UINT32_MAX) {
+		r = -EFBIG;
+		goto out_free;
+	}
 	r = store_table_reserve(s);
 	if (r < 0)
 		goto out_free;
@@ -251,13 +262,21 @@ static int recover_segment(struct stg_store *s, uint64_t id, bool sealed_one, st
 	r = stg_segment_scan(fd, g->format, rc.logged_end, recover_record, &rc, ret_scan);
 	if (r < 0)
 		goto out_free;
-	s->recovery_scanned_bytes += ret_scan->size - rc.logged_end;
+	if (ret_scan->size > rc.logged_end)
+		s->recovery_scanned_bytes += ret_scan->size - rc.logged_end;
 	if (ret_scan->skipped)
 		stg_log(STG_LOG_WARN, "store: segment '%s': %" PRIu64 " corrupt records skipped",
 			name, ret_scan->skipped);
 	g->end = ret_scan->size;
 	if (sealed_one && !g->hints_lost) {
-		r = store_write_hint(s, g, g->hints, g->nhints);
+		/* Made durable first: the scan may have read what a killed
+		 * process left in the page cache. A failure fails every
+		 * later sync, as one of a sync round does. */
+		r = fdatasync(fd) < 0 ? -errno : 0;
+		if (r < 0)
+			s->sync_err = r;
+		else
+			r = store_write_hint(s, g, g->hints, g->nhints);
 		if (r < 0)
 			stg_log_errno(STG_LOG_WARN, r, "store: cannot write the hint of segment '%s'",
 				      name);
@@ -274,11 +293,9 @@ static int recover_segment(struct stg_store *s, uint64_t id, bool sealed_one, st
 		 * first: the scan may have read what a killed process left in
 		 * the page cache. They follow those the log named, in the
 		 * segment's order. */
-		if (fdatasync(fd) < 0) {
-			r = -errno;
-			goto out_free;
-		}
-		if (rc.log_ok)
+		if (fdatasync(fd) < 0)
+			s->sync_err = -errno; /* (and no log: the next start scans) */
+		else if (rc.log_ok)
 			store_reopen_hint_log(s, g, rc.logged);
 		else
 			store_open_hint_log(s, g);
@@ -329,15 +346,23 @@ static size_t hinted_records(struct stg_store *s, const uint64_t *ids, size_t n)
 	size_t total = 0;
 	for (size_t i = 0; i < n; i++) {
 		char name[STG_HINT_NAME_LEN + 1];
-		struct stat st;
+		struct stat st, seg;
+		stg_segment_name(ids[i], name);
+		if (fstatat(s->segdirfd, name, &seg, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
 		stg_hint_name(ids[i], name);
 		if (fstatat(s->segdirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 			stg_hint_log_name(ids[i], name);
 			if (fstatat(s->segdirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 				continue;
 		}
-		if (st.st_size > STG_HINT_HEADER_SIZE)
-			total += (size_t)(st.st_size - STG_HINT_HEADER_SIZE) / STG_HINT_ENTRY_SIZE;
+		/* (A damaged file's size is no count: at most one per smallest
+		 * record of the segment.) */
+		uint64_t most = (uint64_t)seg.st_size / (STG_RECORD_HEADER_SIZE + 41);
+		uint64_t named = st.st_size > STG_HINT_HEADER_SIZE
+				 ? (uint64_t)(st.st_size - STG_HINT_HEADER_SIZE) / STG_HINT_ENTRY_SIZE
+				 : 0;
+		total += (size_t)(named < most ? named : most);
 	}
 	return total;
 }

@@ -99,8 +99,10 @@ static uint64_t scrub_record(struct stg_store *s, struct stg_store_scrub *c,
 	struct seg *g = NULL;
 	pthread_mutex_lock(&s->lock);
 	if (stg_chunkindex_get(s->index, &e->hash, &ie) && ie.segment == c->segment &&
-	    (uint64_t)ie.offset * OFFSET_UNIT == e->offset && ie.len == e->len)
+	    ie.len == e->len)
 		g = store_seg_find(s, c->segment);
+	if (g && (uint64_t)ie.offset * store_offset_unit(g) != e->offset)
+		g = NULL;
 	if (g)
 		g->refs++;
 	pthread_mutex_unlock(&s->lock);

@@ -44,12 +44,12 @@ int store_reserve(struct stg_store *s, uint32_t len, bool compaction, struct seg
 		    g->ninflight == g->capinflight) {
 			size_t cap = g->capinflight ? g->capinflight * 2 : 16;
 			uint64_t *v = realloc(g->inflight, cap * sizeof(*v));
-			if (!v) {
-				r = -ENOMEM;
-				break;
+			if (v) {
+				g->inflight = v;
+				g->capinflight = cap;
+			} else {
+				g->log_failed = true; /* the start scans past the log */
 			}
-			g->inflight = v;
-			g->capinflight = cap;
 		}
 		if (fits) {
 			if (g->log_fd >= 0 && !g->log_failed)
@@ -230,7 +230,7 @@ static int put_record(struct stg_store *s, const uint8_t *obj, size_t len, const
 		struct stg_chunkindex_entry ent = {
 			.hash = *h,
 			.segment = g->id,
-			.offset = (uint32_t)(off / OFFSET_UNIT),
+			.offset = (uint32_t)(off / store_offset_unit(g)),
 			.len = (uint32_t)len,
 			.epoch = s->epoch,
 		};
@@ -327,15 +327,17 @@ void store_forget_damaged(struct stg_store *s, const struct stg_hash *h, struct 
 	struct stg_chunkindex_entry e;
 	pthread_mutex_lock(&s->lock);
 	bool there = stg_chunkindex_get(s->index, h, &e) && e.segment == g->id &&
-		     (uint64_t)e.offset * OFFSET_UNIT == off;
+		     (uint64_t)e.offset * store_offset_unit(g) == off;
 	if (there) {
 		g->live -= store_rsize_in(g, e.len);
 		stg_chunkindex_remove(s->index, h);
 		stg_bases_remove(s->bases, h);
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (there)
+	if (there) {
+		store_distrust_hints(s, g);
 		store_drop_orphans(s);
+	}
 }
 
 /* Finds h and takes a reference on its segment. Returns 0 or -ENOENT. */
@@ -349,7 +351,7 @@ static int locate(struct stg_store *s, const struct stg_hash *h, struct seg **re
 	if (g) {
 		g->refs++;
 		*ret_g = g;
-		*ret_off = (uint64_t)e.offset * OFFSET_UNIT;
+		*ret_off = (uint64_t)e.offset * store_offset_unit(g);
 		*ret_len = e.len;
 		r = 0;
 	}
@@ -390,7 +392,9 @@ static int sync_round(struct stg_store *s)
 	size_t n = 0;
 	for (size_t i = 0; i < s->nsegs; i++) {
 		struct seg *g = s->segs[i];
-		if (!g->dirty)
+		/* (One not appended to since may have records for its log: those
+		 * behind an append that failed.) */
+		if (!g->dirty && g->nunlogged == 0)
 			continue;
 		g->dirty = false;
 		g->refs++;

@@ -353,12 +353,12 @@ static void corrupt_record(void)
 	CHECK(reads_back(s, &o[2]));
 	stg_store_free(s);
 
-	/* Without its hint log (a store of an older release), the start
-	 * scans the segment and probes past the damage. */
+	/* The read that found the damage took the segment's hint log away:
+	 * the start scans the segment and probes past the damage. */
 	off_t size = file_size(path);
 	char log[600];
 	snprintf(log, sizeof(log), "%s/segments/0000000000000001.hlog", dir);
-	CHECK_EQ(unlink(log), 0);
+	CHECK_EQ(file_size(log), -1);
 	s = open_store(dir, 0, 0);
 	CHECK_EQ(file_size(path), size);
 	CHECK(reads_back(s, &o[0]));
@@ -1124,12 +1124,17 @@ static void hints(void)
 	CHECK_EQ(bad, 0);
 	stg_store_free(s);
 
-	/* The hints passed over were written anew. */
+	/* The hints passed over were written anew; segment 2's went with the
+	 * damage found in it, and its scan leaves the record out. */
+	s = open_store(dir, 64 << 10, 0);
+	stg_store_stats(s, &st);
+	CHECK(st.recovery_scanned_bytes > 0 && st.recovery_scanned_bytes <= 64 << 10);
+	for (int i = 0; i < N; i++)
+		CHECK(reads_back(s, &o[i]));
+	stg_store_free(s);
 	s = open_store(dir, 64 << 10, 0);
 	stg_store_stats(s, &st);
 	CHECK_EQ(st.recovery_scanned_bytes, 0);
-	for (int i = 0; i < N; i++)
-		CHECK(reads_back(s, &o[i]));
 	stg_store_free(s);
 
 	/* A process that dies after a sync and 3 more puts: the start takes
@@ -1205,6 +1210,15 @@ static void scrub(void)
 	CHECK_EQ(st.scrub_damaged, 1);
 	/* Every record but those of the newest segment. */
 	CHECK(st.scrub_records >= N - 12 && st.scrub_records < N);
+	uint64_t records = st.scrub_records;
+	/* Forgotten for good: the segment's hint no longer names it, and a
+	 * restart, which scans the segment, leaves it out. */
+	stg_store_scrub_free(c);
+	stg_store_free(s);
+	s = open_store(dir, 64 << 10, 0);
+	CHECK_EQ(stg_store_scrub_new(&c), 0);
+	stg_store_stats(s, &st);
+	CHECK(st.recovery_scanned_bytes > 0);
 	int absent = 0, sound = 0;
 	for (int i = 0; i < N; i++) {
 		if (!stg_store_has(s, &o[i].hash)) {
@@ -1215,15 +1229,14 @@ static void scrub(void)
 	}
 	CHECK_EQ(absent, 1);
 	CHECK_EQ(sound, N);
-	uint64_t records = st.scrub_records;
 	steps = 0;
 	do {
 		CHECK(stg_store_scrub_step(s, c, 16 << 10) >= 0);
 		stg_store_stats(s, &st);
-	} while (st.scrub_passes == 1 && ++steps < 10000);
-	CHECK_EQ(st.scrub_passes, 2);
-	CHECK_EQ(st.scrub_damaged, 1);
-	CHECK(st.scrub_records >= 2 * records - 1);
+	} while (st.scrub_passes == 0 && ++steps < 10000);
+	CHECK_EQ(st.scrub_passes, 1);
+	CHECK_EQ(st.scrub_damaged, 0);
+	CHECK(st.scrub_records >= records - 1);
 	stg_store_scrub_free(c);
 	stg_store_scrub_free(NULL);
 	stg_store_free(s);
