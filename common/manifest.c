@@ -113,14 +113,6 @@ size_t stg_manifest_encode(const struct stg_manifest *m, uint8_t *out)
 	return (size_t)(p - out) + STG_MANIFEST_TRAILER_SIZE;
 }
 
-static bool all_zero(const uint8_t *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i])
-			return false;
-	return true;
-}
-
 int stg_manifest_peek_flags(const uint8_t *buf, size_t len)
 {
 	if (len < STG_MANIFEST_HEADER_SIZE || memcmp(buf, STG_MANIFEST_MAGIC, 4) != 0)
@@ -156,11 +148,11 @@ static int part_decode(const uint8_t *p, uint64_t n, uint64_t size, struct stg_p
 		return -EBADMSG;
 	size_t ranks_end = PART_RANKS + 4 * (size_t)nranks;
 	size_t fixed = PART_RANKS + (size_t)part_ranks_size(nranks);
-	if (!all_zero(p + ranks_end, fixed - ranks_end))
+	if (!stg_all_zero(p + ranks_end, fixed - ranks_end))
 		return -EBADMSG;
 	/* Nothing but NULs after the job's terminator, which must exist. */
 	size_t jl = strnlen((const char *)p + PART_JOB, STG_PART_JOB_MAX);
-	if (jl == STG_PART_JOB_MAX || !all_zero(p + PART_JOB + jl, STG_PART_JOB_MAX - jl))
+	if (jl == STG_PART_JOB_MAX || !stg_all_zero(p + PART_JOB + jl, STG_PART_JOB_MAX - jl))
 		return -EBADMSG;
 	struct stg_part *pt;
 	int r = stg_part_new(&pt, nranks, nextents);
@@ -219,7 +211,7 @@ int stg_manifest_decode(const uint8_t *buf, size_t len, struct stg_manifest *ret
 	m.chunking = STG_CHUNKING_FIXED;
 	m.chunk_min = m.chunk_max = m.chunk_size;
 	if (stg_get_le16(buf + 4) < 4 &&
-	    (!all_zero(buf + 52, 12) || m.nchunks != stg_manifest_nchunks(m.size, m.chunk_size)))
+	    (!stg_all_zero(buf + 52, 12) || m.nchunks != stg_manifest_nchunks(m.size, m.chunk_size)))
 		return -EBADMSG;
 	if (stg_get_le16(buf + 4) == 4) {
 		m.chunking = STG_CHUNKING_CDC;

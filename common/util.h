@@ -43,6 +43,15 @@ static inline uint64_t stg_get_le64(const uint8_t *p)
 	return v;
 }
 
+/* Are the n bytes at p all zero? (Reserved fields, padding.) */
+static inline bool stg_all_zero(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
 /* Full-length I/O that retries on EINTR and short transfers. Return 0 or -errno;
  * a read that meets end of file early returns -ENODATA. */
 int stg_write_all(int fd, const void *buf, size_t len);

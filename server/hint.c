@@ -30,14 +30,6 @@ int stg_hint_parse_name(const char *name, uint64_t *ret)
 	return stg_parse_hex_name(name, ".hint", ret);
 }
 
-static bool all_zero(const uint8_t *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i])
-			return false;
-	return true;
-}
-
 static void header_encode(uint8_t out[STG_HINT_HEADER_SIZE], const char *magic,
 			  const struct stg_hint_key *k, uint64_t count)
 {
@@ -61,7 +53,7 @@ void stg_hint_header_encode(uint8_t out[STG_HINT_HEADER_SIZE], const struct stg_
 static int log_header_decode(const uint8_t buf[STG_HINT_HEADER_SIZE], struct stg_hint_key *ret)
 {
 	if (memcmp(buf, STG_HINT_LOG_MAGIC, 4) != 0 || stg_get_le16(buf + 4) != STG_HINT_FORMAT ||
-	    !all_zero(buf + 6, 2) || !all_zero(buf + 24, HEADER_SUM_AT - 24) ||
+	    !stg_all_zero(buf + 6, 2) || !stg_all_zero(buf + 24, HEADER_SUM_AT - 24) ||
 	    stg_get_le64(buf + HEADER_SUM_AT) != stg_hash64(buf, HEADER_SUM_AT))
 		return -EBADMSG;
 	ret->id = stg_get_le64(buf + 8);
@@ -73,7 +65,7 @@ int stg_hint_header_decode(const uint8_t buf[STG_HINT_HEADER_SIZE], struct stg_h
 			   uint64_t *ret_count)
 {
 	if (memcmp(buf, STG_HINT_MAGIC, 4) != 0 || stg_get_le16(buf + 4) != STG_HINT_FORMAT ||
-	    !all_zero(buf + 6, 2) || !all_zero(buf + 40, HEADER_SUM_AT - 40) ||
+	    !stg_all_zero(buf + 6, 2) || !stg_all_zero(buf + 40, HEADER_SUM_AT - 40) ||
 	    stg_get_le64(buf + HEADER_SUM_AT) != stg_hash64(buf, HEADER_SUM_AT))
 		return -EBADMSG;
 	struct stg_hint_key k = {
@@ -116,7 +108,7 @@ int stg_hint_entry_decode(const uint8_t buf[STG_HINT_ENTRY_SIZE], const struct s
 	memcpy(e.hash.b, buf, sizeof(e.hash.b));
 	memcpy(e.base.b, buf + 16, sizeof(e.base.b));
 	e.delta = flags & FLAG_DELTA;
-	if ((flags & ~FLAG_DELTA) || (!e.delta && !all_zero(buf + 16, 16)))
+	if ((flags & ~FLAG_DELTA) || (!e.delta && !stg_all_zero(buf + 16, 16)))
 		return -EBADMSG;
 	if (e.len <= 40 || e.len > stg_segment_body_max() || e.offset < STG_SEGMENT_HEADER_SIZE ||
 	    e.offset % 8 || e.offset > k->size ||
@@ -226,23 +218,41 @@ int stg_hint_log_append(int fd, const struct stg_hint_entry *v, size_t n)
 	return write_entries(fd, v, n);
 }
 
-int stg_hint_log_read(int dirfd, const struct stg_hint_key *k, stg_hint_fn fn, void *arg)
+/* Opens dirfd/name for reading, with a buffer of BATCH entries holding its
+ * header. Returns 0 (*ret_fd and *ret_buf to close and free) or -errno
+ * (-EBADMSG: shorter than a header). */
+static int open_read(int dirfd, const char *name, int *ret_fd, uint8_t **ret_buf)
 {
-	char name[STG_HINT_LOG_NAME_LEN + 1];
-	stg_hint_log_name(k->id, name);
 	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -errno;
 	uint8_t *buf = malloc((size_t)BATCH * STG_HINT_ENTRY_SIZE);
-	struct stg_hint_key got;
 	int r = buf ? stg_pread_all(fd, buf, STG_HINT_HEADER_SIZE, 0) : -ENOMEM;
-	if (r == -ENODATA)
-		r = -EBADMSG;
-	if (r == 0)
+	if (r < 0) {
+		free(buf);
+		close(fd);
+		return r == -ENODATA ? -EBADMSG : r;
+	}
+	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	*ret_fd = fd;
+	*ret_buf = buf;
+	return 0;
+}
+
+int stg_hint_log_read(int dirfd, const struct stg_hint_key *k, stg_hint_fn fn, void *arg)
+{
+	char name[STG_HINT_LOG_NAME_LEN + 1];
+	stg_hint_log_name(k->id, name);
+	int fd;
+	uint8_t *buf;
+	int r = open_read(dirfd, name, &fd, &buf);
+	if (r < 0)
+		return r;
+	struct stg_hint_key got;
+	r = log_header_decode(buf, &got);
 		r = log_header_decode(buf, &got);
 	if (r == 0 && (got.id != k->id || got.created_ns != k->created_ns))
 		r = -ESTALE;
-	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	for (off_t at = STG_HINT_HEADER_SIZE; r == 0;) {
 		ssize_t got_bytes = pread(fd, buf, (size_t)BATCH * STG_HINT_ENTRY_SIZE, at);
 		if (got_bytes < 0 && errno == EINTR)
@@ -272,25 +282,21 @@ int stg_hint_read(int dirfd, const struct stg_hint_key *k, stg_hint_fn fn, void 
 {
 	char name[STG_HINT_NAME_LEN + 1];
 	stg_hint_name(k->id, name);
-	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
-		return -errno;
-	uint8_t *buf = malloc((size_t)BATCH * STG_HINT_ENTRY_SIZE);
+	int fd;
+	uint8_t *buf;
+	int r = open_read(dirfd, name, &fd, &buf);
+	if (r < 0)
+		return r;
 	struct stat st;
 	struct stg_hint_key got;
 	uint64_t count;
-	int r = !buf ? -ENOMEM : fstat(fd, &st) < 0 ? -errno : 0;
-	if (r == 0)
-		r = stg_pread_all(fd, buf, STG_HINT_HEADER_SIZE, 0);
-	if (r == -ENODATA)
-		r = -EBADMSG;
+	r = fstat(fd, &st) < 0 ? -errno : 0;
 	if (r == 0)
 		r = stg_hint_header_decode(buf, &got, &count);
 	if (r == 0 && (got.id != k->id || got.created_ns != k->created_ns || got.size != k->size))
 		r = -ESTALE;
 	if (r == 0 && (uint64_t)st.st_size != STG_HINT_HEADER_SIZE + count * STG_HINT_ENTRY_SIZE)
 		r = -EBADMSG;
-	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	for (uint64_t i = 0; r == 0 && i < count; i += BATCH) {
 		size_t m = count - i < BATCH ? (size_t)(count - i) : BATCH;
 		r = stg_pread_all(fd, buf, m * STG_HINT_ENTRY_SIZE,

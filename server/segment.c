@@ -33,14 +33,6 @@ int stg_segment_parse_name(const char *name, uint64_t *ret)
 	return stg_parse_hex_name(name, ".seg", ret);
 }
 
-static bool all_zero(const uint8_t *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i])
-			return false;
-	return true;
-}
-
 void stg_segment_header_encode(uint8_t *out, unsigned format, uint64_t id, int64_t created_ns)
 {
 	memset(out, 0, STG_SEGMENT_HEADER_SIZE);
@@ -57,13 +49,13 @@ int stg_segment_header_decode(const uint8_t *buf, size_t len, struct stg_segment
 	if (len < STG_SEGMENT_HEADER_SIZE || memcmp(buf, STG_SEGMENT_MAGIC, 4) != 0)
 		return -EBADMSG;
 	unsigned format = stg_get_le16(buf + 4);
-	if (format < 1 || format > STG_SEGMENT_FORMAT || !all_zero(buf + 6, 10) ||
-	    !all_zero(buf + 32, STG_SEGMENT_HEADER_SUM_OFFSET - 32))
+	if (format < 1 || format > STG_SEGMENT_FORMAT || !stg_all_zero(buf + 6, 10) ||
+	    !stg_all_zero(buf + 32, STG_SEGMENT_HEADER_SUM_OFFSET - 32))
 		return -EBADMSG;
 	if (stg_get_le64(buf + STG_SEGMENT_HEADER_SUM_OFFSET) !=
 	    stg_hash64(buf, STG_SEGMENT_HEADER_SUM_OFFSET))
 		return -EBADMSG;
-	if (!all_zero(buf + 64, STG_SEGMENT_HEADER_SIZE - 64))
+	if (!stg_all_zero(buf + 64, STG_SEGMENT_HEADER_SIZE - 64))
 		return -EBADMSG;
 	struct stg_segment_header h = {
 		.format = format,
@@ -213,7 +205,7 @@ int stg_segment_scan(int fd, unsigned format, uint64_t from, stg_segment_scan_fn
 			/* Zeros between records are format 2's padding. */
 			const uint8_t *p;
 			if (step == STG_SEGMENT_SMALL_ALIGN && window(&rd, off, step, &p) == 0 &&
-			    all_zero(p, step))
+			    stg_all_zero(p, step))
 				zeros = true;
 			else
 				lost = true;

@@ -96,6 +96,17 @@ static off_t file_size(const char *path)
 	return stat(path, &st) == 0 ? st.st_size : -1;
 }
 
+/* Flips a bit of the byte at offset at of the file at path. */
+static void flip_byte(const char *path, off_t at)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t b;
+	CHECK_EQ(stg_pread_all(fd, &b, 1, at), 0);
+	b ^= 0x01;
+	CHECK_EQ(stg_pwrite_all(fd, &b, 1, at), 0);
+	close(fd);
+}
+
 static struct stg_store *open_store(const char *dir, uint64_t segment_size, uint64_t capacity)
 {
 	struct stg_store_options o = {.segment_size = segment_size, .capacity = capacity};
@@ -340,13 +351,9 @@ static void corrupt_record(void)
 		CHECK_EQ(stg_store_put(s, o[i].data, o[i].len, &o[i].hash), 0);
 	/* One byte of the second record's body, in the middle of its second
 	 * 4096-byte block so that resynchronization has to probe past it. */
-	off_t at = 4096 + (off_t)stg_segment_record_size(STG_SEGMENT_FORMAT, (uint32_t)o[0].len) + 32 + 6000;
-	int fd = open(path, O_RDWR);
-	uint8_t b;
-	CHECK_EQ(stg_pread_all(fd, &b, 1, at), 0);
-	b ^= 0x01;
-	CHECK_EQ(stg_pwrite_all(fd, &b, 1, at), 0);
-	close(fd);
+	off_t at = 4096 + 32 + 6000 +
+		   (off_t)stg_segment_record_size(STG_SEGMENT_FORMAT, (uint32_t)o[0].len);
+	flip_byte(path, at);
 	struct stg_store_obj got;
 	CHECK_EQ(stg_store_get(s, &o[1].hash, &got), -EBADMSG);
 	CHECK(reads_back(s, &o[0]));
@@ -448,12 +455,7 @@ static void large_records(void)
 	/* One byte of the first record's body, written through the page
 	 * cache: the direct read sees it. */
 	off_t at = 4096 + 32 + 500000;
-	int fd = open(first, O_RDWR);
-	uint8_t b;
-	CHECK_EQ(stg_pread_all(fd, &b, 1, at), 0);
-	b ^= 0x10;
-	CHECK_EQ(stg_pwrite_all(fd, &b, 1, at), 0);
-	close(fd);
+	flip_byte(first, at);
 	struct stg_store_obj got;
 	CHECK_EQ(stg_store_get(s, &o[0].hash, &got), -EBADMSG);
 	CHECK(reads_back(s, &o[1]));
@@ -1042,14 +1044,16 @@ static void hint_golden(void)
 	close(dfd);
 }
 
-static void flip_byte(const char *path, off_t at)
+/* A store in dir with segments of 64 KiB, holding o[0..n): chunks of 5000
+ * bytes from seed on. */
+static struct stg_store *filled_store(const char *dir, struct obj *o, int n, uint64_t seed)
 {
-	int fd = open(path, O_RDWR);
-	uint8_t b;
-	CHECK_EQ(stg_pread_all(fd, &b, 1, at), 0);
-	b ^= 0x01;
-	CHECK_EQ(stg_pwrite_all(fd, &b, 1, at), 0);
-	close(fd);
+	struct stg_store *s = open_store(dir, 64 << 10, 0);
+	for (int i = 0; i < n; i++) {
+		o[i] = make_obj(seed + (uint64_t)i, 5000, false);
+		CHECK_EQ(stg_store_put(s, o[i].data, o[i].len, &o[i].hash), 0);
+	}
+	return s;
 }
 
 /* A restart reads the sealed segments' hint files, not their records: only
@@ -1062,12 +1066,8 @@ static void hints(void)
 	enum { N = 160 };
 	char dir[512], path[600];
 	subdir(dir, sizeof(dir), "hints");
-	struct stg_store *s = open_store(dir, 64 << 10, 0);
 	static struct obj o[N];
-	for (int i = 0; i < N; i++) {
-		o[i] = make_obj(500 + (uint64_t)i, 5000, false);
-		CHECK_EQ(stg_store_put(s, o[i].data, o[i].len, &o[i].hash), 0);
-	}
+	struct stg_store *s = filled_store(dir, o, N, 500);
 	struct stg_store_stats st;
 	stg_store_stats(s, &st);
 	uint64_t segments = st.segments;
@@ -1188,16 +1188,11 @@ static void scrub(void)
 	enum { N = 60 };
 	char dir[512], path[600];
 	subdir(dir, sizeof(dir), "scrub");
-	struct stg_store *s = open_store(dir, 64 << 10, 0);
 	static struct obj o[N];
-	for (int i = 0; i < N; i++) {
-		o[i] = make_obj(7000 + (uint64_t)i, 5000, false);
-		CHECK_EQ(stg_store_put(s, o[i].data, o[i].len, &o[i].hash), 0);
-	}
-	stg_store_free(s);
+	stg_store_free(filled_store(dir, o, N, 7000));
 	seg_path(path, sizeof(path), dir, 2);
 	flip_byte(path, 4096 + 32 + 3000);
-	s = open_store(dir, 64 << 10, 0);
+	struct stg_store *s = open_store(dir, 64 << 10, 0);
 	struct stg_store_scrub *c;
 	CHECK_EQ(stg_store_scrub_new(&c), 0);
 	struct stg_store_stats st;
