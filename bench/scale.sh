@@ -19,26 +19,34 @@
 #   files, against the first start of the same store without them (as an
 #   older release left it: every segment scanned).
 #
-#   bench/scale.sh [--parts LIST] [--files LIST] [--chunks LIST] [--trials N] [--dir DIR]
-#     --parts: which, comma-separated (default files,chunks)
+#   connections: a server holding C idle logged-in connections (the
+#   suite's abuse tool, a thread each on its side): the server's threads
+#   and memory, and a one-file restore from it meanwhile.
+#
+#   bench/scale.sh [--parts LIST] [--files LIST] [--chunks LIST] [--connections LIST]
+#                  [--trials N] [--dir DIR]
+#     --parts: which, comma-separated (default files,chunks,connections)
 #     --files: the counts F, comma-separated (default 1000,10000,100000)
 #     --chunks: the counts C, comma-separated (default 100000,1000000)
+#     --connections: the counts C, comma-separated (default 1000,5000,10000)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 files="1000,10000,100000"
 chunks="100000,1000000"
-parts="files,chunks"
+connections="1000,5000,10000"
+parts="files,chunks,connections"
 trials=7
 dir=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--files) files=$2; shift 2 ;;
 	--chunks) chunks=$2; shift 2 ;;
+	--connections) connections=$2; shift 2 ;;
 	--parts) parts=$2; shift 2 ;;
 	--trials) trials=$2; shift 2 ;;
 	--dir) dir=$2; shift 2 ;;
-	-h|--help) sed -n '3,24p' "$0"; exit 0 ;;
+	-h|--help) sed -n '3,30p' "$0"; exit 0 ;;
 	*) echo "scale.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -48,7 +56,9 @@ SERVER="$build/server/stagehand-server"
 SHIM="$build/preload/libstagehand.so"
 ID="$build/tests/progs/catalog-id"
 FILL="$build/bench/store-fill"
-[ -x "$SERVER" ] && [ -x "$ID" ] && [ -x "$FILL" ] || { echo "scale.sh: build first (meson compile -C build)" >&2; exit 1; }
+ABUSE="$build/tests/progs/abuse"
+[ -x "$SERVER" ] && [ -x "$ID" ] && [ -x "$FILL" ] && [ -x "$ABUSE" ] ||
+	{ echo "scale.sh: build first (meson compile -C build)" >&2; exit 1; }
 [ -n "$dir" ] || dir="$root/bench/work"
 mkdir -p "$dir"
 dir=$(mktemp -d "$(cd "$dir" && pwd)/scale.XXXXXX")
@@ -253,10 +263,84 @@ chunks_part() {
 	printf "start from hints, %d chunks: %.2f s per million chunks cold (target <= 2); %.1fx faster than a scan\n", c, a * 1e6 / c, s / a }'
 }
 
+# metric NAME: the server's metric NAME from its metrics file (0 before).
+metric() {
+	awk -v m="stagehand_server_$1" '$1 == m { print $2 }' "$dir/conn.prom" 2>/dev/null | tail -1 |
+		grep . || echo 0
+}
+
+connections_part() {
+	local p c a t
+	rm -f "$dir/connport"
+	"$SERVER" --listen 127.0.0.1:0 --port-file "$dir/connport" --store "$dir/connstore" \
+		--secret-file "$dir/secret" --max-connections 12000 --max-per-user 12000 \
+		--max-handshakes 4096 --metrics-file "$dir/conn.prom" --metrics-interval 1 \
+		2>"$dir/conn.log" &
+	p=$!
+	pids+=("$p")
+	while [ ! -s "$dir/connport" ] && kill -0 "$p" 2>/dev/null; do sleep 0.05; done
+	[ -s "$dir/connport" ] || { echo "scale.sh: the server did not start:" >&2; cat "$dir/conn.log" >&2; exit 1; }
+	local addr="127.0.0.1:$(cat "$dir/connport")"
+	mkdir -p "$dir/cckpt"
+	cat >"$dir/conn.conf" <<-EOP
+	[cache]
+	dir = $dir/ccache
+	[cluster]
+	servers = $addr
+	replicas = 1
+	secret_file = $dir/secret
+	timeout = 600
+	[path $dir/cckpt/**]
+	EOP
+	head -c $((1 << 20)) /dev/urandom >"$dir/c.ref"
+	LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/conn.conf" cp "$dir/c.ref" "$dir/cckpt/f"
+	"$S" flush --policy "$dir/conn.conf" --wait --timeout 600 >/dev/null
+	pkill -f "stagehand-flusher --policy $dir/conn.conf" 2>/dev/null || true
+	restore_ms() {
+		: >"$dir/t.crestore"
+		for ((t = 0; t < trials; t++)); do
+			rm -rf "$dir/ccache" "$dir/cback"
+			seconds "$S" restore --policy "$dir/conn.conf" --to "$dir/cback" "$dir/cckpt/f" >>"$dir/t.crestore"
+			cmp -s "$dir/c.ref" "$dir/cback$dir/cckpt/f" || { echo "scale.sh: the restored file differs" >&2; exit 1; }
+		done
+		awk -v x="$(median <"$dir/t.crestore")" 'BEGIN { printf "%.1f", x * 1000 }'
+	}
+	echo "one-file restore with no other connection: $(restore_ms) ms"
+	printf '| idle connections | server threads (target <= %d) | server RSS, MiB | per connection, KiB (target <= 16) | one-file restore meanwhile, ms |\n|---|---|---|---|---|\n' $((2 + $(nproc)))
+	for c in ${connections//,/ }; do
+		local base_rss
+		base_rss=$(awk '/VmRSS/ { print $2 }' "/proc/$p/status")
+		"$ABUSE" idle "$addr" "$c" --secret "$dir/secret" --uid "$(id -u)" >"$dir/abuse.out" 2>&1 &
+		a=$!
+		# Until all are in, or the count stops growing for 30 s (the
+		# server holds no more: the table says how many it held).
+		local held=0 still=0
+		while [ "$held" -lt "$c" ] && [ "$still" -lt 60 ] && kill -0 "$a" 2>/dev/null; do
+			sleep 0.5
+			local now
+			now=$(metric connections)
+			if [ "$now" -gt "$held" ]; then held=$now still=0; else still=$((still + 1)); fi
+		done
+		kill -0 "$a" 2>/dev/null || { echo "scale.sh: the abuse tool stopped:" >&2; cat "$dir/abuse.out" >&2; exit 1; }
+		[ "$held" -ge "$c" ] || echo "scale.sh: the server held $held of $c connections ($(grep -c 'refused\|evict' "$dir/conn.log") log lines of refusals)"
+		local threads rss ms
+		threads=$(awk '/^Threads/ { print $2 }' "/proc/$p/status")
+		rss=$(awk '/VmRSS/ { print $2 }' "/proc/$p/status")
+		ms=$(restore_ms)
+		awk -v c="$c" -v h="$held" -v t="$threads" -v r="$rss" -v b="$base_rss" -v m="$ms" \
+			'BEGIN { printf "| %d%s | %d | %.0f | %.1f | %s |\n", c,
+				h < c ? sprintf(" (%d held)", h) : "", t, r / 1024, (r - b) / h, m }'
+		kill "$a"
+		wait "$a" || true
+		while [ "$(metric connections)" -gt 1 ]; do sleep 0.5; done
+	done
+}
+
 for part in ${parts//,/ }; do
 	case "$part" in
 	files) files_part ;;
 	chunks) chunks_part ;;
+	connections) connections_part ;;
 	*) echo "scale.sh: unknown part '$part'" >&2; exit 2 ;;
 	esac
 done
