@@ -106,7 +106,7 @@ stop_servers() {
 }
 
 # plant N: the user has N files on each server: the first one's entry
-# copied under $dir/ckpt/d<k>/f<k> (its manifests and held maps).
+# copied under $dir/node.ckpt/d<k>/f<k> (its manifests and held maps).
 plant() {
 	python3 - "$dir" "$(id -u)" "$1" "$ID" <<'EOP'
 import os, shutil, subprocess, sys
@@ -115,9 +115,9 @@ for store in ("store0", "store1"):
     user = os.path.join(top, store, "files", uid)
     entries = sorted(os.listdir(user))
     first = os.path.join(user, [e for e in entries
-                                if open(os.path.join(user, e, "path")).read() == top + "/ckpt/f"][0])
+                                if open(os.path.join(user, e, "path")).read() == top + "/node.ckpt/f"][0])
     have = len(entries)
-    paths = [f"{top}/ckpt/d{k % 1000}/f{k}" for k in range(have, want)]
+    paths = [f"{top}/node.ckpt/d{k % 1000}/f{k}" for k in range(have, want)]
     ids = subprocess.run([idprog, "-"], input="\n".join(paths) + "\n", capture_output=True,
                          text=True, check=True).stdout.split()
     names = [n for n in os.listdir(first) if n != "path"]
@@ -133,17 +133,17 @@ EOP
 
 # plant_cache N: the node's cache as it was after the first file's flush
 # ($dir/cache.keep), with N files: the first one's entry copied under
-# $dir/ckpt/d<k>/f<k>, as on the servers.
+# $dir/node.ckpt/d<k>/f<k>, as on the servers.
 plant_cache() {
-	rm -rf "$dir/cache"
-	cp -a "$dir/cache.keep" "$dir/cache"
+	rm -rf "$dir/node.cache"
+	cp -a "$dir/cache.keep" "$dir/node.cache"
 	python3 - "$dir" "$1" "$ID" <<'EOP'
 import os, shutil, subprocess, sys
 top, want, idprog = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-files = os.path.join(top, "cache", "files")
+files = os.path.join(top, "node.cache", "files")
 first = [e for e in os.listdir(files)
-         if open(os.path.join(files, e, "path")).read() == top + "/ckpt/f"][0]
-paths = [f"{top}/ckpt/d{k % 1000}/f{k}" for k in range(1, want)]
+         if open(os.path.join(files, e, "path")).read() == top + "/node.ckpt/f"][0]
+paths = [f"{top}/node.ckpt/d{k % 1000}/f{k}" for k in range(1, want)]
 ids = subprocess.run([idprog, "-"], input="\n".join(paths) + "\n", capture_output=True,
                      text=True, check=True).stdout.split()
 for p, i in zip(paths, ids):
@@ -154,25 +154,49 @@ for p, i in zip(paths, ids):
 EOP
 }
 
-files_part() {
-	mkdir -p "$dir/ckpt"
-	start_servers
-	cat >"$dir/policy.conf" <<-EOP
+# start_one NAME ARGS...: a server on $dir/NAME.store with ARGS, listening
+# on a port of its own ($dir/NAME.port), its log $dir/NAME.log; sets pid.
+# (No deadline but the server's own end: a large store may take long.)
+start_one() {
+	local name=$1
+	shift
+	rm -f "$dir/$name.port"
+	"$SERVER" --listen 127.0.0.1:0 --port-file "$dir/$name.port" --store "$dir/$name.store" \
+		--secret-file "$dir/secret" "$@" 2>"$dir/$name.log" &
+	pid=$!
+	while [ ! -s "$dir/$name.port" ] && kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+	[ -s "$dir/$name.port" ] ||
+		{ echo "scale.sh: the server did not start:" >&2; cat "$dir/$name.log" >&2; exit 1; }
+}
+
+# ship_one NAME SERVERS REPLICAS: a node's policy $dir/NAME.conf (cache
+# $dir/NAME.cache, files below $dir/NAME.ckpt), and a file of 1 MiB
+# ($dir/NAME.ref) written to $dir/NAME.ckpt/f and shipped; the flusher is
+# gone when it returns.
+ship_one() {
+	local n="$dir/$1"
+	mkdir -p "$n.ckpt"
+	cat >"$n.conf" <<-EOP
 	[cache]
-	dir = $dir/cache
+	dir = $n.cache
 	[cluster]
-	servers = 127.0.0.1:$(cat "$dir/port0"), 127.0.0.1:$(cat "$dir/port1")
-	replicas = 2
+	servers = $2
+	replicas = $3
 	secret_file = $dir/secret
-	timeout = 60
-	[path $dir/ckpt/**]
+	timeout = 600
+	[path $n.ckpt/**]
 	EOP
-	head -c $((1 << 20)) /dev/urandom >"$dir/f.ref"
-	LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/policy.conf" cp "$dir/f.ref" "$dir/ckpt/f"
-	"$S" flush --policy "$dir/policy.conf" --wait --timeout 600 >/dev/null
-	pkill -f "stagehand-flusher --policy $dir/" 2>/dev/null || true
-	while [ -e "$dir/cache/flusher.lock" ] && ! flock -n "$dir/cache/flusher.lock" true; do sleep 0.1; done
-	mv "$dir/cache" "$dir/cache.keep"
+	head -c $((1 << 20)) /dev/urandom >"$n.ref"
+	LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$n.conf" cp "$n.ref" "$n.ckpt/f"
+	"$S" flush --policy "$n.conf" --wait --timeout 600 >/dev/null
+	pkill -f "stagehand-flusher --policy $n.conf" 2>/dev/null || true
+	while [ -e "$n.cache/flusher.lock" ] && ! flock -n "$n.cache/flusher.lock" true; do sleep 0.1; done
+}
+
+files_part() {
+	start_servers
+	ship_one node "127.0.0.1:$(cat "$dir/port0"), 127.0.0.1:$(cat "$dir/port1")" 2
+	mv "$dir/node.cache" "$dir/cache.keep"
 
 	printf '| files of the user | one-file restore, ms | one-file ls, ms | ls of everything, empty cache, ms | ls of everything, cache and servers, ms |\n|---|---|---|---|---|\n'
 	first_restore="" first_ls=""
@@ -184,22 +208,22 @@ files_part() {
 		: >"$dir/t.ls"
 		: >"$dir/t.empty"
 		for ((t = 0; t < trials; t++)); do
-			rm -rf "$dir/cache" "$dir/back"
-			seconds "$S" restore --policy "$dir/policy.conf" --to "$dir/back" "$dir/ckpt/f" >>"$dir/t.restore"
-			cmp -s "$dir/f.ref" "$dir/back$dir/ckpt/f" || { echo "scale.sh: the restored file differs" >&2; exit 1; }
-			rm -rf "$dir/cache"
-			seconds "$S" ls --policy "$dir/policy.conf" "$dir/ckpt/f" >>"$dir/t.ls"
-			rm -rf "$dir/cache"
-			seconds "$S" ls --policy "$dir/policy.conf" >>"$dir/t.empty"
+			rm -rf "$dir/node.cache" "$dir/back"
+			seconds "$S" restore --policy "$dir/node.conf" --to "$dir/back" "$dir/node.ckpt/f" >>"$dir/t.restore"
+			cmp -s "$dir/node.ref" "$dir/back$dir/node.ckpt/f" || { echo "scale.sh: the restored file differs" >&2; exit 1; }
+			rm -rf "$dir/node.cache"
+			seconds "$S" ls --policy "$dir/node.conf" "$dir/node.ckpt/f" >>"$dir/t.ls"
+			rm -rf "$dir/node.cache"
+			seconds "$S" ls --policy "$dir/node.conf" >>"$dir/t.empty"
 		done
 		r=$(median <"$dir/t.restore")
 		l=$(median <"$dir/t.ls")
 		plant_cache "$n"
 		: >"$dir/t.all"
 		for ((t = 0; t < trials; t++)); do
-			seconds "$S" ls --policy "$dir/policy.conf" >>"$dir/t.all"
+			seconds "$S" ls --policy "$dir/node.conf" >>"$dir/t.all"
 		done
-		rm -rf "$dir/cache"
+		rm -rf "$dir/node.cache"
 		a=$(median <"$dir/t.all")
 		e=$(median <"$dir/t.empty")
 		printf '| %s | %.1f | %.1f | %.1f | %.1f |\n' "$n" "$(awk -v x="$r" 'BEGIN {print x * 1000}')" \
@@ -224,27 +248,21 @@ drop_caches() {
 # open_time: starts a server on $dir/big, waits until it listens, stops it;
 # prints the seconds its store took to open (its log says).
 open_time() {
-	local p log="$dir/big.log"
-	rm -f "$dir/bigport"
-	"$SERVER" --listen 127.0.0.1:0 --port-file "$dir/bigport" --store "$dir/big" \
-		--secret-file "$dir/secret" 2>"$log" &
-	p=$!
-	# (no deadline but the server's own end: a large store may take long)
-	while [ ! -s "$dir/bigport" ] && kill -0 "$p" 2>/dev/null; do sleep 0.05; done
-	[ -s "$dir/bigport" ] || { echo "scale.sh: the server did not start:" >&2; cat "$log" >&2; exit 1; }
-	kill "$p"
-	wait "$p" || true
-	sed -n 's/.*(opened in \([0-9.]*\) s: .*/\1/p' "$log"
+	local pid
+	start_one big
+	kill "$pid"
+	wait "$pid" || true
+	sed -n 's/.*(opened in \([0-9.]*\) s: .*/\1/p' "$dir/big.log"
 }
 
 chunks_part() {
 	printf '| chunks | start from hints, cold s | warm s | first start without hints (scan), cold s |\n|---|---|---|---|\n'
 	local c scan cold warm
 	for c in ${chunks//,/ }; do
-		"$FILL" "$dir/big" "$c" 256 >/dev/null
+		"$FILL" "$dir/big.store" "$c" 256 >/dev/null
 		# As an older release left it: the first start scans every
 		# segment and writes the hints.
-		rm -f "$dir/big/segments/"*.hint "$dir/big/segments/"*.hlog
+		rm -f "$dir/big.store/segments/"*.hint "$dir/big.store/segments/"*.hlog
 		drop_caches
 		scan=$(open_time)
 		: >"$dir/t.cold"
@@ -270,38 +288,19 @@ metric() {
 }
 
 connections_part() {
-	local p c a t
-	rm -f "$dir/connport"
-	"$SERVER" --listen 127.0.0.1:0 --port-file "$dir/connport" --store "$dir/connstore" \
-		--secret-file "$dir/secret" --max-connections 12000 --max-per-user 12000 \
-		--max-handshakes 4096 --metrics-file "$dir/conn.prom" --metrics-interval 1 \
-		2>"$dir/conn.log" &
-	p=$!
+	local p c a t pid
+	start_one conn --max-connections 12000 --max-per-user 12000 --max-handshakes 4096 \
+		--metrics-file "$dir/conn.prom" --metrics-interval 1
+	p=$pid
 	pids+=("$p")
-	while [ ! -s "$dir/connport" ] && kill -0 "$p" 2>/dev/null; do sleep 0.05; done
-	[ -s "$dir/connport" ] || { echo "scale.sh: the server did not start:" >&2; cat "$dir/conn.log" >&2; exit 1; }
-	local addr="127.0.0.1:$(cat "$dir/connport")"
-	mkdir -p "$dir/cckpt"
-	cat >"$dir/conn.conf" <<-EOP
-	[cache]
-	dir = $dir/ccache
-	[cluster]
-	servers = $addr
-	replicas = 1
-	secret_file = $dir/secret
-	timeout = 600
-	[path $dir/cckpt/**]
-	EOP
-	head -c $((1 << 20)) /dev/urandom >"$dir/c.ref"
-	LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/conn.conf" cp "$dir/c.ref" "$dir/cckpt/f"
-	"$S" flush --policy "$dir/conn.conf" --wait --timeout 600 >/dev/null
-	pkill -f "stagehand-flusher --policy $dir/conn.conf" 2>/dev/null || true
+	local addr="127.0.0.1:$(cat "$dir/conn.port")"
+	ship_one c "$addr" 1
 	restore_ms() {
 		: >"$dir/t.crestore"
 		for ((t = 0; t < trials; t++)); do
-			rm -rf "$dir/ccache" "$dir/cback"
-			seconds "$S" restore --policy "$dir/conn.conf" --to "$dir/cback" "$dir/cckpt/f" >>"$dir/t.crestore"
-			cmp -s "$dir/c.ref" "$dir/cback$dir/cckpt/f" || { echo "scale.sh: the restored file differs" >&2; exit 1; }
+			rm -rf "$dir/c.cache" "$dir/cback"
+			seconds "$S" restore --policy "$dir/c.conf" --to "$dir/cback" "$dir/c.ckpt/f" >>"$dir/t.crestore"
+			cmp -s "$dir/c.ref" "$dir/cback$dir/c.ckpt/f" || { echo "scale.sh: the restored file differs" >&2; exit 1; }
 		done
 		awk -v x="$(median <"$dir/t.crestore")" 'BEGIN { printf "%.1f", x * 1000 }'
 	}
