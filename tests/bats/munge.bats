@@ -256,10 +256,15 @@ relay_as_nobody() {
 	# Named as the servers' user, that uid is taken for a server: the
 	# exchange goes on (and the impostor, which holds no key, gets the
 	# client's credential and proof only).
-	sed "s/^\[cluster\]\$/&\nmunge_server_user = 65534/" "$T/impostor.conf" >"$T/impostor2.conf"
+	# A relay of its own, whose result is again its first connection's
+	# (that of a retry cut short when the client is stopped is not kept).
+	kill "$RELAY_PID"
+	wait_for "$WAIT" pid_gone "$RELAY_PID"
+	relay_as_nobody impostor
+	sed -e "s/^servers = .*/servers = $RELAY/" -e "s/^\[cluster\]\$/&\nmunge_server_user = 65534/" \
+		"$POLICY" >"$T/impostor2.conf"
 	# The client keeps trying the server that dropped it: stopped once the
 	# impostor has its answer.
-	rm -f "$USERDIR/relay/result"
 	"$STAGEHAND" status --policy "$T/impostor2.conf" >"$T/status.out" 2>&1 3>&- &
 	local status_pid=$!
 	track $status_pid

@@ -19,7 +19,9 @@ answered: "listed N bytes", "refused: TEXT" or "closed". Later connections
 
 With impostor, it does not forward at all: it answers as a server would,
 with a credential of its own user (made with `munge` through NODE_SOCKET)
-that vouches for the exchange, and a public key of its own."""
+that vouches for the exchange, and a public key of its own. DIR/result
+says what the first client did then: "the client answered type N" or
+"closed"."""
 
 import hashlib
 import os
@@ -41,6 +43,16 @@ server_port, node_sock, out_dir, mode = int(sys.argv[1]), sys.argv[2], sys.argv[
 def write(name, data):
     with open(f"{out_dir}/{name}", "wb" if isinstance(data, bytes) else "w") as f:
         f.write(data)
+
+
+def write_first(name, text):
+    """Writes DIR/name unless it exists: the first connection's outcome,
+    not that of a retry cut short by the test stopping the client."""
+    try:
+        with open(f"{out_dir}/{name}", "x") as f:
+            f.write(text)
+    except FileExistsError:
+        pass
 
 
 def read_exact(s, n):
@@ -150,9 +162,9 @@ def impostor(client):
     client.sendall(frame(MUNGE_SERVER, server_pub + p.stdout.strip()))
     try:
         typ, body, _ = read_frame(client)
-        write("result", f"the client answered type {typ}\n")
+        write_first("result", f"the client answered type {typ}\n")
     except EOFError:
-        write("result", "closed\n")
+        write_first("result", "closed\n")
 
 
 def serve(client):
