@@ -663,6 +663,13 @@ int stg_conn_wait(struct stg_conn *c, int timeout_ms)
 	return c->t->wait(c, false, timeout_ms);
 }
 
+void stg_conn_rest(struct stg_conn *c)
+{
+	if (c->hdr_got == 0 && !c->in_body)
+		release_buffer(c, 0);
+	stg_conn_pool_idle(c);
+}
+
 int stg_conn_pollable(struct stg_conn *c, short *events)
 {
 	return c->t->pollable(c, tx_pending(c), events);

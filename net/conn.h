@@ -151,13 +151,16 @@ void stg_conn_close(struct stg_conn *c);
  * when the server's versions exclude ours: c->error names both) or -errno. */
 int stg_conn_auth_client(struct stg_conn *c, const struct stg_secret *s, uint32_t uid);
 
-/* Server side: sends a challenge, checks the client's answer. A version-1
- * client (whose frames carry no MACs) is served only when accept_v1. On
- * success *ret_uid is the authenticated uid. On failure an ERROR has been
- * sent when possible and c->error says why; returns -EACCES, -EPROTO, -EBADMSG
- * or -errno. */
-int stg_conn_auth_server(struct stg_conn *c, const struct stg_secret *s, bool accept_v1,
-			 uint32_t *ret_uid);
+/* Server side, in two halves, so that a server waits for the client's
+ * answer without a thread: sends a challenge (its nonce kept in *t); then,
+ * once the answer begins to arrive, checks it and completes the login. A
+ * version-1 client (whose frames carry no MACs) is served only when
+ * accept_v1. On success *ret_uid is the authenticated uid. On failure an
+ * ERROR has been sent when possible and c->error says why; returns -EACCES,
+ * -EPROTO, -EBADMSG or -errno. */
+int stg_conn_auth_challenge(struct stg_conn *c, struct stg_auth_transcript *t);
+int stg_conn_auth_answer(struct stg_conn *c, const struct stg_secret *s, bool accept_v1,
+			 const struct stg_auth_transcript *challenge, uint32_t *ret_uid);
 
 /* Sends bytes (a whole frame or several) before the deadline. */
 int stg_conn_send(struct stg_conn *c, const void *buf, size_t len);
@@ -192,6 +195,10 @@ int stg_conn_skip(struct stg_conn *c);
  * waits for ever. The last message received is done with (a large buffer
  * is freed). Returns 0 or -ETIMEDOUT. */
 int stg_conn_wait(struct stg_conn *c, int timeout_ms);
+
+/* Between frames, a connection that waits for long gives back what it holds:
+ * its receive buffer, and its pool over TCP. */
+void stg_conn_rest(struct stg_conn *c);
 
 /* Sends req (its tag is set) and receives the reply, which must have type
  * want and the same tag. An ERROR reply (or one with tag 0, which the server

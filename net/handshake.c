@@ -396,24 +396,28 @@ out:
 	return r;
 }
 
-int stg_conn_auth_server(struct stg_conn *c, const struct stg_secret *s, bool accept_v1,
-			 uint32_t *ret_uid)
+int stg_conn_auth_challenge(struct stg_conn *c, struct stg_auth_transcript *t)
 {
 	/* Version 1 is always offered, so that a client of that version learns
 	 * from an ERROR why it is refused; a version-2 client never picks it,
 	 * and its proof binds the range offered. */
-	struct stg_auth_transcript t = {.min_version = 1, .max_version = STG_WIRE_VERSION,
-					.version = STG_WIRE_VERSION};
+	*t = (struct stg_auth_transcript){.min_version = 1, .max_version = STG_WIRE_VERSION,
+					  .version = STG_WIRE_VERSION};
 	struct stg_msg ch = {.type = STG_MSG_CHALLENGE, .tag = 0};
-	ch.challenge.min_version = t.min_version;
-	ch.challenge.max_version = t.max_version;
-	int r = stg_auth_random(t.server_nonce, sizeof(t.server_nonce));
+	ch.challenge.min_version = t->min_version;
+	ch.challenge.max_version = t->max_version;
+	int r = stg_auth_random(t->server_nonce, sizeof(t->server_nonce));
 	if (r < 0)
 		return r;
-	memcpy(ch.challenge.nonce, t.server_nonce, sizeof(t.server_nonce));
-	r = stg_conn_send_msg(c, &ch);
-	if (r < 0)
-		return r;
+	memcpy(ch.challenge.nonce, t->server_nonce, sizeof(t->server_nonce));
+	return stg_conn_send_msg(c, &ch);
+}
+
+int stg_conn_auth_answer(struct stg_conn *c, const struct stg_secret *s, bool accept_v1,
+			 const struct stg_auth_transcript *challenge, uint32_t *ret_uid)
+{
+	struct stg_auth_transcript t = *challenge;
+	int r;
 	struct stg_msg m;
 	/* As long as an AUTH_MUNGE, even where MUNGE is not taken: its sender
 	 * is told why not. */

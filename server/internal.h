@@ -95,6 +95,7 @@ struct server {
 	int handshake_ms; /* to log in, at each step */
 	int idle_ms;      /* a silent client is closed after this */
 	struct admit admit;
+	struct loops *loops; /* where sessions wait (loop.c) */
 	struct stg_conn_budget frames; /* memory of large frames */
 	bool accept_v1; /* serve clients of protocol version 1 (no MACs) */
 	int64_t started_ns;
@@ -124,15 +125,81 @@ struct server {
 	pthread_cond_t metrics_cond;
 };
 
-struct session_arg {
-	struct server *srv;
-	struct stg_conn conn; /* accepted, over either transport */
-	int slot;             /* its admission */
+/* A connection's session: authentication, then requests until it closes.
+ * It runs in steps on the worker threads (workers.c), and between steps
+ * waits in an event loop (loop.c) holding no thread and no buffer. */
+enum session_state {
+	SESSION_NEW,   /* accepted: the challenge is to be sent */
+	SESSION_LOGIN, /* waiting for the client's answer */
+	SESSION_IDLE,  /* logged in, between requests */
 };
 
-/* Serves one connection until it closes; frees arg. The connection holds
- * its slot already; the session gives it back. */
-void *server_session(void *arg);
+struct session {
+	struct server *srv;
+	struct stg_conn conn;
+	int slot;
+	uint32_t uid;
+	enum session_state state;
+	struct stg_auth_transcript challenge; /* while it logs in */
+	bool said_wait; /* the wait for frame memory is logged once a frame */
+
+	/* Kept by the loop it waits in (loop.c). */
+	int64_t deadline_ms;  /* when its wait ends: --handshake- or --idle-timeout */
+	size_t heap_ix;       /* its place among the loop's deadlines */
+	int polled_fd;        /* the descriptor the loop watches, -1: none yet */
+	bool expired;         /* its deadline passed: to be closed */
+	struct session *next; /* in the workers' queue */
+};
+
+enum session_next {
+	SESSION_WAIT,  /* for the connection to become readable, until deadline_ms */
+	SESSION_CLOSE, /* the connection is done with: session_free */
+};
+
+/* A session for an accepted, admitted connection (a copy of *c), or NULL
+ * when out of memory (the caller closes c and gives its slot back). */
+struct session *session_new(struct server *srv, const struct stg_conn *c, int slot);
+
+/* Runs the session until it would wait for its client: sends the
+ * challenge, takes the login, or serves the requests that have arrived. */
+enum session_next session_step(struct session *s);
+
+/* Its deadline passed while it waited: logs why it closes, and tells the
+ * client when it is one logging in (BUSY). */
+void session_expired(struct session *s);
+
+/* Gives its slot back and closes the connection. */
+void session_free(struct session *s);
+
+/* The event loops (loop.c): sessions waiting for their clients, one epoll
+ * set and one heap of deadlines per loop, a thread each. */
+struct loops;
+
+/* Starts n loops and their threads, which hand ready or expired sessions
+ * to the workers. Returns NULL when the threads cannot start. */
+struct loops *loops_start(struct server *srv, unsigned n);
+
+/* Starts a new session: it runs its first step on a worker. */
+void loops_add(struct loops *l, struct session *s);
+
+/* The loops' workers. */
+struct workers *loops_workers(struct loops *l);
+
+/* The workers (workers.c): threads that run session steps, started as
+ * sessions become ready and none is free, and ending after a while
+ * without work, so that only sessions at work hold a thread. */
+struct workers;
+
+struct workers *workers_new(struct loops *l);
+
+/* Queues a session whose step is to run. */
+void workers_run(struct workers *w, struct session *s);
+
+/* Workers running now (for the metrics). */
+unsigned workers_threads(struct workers *w);
+
+/* The session's step is done: it waits in its loop, or is freed. */
+void loops_park(struct loops *l, struct session *s, enum session_next next);
 
 /* The collector thread. */
 void *server_collector(void *arg);

@@ -18,14 +18,6 @@
 #include "wire.h"
 #include "version.h"
 
-struct session {
-	struct server *srv;
-	struct stg_conn conn;
-	int slot;
-	uint32_t uid;
-	bool said_wait; /* the wait for frame memory is logged once a frame */
-};
-
 static int reply(struct session *s, struct stg_msg *m, uint32_t tag)
 {
 	m->tag = tag;
@@ -504,36 +496,73 @@ static int dispatch(struct session *s, const struct stg_msg *m)
 	return r;
 }
 
+/* The client took longer than --handshake-timeout to log in: told BUSY. */
+static void login_expired(struct session *s)
+{
+	char what[400];
+	snprintf(what, sizeof(what), "%s: logging in took longer than %d s", s->conn.peer,
+		 s->srv->handshake_ms / 1000);
+	admit_refused(what);
+	stg_conn_send_error(&s->conn, 0, -EBUSY, "logging in took longer than %d s",
+			    s->srv->handshake_ms / 1000);
+}
+
 static int admit_uid(struct stg_conn *c, uint32_t uid, char *why, size_t whylen)
 {
 	struct session *s = c->admit_arg;
 	return admit_login(&s->srv->admit, s->slot, uid, why, whylen);
 }
 
-/* Logs in: a short deadline for each step, so that strangers hold their
- * slot briefly. A client refused for being one too many (or too slow) is
- * told BUSY, and tries again later. Returns 0 or -errno. */
+struct session *session_new(struct server *srv, const struct stg_conn *c, int slot)
+{
+	struct session *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->srv = srv;
+	s->conn = *c;
+	s->slot = slot;
+	s->state = SESSION_NEW;
+	s->conn.budget = &srv->frames;
+	s->conn.budget_wait = budget_wait;
+	s->conn.admit_uid = admit_uid;
+	s->conn.admit_arg = s;
+	return s;
+}
+
+void session_free(struct session *s)
+{
+	admit_release(&s->srv->admit, s->slot);
+	stg_conn_close(&s->conn);
+	free(s);
+}
+
+/* Logs in, once the client's answer to the challenge begins to arrive: a
+ * short deadline for each step, so that strangers hold their slot briefly.
+ * A client refused for being one too many (or too slow) is told BUSY, and
+ * tries again later. Returns 0 or -errno. */
 static int login(struct session *s)
 {
 	struct server *srv = s->srv;
 	s->conn.timeout_ms = srv->handshake_ms;
-	int r = stg_conn_auth_server(&s->conn, &srv->secret, srv->accept_v1, &s->uid);
+	int r = stg_conn_auth_answer(&s->conn, &srv->secret, srv->accept_v1, &s->challenge,
+				     &s->uid);
 	s->conn.timeout_ms = srv->timeout_ms;
-	if (r == 0 || r == -EBUSY)
+	if (r == 0) {
+		if (s->conn.version < STG_WIRE_VERSION)
+			stg_log(STG_LOG_WARN, "%s: uid %u speaks protocol version %u: its frames "
+				"carry no MAC", s->conn.peer, s->uid, s->conn.version);
+		stg_log(STG_LOG_DEBUG, "%s: authenticated as uid %u", s->conn.peer, s->uid);
+		s->conn.budget_uid = s->uid;
+		return 0;
+	}
+	if (r == -EBUSY)
 		return r;
 	if (admit_evicted(&srv->admit, s->slot)) {
 		stg_conn_send_error(&s->conn, 0, -EBUSY, "too many connections logging in");
 		return -EBUSY;
 	}
-	if (r == -ETIMEDOUT) {
-		char what[400];
-		snprintf(what, sizeof(what), "%s: logging in took longer than %d s", s->conn.peer,
-			 srv->handshake_ms / 1000);
-		admit_refused(what);
-		stg_conn_send_error(&s->conn, 0, -EBUSY, "logging in took longer than %d s",
-				    srv->handshake_ms / 1000);
-		return r;
-	}
+	if (r == -ETIMEDOUT)
+		return login_expired(s), r;
 	if (s->conn.error[0])
 		stg_log(STG_LOG_WARN, "%s: dropped: authentication failed: %s", s->conn.peer,
 			s->conn.error);
@@ -542,82 +571,96 @@ static int login(struct session *s)
 	return r;
 }
 
-void *server_session(void *arg)
+/* Receives and serves one request. Returns 0, or -errno when the
+ * connection is to close (said in the log). */
+static int serve(struct session *s)
 {
-	struct session_arg *a = arg;
-	struct session s = {.srv = a->srv, .conn = a->conn, .slot = a->slot};
-	free(a);
-	s.conn.budget = &s.srv->frames;
-	s.conn.budget_wait = budget_wait;
-	s.conn.admit_uid = admit_uid;
-	s.conn.admit_arg = &s;
+	s->said_wait = false;
+	s->conn.error[0] = '\0';
+	struct stg_msg m;
+	int r = stg_conn_recv(&s->conn, STG_WIRE_MAX_BODY, &m);
+	if (r == -EPIPE)
+		return r;
+	if (r == -ECANCELED) {
+		stg_log(STG_LOG_DEBUG, "%s: closed while it waited for frame memory, for "
+			"a new connection", s->conn.peer);
+		return r;
+	}
+	if (r == -ENOBUFS) {
+		if (s->conn.error[0])
+			stg_log(STG_LOG_WARN, "%s: dropped: uid %u: %s", s->conn.peer, s->uid,
+				s->conn.error);
+		else
+			stg_log(STG_LOG_WARN, "%s: dropped: uid %u: its frame waited %d s for "
+				"memory (--frame-memory is in use)", s->conn.peer, s->uid,
+				s->srv->timeout_ms / 1000);
+		stg_conn_send_error(&s->conn, 0, -EBUSY, "the server's frame memory is in "
+				    "use: try again later");
+		stg_conn_skip(&s->conn);
+		return r;
+	}
+	if (r < 0) {
+		if (r == -EPROTO || r == -EBADMSG || r == -EBADE) {
+			/* The peer learns why, before the close. */
+			stg_log(STG_LOG_WARN, "%s: dropped: %s", s->conn.peer, s->conn.error);
+			stg_conn_send_error(&s->conn, 0, -EPROTO, "refused: %s", s->conn.error);
+		} else {
+			stg_log_errno(STG_LOG_WARN, r, "%s: dropped", s->conn.peer);
+		}
+		return r;
+	}
+	return dispatch(s, &m);
+}
 
-	int r = login(&s);
-	if (r < 0)
-		goto out;
-	if (s.conn.version < STG_WIRE_VERSION)
-		stg_log(STG_LOG_WARN, "%s: uid %u speaks protocol version %u: its frames carry no MAC",
-			s.conn.peer, s.uid, s.conn.version);
-	stg_log(STG_LOG_DEBUG, "%s: authenticated as uid %u", s.conn.peer, s.uid);
-	s.conn.budget_uid = s.uid;
-	for (;;) {
-		struct stg_msg m;
-		/* An idle client may sit between requests for --idle-timeout;
-		 * the deadline applies once a frame has begun. Idle, its slot
-		 * may be taken for a newcomer. */
-		admit_idle(&s.srv->admit, s.slot, true);
-		r = stg_conn_wait(&s.conn, s.srv->idle_ms);
+/* Requests served in one turn before the connection waits its turn again,
+ * so that a client streaming requests does not keep a worker to itself. */
+#define TURN_REQUESTS 32
+
+enum session_next session_step(struct session *s)
+{
+	struct server *srv = s->srv;
+	switch (s->state) {
+	case SESSION_NEW:
+		s->conn.timeout_ms = srv->handshake_ms;
+		if (stg_conn_auth_challenge(&s->conn, &s->challenge) < 0)
+			return SESSION_CLOSE;
+		s->conn.timeout_ms = srv->timeout_ms;
+		s->state = SESSION_LOGIN;
+		s->deadline_ms = stg_monotonic_ms() + srv->handshake_ms;
+		return SESSION_WAIT;
+	case SESSION_LOGIN:
+		if (login(s) < 0)
+			return SESSION_CLOSE;
+		s->state = SESSION_IDLE;
+		break;
+	case SESSION_IDLE:
 		/* (A request that came just as the slot was taken is dropped
 		 * with the connection: a client resends a request on a new
 		 * connection when a reused one was closed under it.) */
-		if (admit_idle(&s.srv->admit, s.slot, false)) {
-			stg_log(STG_LOG_DEBUG, "%s: closed, idle, for a new connection", s.conn.peer);
-			break;
+		if (admit_idle(&srv->admit, s->slot, false)) {
+			stg_log(STG_LOG_DEBUG, "%s: closed, idle, for a new connection",
+				s->conn.peer);
+			return SESSION_CLOSE;
 		}
-		if (r == -ETIMEDOUT) {
-			stg_log(STG_LOG_DEBUG, "%s: closed after %d s idle", s.conn.peer,
-				s.srv->idle_ms / 1000);
-			break;
-		}
-		s.said_wait = false;
-		s.conn.error[0] = '\0';
-		if (r == 0)
-			r = stg_conn_recv(&s.conn, STG_WIRE_MAX_BODY, &m);
-		if (r == -EPIPE)
-			break;
-		if (r == -ECANCELED) {
-			stg_log(STG_LOG_DEBUG, "%s: closed while it waited for frame memory, for "
-				"a new connection", s.conn.peer);
-			break;
-		}
-		if (r == -ENOBUFS) {
-			if (s.conn.error[0])
-				stg_log(STG_LOG_WARN, "%s: dropped: uid %u: %s", s.conn.peer, s.uid,
-					s.conn.error);
-			else
-				stg_log(STG_LOG_WARN, "%s: dropped: uid %u: its frame waited %d s for "
-					"memory (--frame-memory is in use)", s.conn.peer, s.uid,
-					s.srv->timeout_ms / 1000);
-			stg_conn_send_error(&s.conn, 0, -EBUSY, "the server's frame memory is in "
-					    "use: try again later");
-			stg_conn_skip(&s.conn);
-			break;
-		}
-		if (r < 0) {
-			if (r == -EPROTO || r == -EBADMSG || r == -EBADE) {
-				/* The peer learns why, before the close. */
-				stg_log(STG_LOG_WARN, "%s: dropped: %s", s.conn.peer, s.conn.error);
-				stg_conn_send_error(&s.conn, 0, -EPROTO, "refused: %s", s.conn.error);
-			} else {
-				stg_log_errno(STG_LOG_WARN, r, "%s: dropped", s.conn.peer);
-			}
-			break;
-		}
-		if (dispatch(&s, &m) < 0)
-			break;
+		for (int n = 0; n < TURN_REQUESTS && stg_conn_wait(&s->conn, 0) == 0; n++)
+			if (serve(s) < 0)
+				return SESSION_CLOSE;
+		break;
 	}
-out:
-	admit_release(&s.srv->admit, s.slot);
-	stg_conn_close(&s.conn);
-	return NULL;
+	/* An idle client may sit between requests for --idle-timeout; the
+	 * deadline applies once a frame has begun. Idle, its slot may be
+	 * taken for a newcomer, and it holds no buffer. */
+	admit_idle(&srv->admit, s->slot, true);
+	stg_conn_rest(&s->conn);
+	s->deadline_ms = stg_monotonic_ms() + srv->idle_ms;
+	return SESSION_WAIT;
+}
+
+void session_expired(struct session *s)
+{
+	if (s->state == SESSION_LOGIN)
+		login_expired(s);
+	else
+		stg_log(STG_LOG_DEBUG, "%s: closed after %d s idle", s->conn.peer,
+			s->srv->idle_ms / 1000);
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* stagehand-server: a staging server. Accepts authenticated connections from
- * node flushers and tools, one thread each, stores chunks in its segment
+ * node flushers and tools (sessions in event loops, run by workers only while
+ * at work), stores chunks in its segment
  * store and manifests per user, retires old versions and collects garbage in
  * the background. */
 #include <errno.h>
@@ -161,32 +162,17 @@ static int listen_on(const char *hostport, char *bound, size_t boundlen, int *re
 	return fd;
 }
 
-/* Starts the thread of an accepted connection (admitted already); on
+/* Starts the session of an accepted connection (admitted already); on
  * failure closes it. */
 static void start_session(struct server *srv, struct stg_conn *c, int slot)
 {
-	struct session_arg *a = malloc(sizeof(*a));
-	if (!a) {
+	struct session *s = session_new(srv, c, slot);
+	if (!s) {
 		admit_release(&srv->admit, slot);
 		stg_conn_close(c);
 		return;
 	}
-	a->srv = srv;
-	a->conn = *c;
-	a->slot = slot;
-	pthread_t t;
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, 256 << 10);
-	/* Only the main thread takes SIGTERM, so that it interrupts accept(). */
-	int r = stg_thread_start(&t, &attr, server_session, a);
-	if (r != 0) {
-		admit_release(&srv->admit, slot);
-		stg_conn_close(&a->conn);
-		free(a);
-	}
-	pthread_attr_destroy(&attr);
+	loops_add(srv->loops, s);
 }
 
 static void accept_loop(struct server *srv, int lfd)
@@ -607,6 +593,11 @@ int main(int argc, char **argv)
 	pthread_mutex_init(&srv.gc_mutex, NULL);
 	pthread_cond_init(&srv.gc_cond, NULL);
 	pthread_cond_init(&srv.scrub_cond, NULL);
+
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	srv.loops = loops_start(&srv, cores < 1 ? 1 : cores > 64 ? 64 : (unsigned)cores);
+	if (!srv.loops)
+		return 1;
 
 	char bound[300];
 	int port = 0;
