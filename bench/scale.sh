@@ -289,7 +289,7 @@ metric() {
 
 connections_part() {
 	local p c a t pid
-	start_one conn --max-connections 12000 --max-per-user 12000 --max-handshakes 4096 \
+	start_one conn --max-handshakes 4096 \
 		--metrics-file "$dir/conn.prom" --metrics-interval 1
 	p=$pid
 	pids+=("$p")

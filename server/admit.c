@@ -25,71 +25,157 @@
 #include "log.h"
 #include "util.h"
 
+/* Lists of slots, linked by index. */
+
+static void list_append(struct admit *a, struct admit_list *l, int i)
+{
+	struct admit_slot *s = &a->slots[i];
+	s->prev = l->tail;
+	s->next = -1;
+	if (l->tail >= 0)
+		a->slots[l->tail].next = i;
+	else
+		l->head = i;
+	l->tail = i;
+}
+
+static void list_unlink(struct admit *a, struct admit_list *l, int i)
+{
+	struct admit_slot *s = &a->slots[i];
+	if (s->prev >= 0)
+		a->slots[s->prev].next = s->next;
+	else
+		l->head = s->next;
+	if (s->next >= 0)
+		a->slots[s->next].prev = s->prev;
+	else
+		l->tail = s->prev;
+	s->prev = s->next = -1;
+}
+
+/* The count of uid's logged-in connections (linear probing). */
+static struct admit_count *uid_count(struct admit *a, uint32_t uid)
+{
+	size_t mask = a->counts_cap - 1, h = (uid * 2654435761u) & mask;
+	while (a->counts[h].n && a->counts[h].uid != uid)
+		h = (h + 1) & mask;
+	a->counts[h].uid = uid;
+	return &a->counts[h];
+}
+
+static void uid_count_drop(struct admit *a, uint32_t uid)
+{
+	struct admit_count *c = uid_count(a, uid);
+	if (--c->n)
+		return;
+	/* Emptied: the entries after it in its run move up where they may
+	 * (deletion without tombstones). */
+	size_t mask = a->counts_cap - 1, hole = (size_t)(c - a->counts);
+	for (size_t j = (hole + 1) & mask; a->counts[j].n; j = (j + 1) & mask) {
+		size_t home = (a->counts[j].uid * 2654435761u) & mask;
+		if (((j - home) & mask) >= ((j - hole) & mask)) {
+			a->counts[hole] = a->counts[j];
+			a->counts[j].n = 0;
+			hole = j;
+		}
+	}
+}
+
+/* Slot i, not evicted, enters state st (its uid set for a logged-in one). */
+static void enter(struct admit *a, int i, enum admit_state st)
+{
+	struct admit_slot *s = &a->slots[i];
+	s->state = st;
+	s->since_ms = stg_monotonic_ms();
+	if (st == ADMIT_HANDSHAKE) {
+		a->logging_in++;
+		list_append(a, &a->handshakes, i);
+		return;
+	}
+	a->logged_in++;
+	uid_count(a, s->uid)->n++;
+	if (st == ADMIT_IDLE && s->fd >= 0)
+		list_append(a, &a->idle, i);
+}
+
+/* Slot i, not evicted, leaves its state: it counts no more. */
+static void leave(struct admit *a, int i)
+{
+	struct admit_slot *s = &a->slots[i];
+	if (s->state == ADMIT_HANDSHAKE) {
+		a->logging_in--;
+		list_unlink(a, &a->handshakes, i);
+		return;
+	}
+	a->logged_in--;
+	uid_count_drop(a, s->uid);
+	if (s->state == ADMIT_IDLE && s->fd >= 0)
+		list_unlink(a, &a->idle, i);
+}
+
 int admit_init(struct admit *a, const struct admit_limits *l)
 {
 	memset(a, 0, sizeof(*a));
 	a->limits = *l;
 	/* Room for the slots being given back by evicted connections too. */
 	a->nslots = l->max_connections + 2 * l->max_handshakes;
+	a->counts_cap = 16;
+	while (a->counts_cap < 2 * (size_t)a->nslots)
+		a->counts_cap *= 2;
 	a->slots = calloc(a->nslots, sizeof(*a->slots));
-	a->counts = calloc(2 * (size_t)a->nslots, sizeof(*a->counts));
+	a->counts = calloc(a->counts_cap, sizeof(*a->counts));
 	if (!a->slots || !a->counts) {
 		free(a->slots);
 		free(a->counts);
 		return -ENOMEM;
 	}
+	a->free = a->handshakes = a->idle = (struct admit_list){-1, -1};
+	for (unsigned i = 0; i < a->nslots; i++)
+		list_append(a, &a->free, (int)i);
 	pthread_mutex_init(&a->lock, NULL);
 	return 0;
 }
 
-/* Slots held (evicted ones not counted) in state st, or in any state for
- * ADMIT_HELD; from addr only when it is not NULL. */
-static unsigned count(const struct admit *a, enum admit_state st, const char *addr)
+/* Slots logging in (evicted ones not counted) from addr. */
+static unsigned logging_in_from(const struct admit *a, const char *addr)
 {
 	unsigned n = 0;
-	for (unsigned i = 0; i < a->nslots; i++) {
-		const struct admit_slot *s = &a->slots[i];
-		if (s->state == ADMIT_FREE || s->evicted || (st != ADMIT_HELD && s->state != st))
-			continue;
-		n += !addr || strcmp(s->addr, addr) == 0;
-	}
+	for (int i = a->handshakes.head; i >= 0; i = a->slots[i].next)
+		n += strcmp(a->slots[i].addr, addr) == 0;
 	return n;
 }
 
-/* Asks slot i's thread to close its connection: reading ends at once (the
- * session sees its peer leave), writing still works for a last ERROR. */
-static void evict(struct admit *a, unsigned i)
+/* Asks slot i's session to close its connection: reading ends at once (its
+ * loop sees the peer leave), writing still works for a last ERROR. It
+ * counts free from now on. */
+static void evict(struct admit *a, int i)
 {
 	struct admit_slot *s = &a->slots[i];
+	leave(a, i);
 	s->evicted = true;
 	shutdown(s->fd, s->state == ADMIT_HANDSHAKE ? SHUT_RD : SHUT_RDWR);
 }
 
-/* The evictable slot in state st that has been in it the longest, from the
- * address holding the most such slots when by_address; -1 if none. */
-static int oldest(const struct admit *a, enum admit_state st, bool by_address)
+/* The evictable slot logging in the longest, from the address logging in
+ * the most; -1 if none. (Logging-in slots are a few hundred at most.) */
+static int oldest_login_of_busiest(const struct admit *a)
 {
 	const char *addr = NULL;
 	unsigned most = 0;
-	for (unsigned i = 0; by_address && i < a->nslots; i++) {
+	for (int i = a->handshakes.head; i >= 0; i = a->slots[i].next) {
 		const struct admit_slot *s = &a->slots[i];
-		if (s->state != st || s->evicted || (addr && strcmp(s->addr, addr) == 0))
+		if (addr && strcmp(s->addr, addr) == 0)
 			continue;
-		unsigned n = count(a, st, s->addr);
+		unsigned n = logging_in_from(a, s->addr);
 		if (n > most) {
 			most = n;
 			addr = s->addr;
 		}
 	}
-	int best = -1;
-	for (unsigned i = 0; i < a->nslots; i++) {
-		const struct admit_slot *s = &a->slots[i];
-		if (s->state != st || s->evicted || s->fd < 0 || (addr && strcmp(s->addr, addr)))
-			continue;
-		if (best < 0 || s->since_ms < a->slots[best].since_ms)
-			best = (int)i;
-	}
-	return best;
+	for (int i = a->handshakes.head; i >= 0; i = a->slots[i].next)
+		if (a->slots[i].fd >= 0 && strcmp(a->slots[i].addr, addr) == 0)
+			return i;
+	return -1;
 }
 
 /* Whether the peer of a TCP connection has sent nothing at all yet. */
@@ -109,17 +195,14 @@ static bool silent(int fd)
 static int oldest_login_of(const struct admit *a, const char *addr)
 {
 	int best = -1;
-	bool best_silent = false;
-	for (unsigned i = 0; i < a->nslots; i++) {
+	for (int i = a->handshakes.head; i >= 0; i = a->slots[i].next) {
 		const struct admit_slot *s = &a->slots[i];
-		if (s->state != ADMIT_HANDSHAKE || s->evicted || s->fd < 0 || strcmp(s->addr, addr))
+		if (s->fd < 0 || strcmp(s->addr, addr))
 			continue;
-		bool quiet = silent(s->fd);
-		if (best < 0 || (quiet && !best_silent) ||
-		    (quiet == best_silent && s->since_ms < a->slots[best].since_ms)) {
-			best = (int)i;
-			best_silent = quiet;
-		}
+		if (silent(s->fd))
+			return i; /* the oldest silent one: the list is oldest first */
+		if (best < 0)
+			best = i;
 	}
 	return best;
 }
@@ -129,7 +212,7 @@ int admit_accept(struct admit *a, const char *addr, int fd, char *why, size_t wh
 	const struct admit_limits *l = &a->limits;
 	unsigned per_address = l->max_handshakes / 4 ? l->max_handshakes / 4 : 1;
 	pthread_mutex_lock(&a->lock);
-	unsigned mine = count(a, ADMIT_HANDSHAKE, addr);
+	unsigned mine = logging_in_from(a, addr);
 	int r = -EBUSY;
 	if (mine >= per_address) {
 		/* An address is shared by every user of a node: the newcomer
@@ -142,31 +225,30 @@ int admit_accept(struct admit *a, const char *addr, int fd, char *why, size_t wh
 				 mine, addr);
 			goto out;
 		}
-		evict(a, (unsigned)victim);
+		evict(a, victim);
 		mine--;
 	}
-	if (count(a, ADMIT_HANDSHAKE, NULL) >= l->max_handshakes) {
-		int victim = oldest(a, ADMIT_HANDSHAKE, true);
+	if (a->logging_in >= l->max_handshakes) {
+		int victim = oldest_login_of_busiest(a);
 		/* Only an address holding more than this one's share gives way. */
-		if (victim < 0 || count(a, ADMIT_HANDSHAKE, a->slots[victim].addr) <= mine + 1) {
+		if (victim < 0 || logging_in_from(a, a->slots[victim].addr) <= mine + 1) {
 			snprintf(why, whylen, "%u connections are logging in already",
 				 l->max_handshakes);
 			goto out;
 		}
-		evict(a, (unsigned)victim);
+		evict(a, victim);
 	}
-	for (unsigned i = 0; i < a->nslots; i++) {
-		struct admit_slot *s = &a->slots[i];
-		if (s->state != ADMIT_FREE)
-			continue;
-		*s = (struct admit_slot){.fd = fd, .state = ADMIT_HANDSHAKE,
-					 .since_ms = stg_monotonic_ms()};
-		snprintf(s->addr, sizeof(s->addr), "%s", addr);
-		r = (int)i;
-		break;
-	}
-	if (r < 0)
+	r = a->free.head;
+	if (r < 0) {
 		snprintf(why, whylen, "connections being closed fill every slot");
+		r = -EBUSY;
+		goto out;
+	}
+	list_unlink(a, &a->free, r);
+	struct admit_slot *s = &a->slots[r];
+	*s = (struct admit_slot){.fd = fd, .prev = -1, .next = -1};
+	snprintf(s->addr, sizeof(s->addr), "%s", addr);
+	enter(a, r, ADMIT_HANDSHAKE);
 out:
 	pthread_mutex_unlock(&a->lock);
 	return r;
@@ -176,26 +258,16 @@ out:
  * the uid holding the most, when that uid holds more than one more than
  * the newcomer's (mine), so that each uid gets its share of the slots;
  * -1 otherwise. Its client sends its request again on a new connection.
- * Counts in a.counts, an open-addressing table of 2 * nslots entries. */
+ * (A scan, but only when every connection is at work at once.) */
 static int busiest_user_oldest(struct admit *a, unsigned mine)
 {
-	size_t cap = 2 * (size_t)a->nslots;
-	memset(a->counts, 0, cap * sizeof(*a->counts));
 	uint32_t uid = 0;
 	unsigned most = 0;
-	for (unsigned i = 0; i < a->nslots; i++) {
-		const struct admit_slot *s = &a->slots[i];
-		if ((s->state != ADMIT_IDLE && s->state != ADMIT_WORKING) || s->evicted)
-			continue;
-		size_t h = (s->uid * 2654435761u) % cap;
-		while (a->counts[h].n && a->counts[h].uid != s->uid)
-			h = (h + 1) % cap;
-		a->counts[h].uid = s->uid;
-		if (++a->counts[h].n > most) {
+	for (size_t h = 0; h < a->counts_cap; h++)
+		if (a->counts[h].n > most) {
 			most = a->counts[h].n;
-			uid = s->uid;
+			uid = a->counts[h].uid;
 		}
-	}
 	if (most <= mine + 1)
 		return -1;
 	int best = -1;
@@ -210,25 +282,20 @@ static int busiest_user_oldest(struct admit *a, unsigned mine)
 }
 
 /* Called with the lock held. Returns 0 or -EBUSY with why. */
-static int take_on(struct admit *a, struct admit_slot *s, uint32_t uid, char *why, size_t whylen)
+static int take_on(struct admit *a, int i, uint32_t uid, char *why, size_t whylen)
 {
+	struct admit_slot *s = &a->slots[i];
 	if (s->evicted) {
 		snprintf(why, whylen, "too many connections logging in");
 		return -EBUSY;
 	}
-	unsigned mine = 0;
-	for (unsigned i = 0; i < a->nslots; i++) {
-		const struct admit_slot *o = &a->slots[i];
-		mine += (o->state == ADMIT_IDLE || o->state == ADMIT_WORKING) && !o->evicted &&
-			o->uid == uid;
-	}
+	unsigned mine = uid_count(a, uid)->n;
 	if (mine >= a->limits.max_per_user) {
 		snprintf(why, whylen, "uid %u has %u connections already", uid, mine);
 		return -EBUSY;
 	}
-	if (count(a, ADMIT_IDLE, NULL) + count(a, ADMIT_WORKING, NULL) >=
-	    a->limits.max_connections) {
-		int victim = oldest(a, ADMIT_IDLE, false);
+	if (a->logged_in >= a->limits.max_connections) {
+		int victim = a->idle.head;
 		if (victim < 0)
 			victim = busiest_user_oldest(a, mine);
 		if (victim < 0) {
@@ -236,11 +303,11 @@ static int take_on(struct admit *a, struct admit_slot *s, uint32_t uid, char *wh
 				 a->limits.max_connections);
 			return -EBUSY;
 		}
-		evict(a, (unsigned)victim);
+		evict(a, victim);
 	}
+	leave(a, i);
 	s->uid = uid;
-	s->state = ADMIT_WORKING;
-	s->since_ms = stg_monotonic_ms();
+	enter(a, i, ADMIT_WORKING);
 	return 0;
 }
 
@@ -248,7 +315,7 @@ int admit_login(struct admit *a, int slot, uint32_t uid, char *why, size_t whyle
 {
 	pthread_mutex_lock(&a->lock);
 	struct admit_slot *s = &a->slots[slot];
-	int r = take_on(a, s, uid, why, whylen);
+	int r = take_on(a, slot, uid, why, whylen);
 	if (r < 0 && !s->evicted) {
 		char what[256];
 		snprintf(what, sizeof(what), "%s: %s", s->addr, why);
@@ -262,9 +329,11 @@ bool admit_idle(struct admit *a, int slot, bool idle)
 {
 	pthread_mutex_lock(&a->lock);
 	struct admit_slot *s = &a->slots[slot];
-	s->state = idle ? ADMIT_IDLE : ADMIT_WORKING;
-	s->since_ms = stg_monotonic_ms();
 	bool evicted = s->evicted;
+	if (!evicted && (s->state == ADMIT_IDLE || s->state == ADMIT_WORKING)) {
+		leave(a, slot);
+		enter(a, slot, idle ? ADMIT_IDLE : ADMIT_WORKING);
+	}
 	pthread_mutex_unlock(&a->lock);
 	return evicted;
 }
@@ -282,8 +351,11 @@ bool admit_release(struct admit *a, int slot)
 	pthread_mutex_lock(&a->lock);
 	struct admit_slot *s = &a->slots[slot];
 	bool evicted = s->evicted;
+	if (!evicted)
+		leave(a, slot);
 	s->state = ADMIT_FREE;
 	s->evicted = false;
+	list_append(a, &a->free, slot);
 	pthread_mutex_unlock(&a->lock);
 	return evicted;
 }
@@ -297,7 +369,7 @@ void admit_refused(const char *what)
 unsigned admit_connections(struct admit *a)
 {
 	pthread_mutex_lock(&a->lock);
-	unsigned n = count(a, ADMIT_HELD, NULL);
+	unsigned n = a->logging_in + a->logged_in;
 	pthread_mutex_unlock(&a->lock);
 	return n;
 }

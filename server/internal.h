@@ -18,7 +18,6 @@ enum admit_state {
 	ADMIT_HANDSHAKE, /* not yet authenticated */
 	ADMIT_IDLE,      /* waiting for its next request */
 	ADMIT_WORKING,
-	ADMIT_HELD,      /* for counting: any but free */
 };
 
 struct admit_slot {
@@ -28,6 +27,7 @@ struct admit_slot {
 	uint32_t uid;
 	int64_t since_ms; /* in its state since */
 	char addr[64];    /* the peer's address, without its port */
+	int prev, next;   /* in its state's list (or the free list), -1: none */
 };
 
 struct admit_limits {
@@ -36,16 +36,29 @@ struct admit_limits {
 	unsigned max_per_user;
 };
 
-/* Admission of connections (admit.c). */
+/* A list of slots, oldest first (slots join at the tail as they enter
+ * their state). */
+struct admit_list {
+	int head, tail;
+};
+
+/* Admission of connections (admit.c). What a connection's arrival, login
+ * and turns between idle and at work cost does not grow with the
+ * connections held: counts are kept, the slots logging in (a few hundred at
+ * most) and the idle ones are in lists oldest first, and the logged-in
+ * ones are counted per uid. */
 struct admit {
 	pthread_mutex_t lock;
 	struct admit_limits limits;
 	struct admit_slot *slots;
 	unsigned nslots;
-	struct admit_count { /* scratch: connections per uid */
+	unsigned logging_in, logged_in; /* held, not evicted */
+	struct admit_list free, handshakes, idle; /* idle: evictable ones */
+	struct admit_count { /* logged-in connections per uid (n 0: empty) */
 		uint32_t uid;
 		unsigned n;
 	} *counts;
+	size_t counts_cap; /* a power of two */
 };
 
 int admit_init(struct admit *a, const struct admit_limits *l);

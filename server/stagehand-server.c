@@ -55,8 +55,9 @@ static void usage(FILE *f)
 		"  --scrub-rate SIZE     verify stored records in the background at this many\n"
 		"                        bytes a second (default 32M; 0: never)\n"
 		"  --timeout SECS        per request once it has begun (default 30)\n"
-		"  --max-connections N   logged-in connections at once (default 1024); when\n"
-		"                        all are taken, the one idle the longest is closed\n"
+		"  --max-connections N   logged-in connections at once (default: as many as\n"
+		"                        descriptors allow, up to 65536); when all are\n"
+		"                        taken, the one idle the longest is closed\n"
 		"  --max-handshakes N    connections logging in at once, a quarter of them\n"
 		"                        from any one address (default 256)\n"
 		"  --max-per-user N      connections of one uid (default: 3/4 of\n"
@@ -102,11 +103,16 @@ static int parse_uint(const char *s, unsigned max, unsigned *ret)
 	return 0;
 }
 
+/* The default of --max-connections: as many as descriptors allow, up to
+ * this (an idle connection costs a few KiB, and no thread). */
+#define DEFAULT_MAX_CONNECTIONS 65536
+
 /* Raises the limit of open descriptors to the hard one, for n logged-in
  * connections, the handshakes ones logging in (and as many evicted ones
  * still closing) and the server's own files. Returns how many logged-in
- * connections fit. */
-static unsigned fit_descriptors(unsigned n, unsigned handshakes)
+ * connections fit; a limit that was asked for and does not fit is
+ * warned of. */
+static unsigned fit_descriptors(unsigned n, unsigned handshakes, bool asked)
 {
 	const unsigned own = 64 + 2 * handshakes;
 	struct rlimit rl;
@@ -119,8 +125,8 @@ static unsigned fit_descriptors(unsigned n, unsigned handshakes)
 	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)n + own)
 		return n;
 	unsigned fit = rl.rlim_cur > own * 2 ? (unsigned)rl.rlim_cur - own : own;
-	stg_log(STG_LOG_WARN, "only %u descriptors may be open (ulimit -n): %u connections at "
-		"most, not %u", (unsigned)rl.rlim_cur, fit, n);
+	stg_log(asked ? STG_LOG_WARN : STG_LOG_INFO, "only %u descriptors may be open (ulimit "
+		"-n): %u connections at most, not %u", (unsigned)rl.rlim_cur, fit, n);
 	return fit;
 }
 
@@ -360,7 +366,8 @@ int main(int argc, char **argv)
 	unsigned metrics_interval = 15;
 	const char *metrics_file = NULL, *munge_socket = NULL;
 	bool auth_secret = true, auth_munge = false;
-	struct admit_limits limits = {.max_connections = 1024, .max_handshakes = 256};
+	struct admit_limits limits = {.max_connections = DEFAULT_MAX_CONNECTIONS,
+					.max_handshakes = 256};
 	uint64_t frame_memory = 256ull << 20, scrub_rate = 32ull << 20;
 	long user_key = -1;
 	bool allow_foreign = false, accept_v1 = false;
@@ -573,7 +580,8 @@ int main(int argc, char **argv)
 	srv.timeout_ms = (int)(timeout_s * 1000);
 	srv.handshake_ms = (int)(handshake_s * 1000);
 	srv.idle_ms = (int)(idle_s * 1000);
-	limits.max_connections = fit_descriptors(limits.max_connections, limits.max_handshakes);
+	limits.max_connections = fit_descriptors(limits.max_connections, limits.max_handshakes,
+						 limits.max_connections != DEFAULT_MAX_CONNECTIONS);
 	if (limits.max_per_user == 0 || limits.max_per_user > limits.max_connections)
 		limits.max_per_user = limits.max_connections * 3 / 4 ? limits.max_connections * 3 / 4 : 1;
 	if (admit_init(&srv.admit, &limits) < 0) {

@@ -77,6 +77,11 @@ kib() {
 	awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"
 }
 
+# threads PID: how many threads the process runs.
+threads() {
+	awk '$1 == "Threads:" { print $2 }' "/proc/$1/status"
+}
+
 @test "a whole job restarts at once: 950 restores and 50 flushes, separate processes, 3 servers, all byte for byte" {
 	SERVER_OPTS=()
 	staged 3
@@ -137,6 +142,27 @@ EOS
 	staged 1 cluster.replicas=1
 	attack idle 300 --secret "$SECRET" --uid "$ATTACKER_UID"
 	restore_during "300 idle logged-in connections"
+}
+
+@test "3000 idle logged-in connections at the default limits: all held, by a few threads, a few KiB each" {
+	# (the old server: 1024 at most, and a thread of its own for each)
+	SERVER_OPTS=()
+	staged 1 cluster.replicas=1
+	local pid="${SRV_PID[0]}" rss0 n rss
+	rss0=$(kib "$pid" VmRSS)
+	attack idle 3000 --secret "$SECRET" --uid "$ATTACKER_UID"
+	# the workers that logged them in end once idle
+	wait_for "$WAIT" eval '[ "$(threads "$pid")" -le $((2 * $(nproc) + 8)) ]' ||
+		fail "$(threads "$pid") threads hold 3000 idle connections"
+	n=$(threads "$pid")
+	rss=$(kib "$pid" VmRSS)
+	echo "# 3000 idle connections: $n threads, $(((rss - rss0) / 3)) bytes each" >&3
+	[ $(((rss - rss0) / 3000)) -le 16 ] || fail "$((rss - rss0)) KiB for 3000 connections"
+	restore_during "3000 idle logged-in connections"
+	stop_attacks
+	# (some refused while logging in: 64 at once from one address)
+	grep -q ", 3000 authenticated," "$T/attack0.out" ||
+		fail "not all held: $(cat "$T/attack0.out")"
 }
 
 # memory_attack MODE WHAT: 12 connections of abuse MODE against one server
