@@ -592,9 +592,17 @@ int stg_conn_try_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret
 #define MIN_RATE_BYTES_PER_S (1u << 20)
 #define MIN_RATE_GRACE_MS 2000
 
-/* Whether the large frame being received holds memory that others wait for
- * while it arrives slower than the minimum rate; c->error says so. */
-static bool too_slow(struct stg_conn *c)
+bool stg_conn_receiving(const struct stg_conn *c)
+{
+	return c->hdr_got > 0 || c->in_body;
+}
+
+bool stg_conn_holds_large_frame(const struct stg_conn *c)
+{
+	return c->in_body && c->budget && c->cap > SMALL_FRAME;
+}
+
+bool stg_conn_too_slow(struct stg_conn *c)
 {
 	if (!c->in_body || !c->budget || c->cap <= SMALL_FRAME ||
 	    !stg_conn_budget_contended(c->budget))
@@ -616,13 +624,12 @@ int stg_conn_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret)
 		int r = stg_conn_try_recv(c, max_body, ret);
 		if (r != -EAGAIN)
 			return r;
-		if (too_slow(c))
+		if (stg_conn_too_slow(c))
 			return -ENOBUFS;
 		/* In slices while a large frame arrives, to check its rate. */
 		int64_t until = deadline;
-		if (c->in_body && c->budget && c->cap > SMALL_FRAME &&
-		    until - stg_monotonic_ms() > 500)
-			until = stg_monotonic_ms() + 500;
+		if (stg_conn_holds_large_frame(c) && until - stg_monotonic_ms() > STG_CONN_RATE_CHECK_MS)
+			until = stg_monotonic_ms() + STG_CONN_RATE_CHECK_MS;
 		r = wait_until(c, false, until);
 		if (r == -ETIMEDOUT && until != deadline)
 			continue;
@@ -656,7 +663,7 @@ int stg_conn_skip(struct stg_conn *c)
 
 int stg_conn_wait(struct stg_conn *c, int timeout_ms)
 {
-	if (c->hdr_got > 0 || c->in_body)
+	if (stg_conn_receiving(c))
 		return 0;
 	/* Between frames: an idle connection holds no large buffer. */
 	release_buffer(c, SMALL_FRAME);
@@ -665,7 +672,7 @@ int stg_conn_wait(struct stg_conn *c, int timeout_ms)
 
 void stg_conn_rest(struct stg_conn *c)
 {
-	if (c->hdr_got == 0 && !c->in_body)
+	if (!stg_conn_receiving(c))
 		release_buffer(c, 0);
 	stg_conn_pool_idle(c);
 }

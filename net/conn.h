@@ -152,15 +152,23 @@ void stg_conn_close(struct stg_conn *c);
 int stg_conn_auth_client(struct stg_conn *c, const struct stg_secret *s, uint32_t uid);
 
 /* Server side, in two halves, so that a server waits for the client's
- * answer without a thread: sends a challenge (its nonce kept in *t); then,
- * once the answer begins to arrive, checks it and completes the login. A
- * version-1 client (whose frames carry no MACs) is served only when
- * accept_v1. On success *ret_uid is the authenticated uid. On failure an
- * ERROR has been sent when possible and c->error says why; returns -EACCES,
- * -EPROTO, -EBADMSG or -errno. */
+ * answer without a thread: sends a challenge (its nonce kept in *t); then
+ * checks the answer, a frame of at most STG_WIRE_MAX_PREAUTH_MUNGE bytes
+ * (as long as an AUTH_MUNGE, even where MUNGE is not taken: its sender is
+ * told why not; a frame refused at receipt is answered as
+ * stg_conn_refuse_preauth does), and completes the login. A version-1
+ * client (whose frames carry no MACs) is served only when accept_v1. On
+ * success *ret_uid is the authenticated uid. On failure an ERROR has been
+ * sent when possible and c->error says why; returns -EACCES, -EPROTO,
+ * -EBADMSG or -errno. */
 int stg_conn_auth_challenge(struct stg_conn *c, struct stg_auth_transcript *t);
 int stg_conn_auth_answer(struct stg_conn *c, const struct stg_secret *s, bool accept_v1,
-			 const struct stg_auth_transcript *challenge, uint32_t *ret_uid);
+			 const struct stg_auth_transcript *challenge, const struct stg_msg *answer,
+			 uint32_t *ret_uid);
+
+/* A frame received before authentication failed with r: a malformed one
+ * (-EPROTO, -EBADMSG) is answered with an ERROR saying why. Returns r. */
+int stg_conn_refuse_preauth(struct stg_conn *c, int r);
 
 /* Sends bytes (a whole frame or several) before the deadline. */
 int stg_conn_send(struct stg_conn *c, const void *buf, size_t len);
@@ -185,6 +193,19 @@ int stg_conn_send_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uin
  * dropped frames; c->error says so), -ETIMEDOUT, -ENOBUFS (the budget stayed
  * spent: the frame's body is left unread, see stg_conn_skip) or -errno. */
 int stg_conn_recv(struct stg_conn *c, uint32_t max_body, struct stg_msg *ret);
+
+/* Whether a frame has begun to arrive and is not complete yet. */
+bool stg_conn_receiving(const struct stg_conn *c);
+
+/* Whether the frame arriving holds memory of the budget: its rate is then
+ * checked every STG_CONN_RATE_CHECK_MS (stg_conn_too_slow). */
+bool stg_conn_holds_large_frame(const struct stg_conn *c);
+#define STG_CONN_RATE_CHECK_MS 500
+
+/* Whether the large frame arriving holds memory that others wait for while
+ * it arrives slower than 1 MiB/s (after a grace of 2 s): then it is to be
+ * refused as -ENOBUFS, c->error says why. */
+bool stg_conn_too_slow(struct stg_conn *c);
 
 /* Reads and drops the body of a frame refused with -ENOBUFS, within the
  * connection's timeout: its sender, blocked sending it, then reads the

@@ -325,12 +325,10 @@ static int munge_server(struct stg_conn *c, const struct stg_secret *s,
 	r = stg_conn_send_msg(c, &m);
 	if (r == 0)
 		r = stg_conn_recv(c, STG_WIRE_MAX_PREAUTH_MUNGE, &m);
-	if (r == -EPROTO || r == -EBADMSG) {
-		stg_conn_send_error(c, 0, -EPROTO, "%s before authentication", c->error);
+	if (r < 0) {
+		stg_conn_refuse_preauth(c, r);
 		goto out;
 	}
-	if (r < 0)
-		goto out;
 	if (m.type != STG_MSG_MUNGE_AUTH || m.version != STG_WIRE_VERSION) {
 		r = stg_conn_refuse(c, -EPROTO, "expected MUNGE_AUTH, got %s",
 				    stg_msg_type_name(m.type));
@@ -396,6 +394,13 @@ out:
 	return r;
 }
 
+int stg_conn_refuse_preauth(struct stg_conn *c, int r)
+{
+	if (r == -EPROTO || r == -EBADMSG)
+		stg_conn_send_error(c, 0, -EPROTO, "%s before authentication", c->error);
+	return r;
+}
+
 int stg_conn_auth_challenge(struct stg_conn *c, struct stg_auth_transcript *t)
 {
 	/* Version 1 is always offered, so that a client of that version learns
@@ -414,20 +419,12 @@ int stg_conn_auth_challenge(struct stg_conn *c, struct stg_auth_transcript *t)
 }
 
 int stg_conn_auth_answer(struct stg_conn *c, const struct stg_secret *s, bool accept_v1,
-			 const struct stg_auth_transcript *challenge, uint32_t *ret_uid)
+			 const struct stg_auth_transcript *challenge, const struct stg_msg *answer,
+			 uint32_t *ret_uid)
 {
 	struct stg_auth_transcript t = *challenge;
+	struct stg_msg m = *answer;
 	int r;
-	struct stg_msg m;
-	/* As long as an AUTH_MUNGE, even where MUNGE is not taken: its sender
-	 * is told why not. */
-	r = stg_conn_recv(c, STG_WIRE_MAX_PREAUTH_MUNGE, &m);
-	if (r == -EPROTO || r == -EBADMSG) {
-		stg_conn_send_error(c, 0, -EPROTO, "%s before authentication", c->error);
-		return r;
-	}
-	if (r < 0)
-		return r;
 	if (m.type == STG_MSG_MUNGE_HELLO && m.version >= 2)
 		return munge_server(c, s, &t, &m, ret_uid);
 	if (m.type == STG_MSG_AUTH_MUNGE) {

@@ -120,6 +120,10 @@ static struct loop *loop_of(struct loops *l, const struct session *s)
 void loops_park(struct loops *l, struct session *s, enum session_next next)
 {
 	struct loop *lp = loop_of(l, s);
+	if (next == SESSION_AGAIN) {
+		workers_run(l->workers, s);
+		return;
+	}
 	if (next == SESSION_CLOSE) {
 		if (s->polled_fd >= 0)
 			epoll_ctl(lp->epfd, EPOLL_CTL_DEL, s->polled_fd, NULL);
@@ -161,7 +165,11 @@ void loops_add(struct loops *l, struct session *s)
 {
 	s->heap_ix = NOT_WAITING;
 	s->polled_fd = -1;
-	workers_run(l->workers, s);
+	/* The challenge goes out at once, from the accepting thread (a new
+	 * connection's send never waits): a crowd logging in from one address
+	 * answers it before newcomers of that address, silent, would take
+	 * their place (admit.c). */
+	loops_park(l, s, session_step(s));
 }
 
 static int wait_ms(struct loop *lp)
@@ -179,6 +187,7 @@ static void *loop_main(void *arg)
 	struct epoll_event evs[64];
 	for (;;) {
 		int n = epoll_wait(lp->epfd, evs, 64, wait_ms(lp));
+		workers_tick(w);
 		for (int i = 0; i < n; i++) {
 			struct session *s = evs[i].data.ptr;
 			pthread_mutex_lock(&lp->lock);
@@ -216,7 +225,7 @@ struct loops *loops_start(struct server *srv, unsigned n)
 		return NULL;
 	l->srv = srv;
 	l->n = n;
-	l->workers = workers_new(l);
+	l->workers = workers_new(l, n);
 	if (!l->workers)
 		return NULL;
 	for (unsigned i = 0; i < n; i++) {

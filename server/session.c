@@ -536,16 +536,19 @@ void session_free(struct session *s)
 	free(s);
 }
 
-/* Logs in, once the client's answer to the challenge begins to arrive: a
- * short deadline for each step, so that strangers hold their slot briefly.
- * A client refused for being one too many (or too slow) is told BUSY, and
- * tries again later. Returns 0 or -errno. */
-static int login(struct session *s)
+/* Logs in, with the client's answer to the challenge (r: how receiving it
+ * went): a short deadline for each step, so that strangers hold their slot
+ * briefly. A client refused for being one too many (or too slow) is told
+ * BUSY, and tries again later. Returns 0 or -errno. */
+static int login(struct session *s, int r, const struct stg_msg *answer)
 {
 	struct server *srv = s->srv;
 	s->conn.timeout_ms = srv->handshake_ms;
-	int r = stg_conn_auth_answer(&s->conn, &srv->secret, srv->accept_v1, &s->challenge,
-				     &s->uid);
+	if (r == 0)
+		r = stg_conn_auth_answer(&s->conn, &srv->secret, srv->accept_v1, &s->challenge,
+					 answer, &s->uid);
+	else
+		stg_conn_refuse_preauth(&s->conn, r);
 	s->conn.timeout_ms = srv->timeout_ms;
 	if (r == 0) {
 		if (s->conn.version < STG_WIRE_VERSION)
@@ -571,22 +574,16 @@ static int login(struct session *s)
 	return r;
 }
 
-/* Receives and serves one request. Returns 0, or -errno when the
- * connection is to close (said in the log). */
-static int serve(struct session *s)
+/* A receive failed: says why in the log, and to the client where it may
+ * learn it, before the connection closes. */
+static void receive_failed(struct session *s, int r)
 {
-	s->said_wait = false;
-	s->conn.error[0] = '\0';
-	struct stg_msg m;
-	int r = stg_conn_recv(&s->conn, STG_WIRE_MAX_BODY, &m);
 	if (r == -EPIPE)
-		return r;
+		return;
 	if (r == -ECANCELED) {
 		stg_log(STG_LOG_DEBUG, "%s: closed while it waited for frame memory, for "
 			"a new connection", s->conn.peer);
-		return r;
-	}
-	if (r == -ENOBUFS) {
+	} else if (r == -ENOBUFS) {
 		if (s->conn.error[0])
 			stg_log(STG_LOG_WARN, "%s: dropped: uid %u: %s", s->conn.peer, s->uid,
 				s->conn.error);
@@ -597,24 +594,77 @@ static int serve(struct session *s)
 		stg_conn_send_error(&s->conn, 0, -EBUSY, "the server's frame memory is in "
 				    "use: try again later");
 		stg_conn_skip(&s->conn);
-		return r;
+	} else if (r == -EPROTO || r == -EBADMSG || r == -EBADE) {
+		/* The peer learns why, before the close. */
+		stg_log(STG_LOG_WARN, "%s: dropped: %s", s->conn.peer, s->conn.error);
+		stg_conn_send_error(&s->conn, 0, -EPROTO, "refused: %s", s->conn.error);
+	} else {
+		stg_log_errno(STG_LOG_WARN, r, "%s: dropped", s->conn.peer);
 	}
-	if (r < 0) {
-		if (r == -EPROTO || r == -EBADMSG || r == -EBADE) {
-			/* The peer learns why, before the close. */
-			stg_log(STG_LOG_WARN, "%s: dropped: %s", s->conn.peer, s->conn.error);
-			stg_conn_send_error(&s->conn, 0, -EPROTO, "refused: %s", s->conn.error);
-		} else {
-			stg_log_errno(STG_LOG_WARN, r, "%s: dropped", s->conn.peer);
-		}
-		return r;
-	}
-	return dispatch(s, &m);
 }
 
 /* Requests served in one turn before the connection waits its turn again,
  * so that a client streaming requests does not keep a worker to itself. */
 #define TURN_REQUESTS 32
+
+/* How long a frame that has begun may wait in its loop: until its deadline
+ * (--timeout from its start), and while it holds memory of the budget, no
+ * longer than the next check of its rate. */
+static int64_t frame_wait_until(struct session *s)
+{
+	int64_t until = s->frame_deadline_ms;
+	if (stg_conn_holds_large_frame(&s->conn) &&
+	    until - stg_monotonic_ms() > STG_CONN_RATE_CHECK_MS)
+		until = stg_monotonic_ms() + STG_CONN_RATE_CHECK_MS;
+	return until;
+}
+
+/* Receives what has arrived, without waiting for more, and serves each
+ * request complete. */
+static enum session_next serve(struct session *s)
+{
+	for (int n = 0; n < TURN_REQUESTS; n++) {
+		if (s->state != SESSION_FRAME) {
+			s->said_wait = false;
+			s->conn.error[0] = '\0';
+		}
+		struct stg_msg m;
+		int r = stg_conn_try_recv(&s->conn, STG_WIRE_MAX_BODY, &m);
+		if (r == -EAGAIN && !stg_conn_receiving(&s->conn)) {
+			s->state = SESSION_IDLE;
+			return SESSION_WAIT;
+		}
+		if (r == -EAGAIN) {
+			/* Its frame waits in the loop for the rest, holding no
+			 * thread. */
+			if (s->state != SESSION_FRAME) {
+				s->state = SESSION_FRAME;
+				s->frame_deadline_ms = stg_monotonic_ms() + s->srv->timeout_ms;
+			}
+			s->deadline_ms = frame_wait_until(s);
+			return SESSION_WAIT;
+		}
+		s->state = SESSION_IDLE;
+		if (r < 0) {
+			receive_failed(s, r);
+			return SESSION_CLOSE;
+		}
+		if (dispatch(s, &m) < 0)
+			return SESSION_CLOSE;
+	}
+	return SESSION_AGAIN;
+}
+
+/* The session waits for its next request: an idle client may sit between
+ * requests for --idle-timeout. Idle, its slot may be taken for a newcomer,
+ * and it holds no buffer. */
+static enum session_next wait_idle(struct session *s)
+{
+	admit_idle(&s->srv->admit, s->slot, true);
+	stg_conn_rest(&s->conn);
+	s->deadline_ms = stg_monotonic_ms() + s->srv->idle_ms;
+	return SESSION_WAIT;
+}
 
 enum session_next session_step(struct session *s)
 {
@@ -628,11 +678,19 @@ enum session_next session_step(struct session *s)
 		s->state = SESSION_LOGIN;
 		s->deadline_ms = stg_monotonic_ms() + srv->handshake_ms;
 		return SESSION_WAIT;
-	case SESSION_LOGIN:
-		if (login(s) < 0)
+	case SESSION_LOGIN: {
+		/* The answer is taken in as it arrives, holding no thread
+		 * between its pieces, until the deadline set with the
+		 * challenge. */
+		struct stg_msg m;
+		int r = stg_conn_try_recv(&s->conn, STG_WIRE_MAX_PREAUTH_MUNGE, &m);
+		if (r == -EAGAIN)
+			return SESSION_WAIT;
+		if (login(s, r, &m) < 0)
 			return SESSION_CLOSE;
 		s->state = SESSION_IDLE;
-		break;
+		return wait_idle(s);
+	}
 	case SESSION_IDLE:
 		/* (A request that came just as the slot was taken is dropped
 		 * with the connection: a client resends a request on a new
@@ -642,25 +700,35 @@ enum session_next session_step(struct session *s)
 				s->conn.peer);
 			return SESSION_CLOSE;
 		}
-		for (int n = 0; n < TURN_REQUESTS && stg_conn_wait(&s->conn, 0) == 0; n++)
-			if (serve(s) < 0)
-				return SESSION_CLOSE;
+		break;
+	case SESSION_FRAME:
 		break;
 	}
-	/* An idle client may sit between requests for --idle-timeout; the
-	 * deadline applies once a frame has begun. Idle, its slot may be
-	 * taken for a newcomer, and it holds no buffer. */
-	admit_idle(&srv->admit, s->slot, true);
-	stg_conn_rest(&s->conn);
-	s->deadline_ms = stg_monotonic_ms() + srv->idle_ms;
-	return SESSION_WAIT;
+	enum session_next next = serve(s);
+	return next == SESSION_WAIT && s->state == SESSION_IDLE ? wait_idle(s) : next;
 }
 
-void session_expired(struct session *s)
+enum session_next session_expired(struct session *s)
 {
-	if (s->state == SESSION_LOGIN)
+	switch (s->state) {
+	case SESSION_LOGIN:
 		login_expired(s);
-	else
+		break;
+	case SESSION_FRAME:
+		if (stg_conn_too_slow(&s->conn)) {
+			receive_failed(s, -ENOBUFS);
+			break;
+		}
+		if (stg_monotonic_ms() < s->frame_deadline_ms) {
+			/* Only its rate was due for a check. */
+			s->deadline_ms = frame_wait_until(s);
+			return SESSION_WAIT;
+		}
+		receive_failed(s, -ETIMEDOUT);
+		break;
+	default:
 		stg_log(STG_LOG_DEBUG, "%s: closed after %d s idle", s->conn.peer,
 			s->srv->idle_ms / 1000);
+	}
+	return SESSION_CLOSE;
 }

@@ -134,6 +134,12 @@ EOS
 	attack slowloris 300 --from 127.0.0.2
 	attack slowloris 100 --secret "$SECRET" --uid "$ATTACKER_UID"
 	restore_during "400 connections trickling a byte a second"
+	# a frame arriving a byte at a time waits in the server's loop, not in
+	# a thread (the old server: one for each of the 139 it held)
+	local pid="${SRV_PID[0]}"
+	wait_for "$WAIT" eval '[ "$(threads "$pid")" -le $((2 * $(nproc) + 8)) ]' ||
+		fail "$(threads "$pid") threads for trickling connections"
+	echo "# server threads: $(threads "$pid")" >&3
 }
 
 @test "hundreds of idle logged-in connections: restores go on" {
