@@ -23,19 +23,23 @@
 #   suite's abuse tool, a thread each on its side): the server's threads
 #   and memory, and a one-file restore from it meanwhile.
 #
+#   collection: a collection pass of a server holding F files of one user
+#   (planted as for files), when nothing changed since the last pass.
+#
 #   bench/scale.sh [--parts LIST] [--files LIST] [--chunks LIST] [--connections LIST]
 #                  [--trials N] [--dir DIR]
-#     --parts: which, comma-separated (default files,chunks,connections)
+#     --parts: which, comma-separated (default files,chunks,connections,collection)
 #     --files: the counts F, comma-separated (default 1000,10000,100000)
 #     --chunks: the counts C, comma-separated (default 100000,1000000)
 #     --connections: the counts C, comma-separated (default 1000,5000,10000)
+#   The programs: $STAGEHAND_BUILD, else the repository's build/.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 files="1000,10000,100000"
 chunks="100000,1000000"
 connections="1000,5000,10000"
-parts="files,chunks,connections"
+parts="files,chunks,connections,collection"
 trials=7
 dir=""
 while [ $# -gt 0 ]; do
@@ -46,11 +50,11 @@ while [ $# -gt 0 ]; do
 	--parts) parts=$2; shift 2 ;;
 	--trials) trials=$2; shift 2 ;;
 	--dir) dir=$2; shift 2 ;;
-	-h|--help) sed -n '3,30p' "$0"; exit 0 ;;
+	-h|--help) sed -n '3,35p' "$0"; exit 0 ;;
 	*) echo "scale.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
-build="$root/build"
+build="${STAGEHAND_BUILD:-$root/build}"
 S="$build/tools/stagehand"
 SERVER="$build/server/stagehand-server"
 SHIM="$build/preload/libstagehand.so"
@@ -105,19 +109,24 @@ stop_servers() {
 	pids=()
 }
 
-# plant N: the user has N files on each server: the first one's entry
-# copied under $dir/node.ckpt/d<k>/f<k> (its manifests and held maps).
+# plant N [NAME STORE...]: the user has N files in each STORE (default:
+# both servers'): the entry of $dir/NAME.ckpt/f (default node) copied under
+# $dir/NAME.ckpt/d<k>/f<k> (its manifests and held maps).
 plant() {
-	python3 - "$dir" "$(id -u)" "$1" "$ID" <<'EOP'
+	local n=$1 name=${2:-node}
+	shift
+	[ $# -gt 0 ] && shift
+	[ $# -gt 0 ] || set -- "$dir/store0" "$dir/store1"
+	python3 - "$dir/$name.ckpt" "$(id -u)" "$n" "$ID" "$@" <<'EOP'
 import os, shutil, subprocess, sys
 top, uid, want, idprog = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-for store in ("store0", "store1"):
-    user = os.path.join(top, store, "files", uid)
+for store in sys.argv[5:]:
+    user = os.path.join(store, "files", uid)
     entries = sorted(os.listdir(user))
     first = os.path.join(user, [e for e in entries
-                                if open(os.path.join(user, e, "path")).read() == top + "/node.ckpt/f"][0])
+                                if open(os.path.join(user, e, "path")).read() == top + "/f"][0])
     have = len(entries)
-    paths = [f"{top}/node.ckpt/d{k % 1000}/f{k}" for k in range(have, want)]
+    paths = [f"{top}/d{k % 1000}/f{k}" for k in range(have, want)]
     ids = subprocess.run([idprog, "-"], input="\n".join(paths) + "\n", capture_output=True,
                          text=True, check=True).stdout.split()
     names = [n for n in os.listdir(first) if n != "path"]
@@ -287,9 +296,39 @@ metric() {
 		grep . || echo 0
 }
 
+# collection: the collector's pass over F files of the user when nothing
+# changed since the last one (each file one version, every pass reads
+# every manifest today): its time against the target.
+collection_part() {
+	local n p passes
+	start_one gc --gc-interval 1 --metrics-file "$dir/gc.prom" --metrics-interval 1
+	p=$pid
+	pids+=("$p")
+	ship_one gc "127.0.0.1:$(cat "$dir/gc.port")" 1
+	printf '| files of the user | a pass with nothing changed, ms (target < 10) | manifests it read |\n|---|---|---|\n'
+	for n in ${files//,/ }; do
+		kill "$p"
+		wait "$p" || true
+		plant "$n" gc "$dir/gc.store"
+		rm -f "$dir/gc.prom"
+		start_one gc --gc-interval 1 --metrics-file "$dir/gc.prom" --metrics-interval 1
+		p=$pid
+		pids+=("$p")
+		# the passes after the first (which follows the start)
+		passes=0
+		while [ "$passes" -lt 3 ]; do
+			sleep 0.5
+			passes=$(awk '$1 == "stagehand_server_collections_total" { print $2 }' "$dir/gc.prom" 2>/dev/null | grep . || echo 0)
+		done
+		awk -v n="$n" '$1 == "stagehand_server_collection_seconds" { s = $2 }
+			$1 == "stagehand_server_collection_manifests" { m = $2 }
+			END { printf "| %d | %.1f | %d |\n", n, s * 1000, m }' "$dir/gc.prom"
+	done
+}
+
 connections_part() {
 	local p c a t pid
-	start_one conn --max-handshakes 4096 \
+	start_one conn \
 		--metrics-file "$dir/conn.prom" --metrics-interval 1
 	p=$pid
 	pids+=("$p")
@@ -340,6 +379,7 @@ for part in ${parts//,/ }; do
 	files) files_part ;;
 	chunks) chunks_part ;;
 	connections) connections_part ;;
+	collection) collection_part ;;
 	*) echo "scale.sh: unknown part '$part'" >&2; exit 2 ;;
 	esac
 done

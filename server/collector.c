@@ -7,6 +7,7 @@
 
 #include "internal.h"
 #include "log.h"
+#include "util.h"
 
 /* Marks the chunks of a manifest, and gives its user the ones its put said
  * this server holds (owners.h): the same pairs a running server recorded,
@@ -15,6 +16,7 @@ static int mark_manifest(void *arg, uint32_t uid, const struct stg_manifest *m,
 			 const uint8_t *held)
 {
 	struct server *srv = arg;
+	srv->counters.collection_manifests++;
 	for (uint32_t i = 0; i < m->nchunks; i++) {
 		const struct stg_hash *h = &m->entries[i].hash;
 		if (m->entries[i].flags & STG_ENTRY_ZERO || !stg_store_mark(srv->store, h))
@@ -35,6 +37,8 @@ int server_owners_load(struct server *srv)
 
 static void collect(struct server *srv)
 {
+	int64_t start = stg_now_ns();
+	srv->counters.collection_manifests = 0;
 	/* Exclusive only while the epoch turns: a manifest stored before
 	 * (its writer held the lock shared) is in the tree that the marking
 	 * below reads; one stored after marks its own chunks in the new epoch. */
@@ -57,6 +61,8 @@ static void collect(struct server *srv)
 		stg_log_errno(STG_LOG_ERROR, r, "collection failed");
 		return;
 	}
+	srv->counters.collection_ns = (uint64_t)(stg_now_ns() - start);
+	srv->counters.collections++;
 	if (res.chunks_dropped || res.segments_removed || res.segments_compacted)
 		stg_log(STG_LOG_INFO,
 			"collected %llu chunks (%llu bytes); %llu segments removed, %llu compacted "

@@ -97,6 +97,8 @@ struct server_counters {
 	atomic_uint_fast64_t chunks_held;               /* asked for, held already */
 	atomic_uint_fast64_t manifests_in;
 	atomic_uint_fast64_t chunks_out, chunk_bytes_out; /* served */
+	/* The collector's passes, and what the last one read and took. */
+	atomic_uint_fast64_t collections, collection_manifests, collection_ns;
 };
 
 struct server {

@@ -34,6 +34,8 @@ static int render(struct server *srv, bool up, char **ret, size_t *ret_len)
 	       (double)(stg_now_ns() - srv->started_ns) / 1e9);
 	metric(f, "connections", "gauge", "Connections logged in or logging in.",
 	       admit_connections(&srv->admit));
+	metric(f, "worker_threads", "gauge", "Threads that serve requests (one per core, more "
+	       "while all are blocked).", workers_threads(loops_workers(srv->loops)));
 	metric(f, "requests_total", "counter", "Requests served.", (double)k->requests);
 	metric(f, "request_errors_total", "counter", "Requests answered with an error.",
 	       (double)k->request_errors);
@@ -55,6 +57,12 @@ static int render(struct server *srv, bool up, char **ret, size_t *ret_len)
 	       (double)k->chunks_out);
 	metric(f, "chunk_bytes_served_total", "counter", "Bytes of the chunks served.",
 	       (double)k->chunk_bytes_out);
+	metric(f, "collections_total", "counter", "Collection passes completed.",
+	       (double)k->collections);
+	metric(f, "collection_seconds", "gauge", "Time the last collection pass took.",
+	       (double)k->collection_ns / 1e9);
+	metric(f, "collection_manifests", "gauge", "Manifests the last collection pass read.",
+	       (double)k->collection_manifests);
 	metric(f, "store_chunks", "gauge", "Chunks in the store.", (double)st.chunks);
 	metric(f, "store_chunk_bytes", "gauge", "Bytes of the chunks in the store.",
 	       (double)st.chunk_bytes);
