@@ -10,6 +10,7 @@
 #include "auth.h"
 #include "conn.h"
 #include "files.h"
+#include "loop.h"
 #include "owners.h"
 #include "store.h"
 
@@ -139,91 +140,6 @@ struct server {
 	unsigned metrics_interval_s;
 	pthread_cond_t metrics_cond;
 };
-
-/* A connection's session: authentication, then requests until it closes.
- * It runs in steps on the worker threads (workers.c), and between steps
- * waits in an event loop (loop.c) holding no thread and no buffer. */
-enum session_state {
-	SESSION_NEW,   /* accepted: the challenge is to be sent */
-	SESSION_LOGIN, /* waiting for the client's answer */
-	SESSION_IDLE,  /* logged in, between requests */
-	SESSION_FRAME, /* a request has begun to arrive */
-};
-
-struct session {
-	struct server *srv;
-	struct stg_conn conn;
-	int slot;
-	uint32_t uid;
-	enum session_state state;
-	struct stg_auth_transcript challenge; /* while it logs in */
-	bool said_wait; /* the wait for frame memory is logged once a frame */
-	int64_t frame_deadline_ms; /* the request arriving must be in by then */
-
-	/* Kept by the loop it waits in (loop.c). */
-	int64_t deadline_ms;  /* when its wait ends */
-	size_t heap_ix;       /* its place among the loop's deadlines */
-	int polled_fd;        /* the descriptor the loop watches, -1: none yet */
-	bool expired;         /* its deadline passed: to be closed */
-	struct session *next; /* in the workers' queue */
-	int64_t queued_ms;    /* since when it is there */
-};
-
-enum session_next {
-	SESSION_WAIT,  /* for the connection to become readable, until deadline_ms */
-	SESSION_CLOSE, /* the connection is done with: session_free */
-	SESSION_AGAIN, /* its turn is over, with more to do: queued again */
-};
-
-/* A session for an accepted, admitted connection (a copy of *c), or NULL
- * when out of memory (the caller closes c and gives its slot back). */
-struct session *session_new(struct server *srv, const struct stg_conn *c, int slot);
-
-/* Runs the session until it would wait for its client: sends the
- * challenge, takes the login, or serves the requests that have arrived. */
-enum session_next session_step(struct session *s);
-
-/* Its deadline passed while it waited: a frame arriving may wait on (only
- * its rate was due for a check); else logs why it closes, telling the
- * client where it may learn it (BUSY, when it was logging in). */
-enum session_next session_expired(struct session *s);
-
-/* Gives its slot back and closes the connection. */
-void session_free(struct session *s);
-
-/* The event loops (loop.c): sessions waiting for their clients, one epoll
- * set and one heap of deadlines per loop, a thread each. */
-struct loops;
-
-/* Starts n loops and n workers; the loops hand ready or expired sessions
- * to the workers. Returns NULL when the threads cannot start. */
-struct loops *loops_start(struct server *srv, unsigned n);
-
-/* Starts a new session: runs its first step (the challenge) and parks it. */
-void loops_add(struct loops *l, struct session *s);
-
-/* The loops' workers. */
-struct workers *loops_workers(struct loops *l);
-
-/* The workers (workers.c): threads that run session steps, base of them
- * always, more while steps wait because all are blocked. Returns NULL when
- * the base cannot start. */
-struct workers;
-
-struct workers *workers_new(struct loops *l, unsigned base);
-
-/* Starts a worker if the steps queued waited too long (the loops call it
- * at each turn). */
-void workers_tick(struct workers *w);
-
-/* Queues a session whose step is to run. */
-void workers_run(struct workers *w, struct session *s);
-
-/* Workers running now (for the metrics). */
-unsigned workers_threads(struct workers *w);
-
-/* The session's step is done: it waits in its loop, or is freed. */
-void loops_park(struct loops *l, struct session *s, enum session_next next);
 
 /* The collector thread. */
 void *server_collector(void *arg);

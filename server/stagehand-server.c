@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* stagehand-server: a staging server. Accepts authenticated connections from
- * node flushers and tools (sessions in event loops, run by workers only while
- * at work), stores chunks in its segment
- * store and manifests per user, retires old versions and collects garbage in
- * the background. */
+ * node flushers and tools (their sessions wait in event loops, loop.c, and
+ * run on workers only while at work, workers.c), stores chunks in its
+ * segment store and manifests per user, retires old versions and collects
+ * garbage in the background. */
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
