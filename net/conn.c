@@ -161,6 +161,9 @@ void stg_conn_close(struct stg_conn *c)
 	c->pool = NULL;
 	c->pool_size = 0;
 	release_buffer(c, 0);
+	free(c->out);
+	c->out = NULL;
+	c->out_len = c->out_off = c->out_cap = 0;
 	explicit_bzero(c->key_tx, sizeof(c->key_tx));
 	explicit_bzero(c->key_rx, sizeof(c->key_rx));
 }
@@ -227,7 +230,70 @@ static bool tx_pending(struct stg_conn *c)
 {
 	const uint8_t *p;
 	size_t n;
-	return tx_next(c, &p, &n) != NULL;
+	return tx_next(c, &p, &n) != NULL || stg_conn_sending(c);
+}
+
+bool stg_conn_sending(const struct stg_conn *c)
+{
+	return c->out_off < c->out_len;
+}
+
+void stg_conn_queue_replies(struct stg_conn *c)
+{
+	c->queue_replies = true;
+}
+
+/* Writes the queued replies as far as the peer takes them. */
+static int flush_out(struct stg_conn *c)
+{
+	while (c->out_off < c->out_len) {
+		ssize_t w = c->t->write(c, c->out + c->out_off, c->out_len - c->out_off);
+		if (w < 0)
+			return (int)w;
+		c->out_off += (size_t)w;
+		c->bytes_sent += (uint64_t)w;
+	}
+	c->out_off = c->out_len = 0;
+	if (c->out_cap > SMALL_FRAME) {
+		/* A large reply's memory goes back once it is out. */
+		free(c->out);
+		c->out = NULL;
+		c->out_cap = 0;
+	}
+	return 0;
+}
+
+/* Queues len bytes of buf after the replies queued, writing what the peer
+ * takes at once. Returns 0 or -errno (-ENOMEM; a failed write). */
+static int queue_out(struct stg_conn *c, const void *buf, size_t len)
+{
+	if (!stg_conn_sending(c)) {
+		while (len > 0) {
+			ssize_t w = c->t->write(c, buf, len);
+			if (w == -EAGAIN)
+				break;
+			if (w < 0)
+				return (int)w;
+			buf = (const uint8_t *)buf + w;
+			len -= (size_t)w;
+			c->bytes_sent += (uint64_t)w;
+		}
+		if (len == 0)
+			return 0;
+	}
+	if (c->out_len + len > c->out_cap) {
+		size_t cap = c->out_cap ? c->out_cap : 4096;
+		while (cap < c->out_len + len)
+			cap *= 2;
+		uint8_t *nb = realloc(c->out, cap);
+		if (!nb)
+			return -ENOMEM;
+		c->out = nb;
+		c->out_cap = cap;
+	}
+	memcpy(c->out + c->out_len, buf, len);
+	c->out_len += len;
+	return 0;
 }
 
 static void tx_reset(struct stg_conn *c)
@@ -250,7 +316,7 @@ int stg_conn_flush(struct stg_conn *c)
 		c->bytes_sent += (uint64_t)w;
 	}
 	tx_reset(c);
-	return 0;
+	return flush_out(c);
 }
 
 /* Sends everything queued before the deadline. */
@@ -269,6 +335,8 @@ static int flush_until(struct stg_conn *c, int64_t deadline)
 /* Sends everything queued, then len bytes of buf, before the deadline. */
 static int send_until(struct stg_conn *c, const void *buf, size_t len, int64_t deadline)
 {
+	if (c->queue_replies)
+		return queue_out(c, buf, len);
 	int r = flush_until(c, deadline);
 	if (r < 0)
 		return r;
@@ -432,9 +500,19 @@ int stg_conn_send_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uin
 		m.chunk_ref.len = len;
 		return stg_conn_send_msg(c, &m);
 	}
-	int r = flush_until(c, deadline);
+	int r = c->queue_replies ? 0 : flush_until(c, deadline);
 	if (r == 0)
 		r = queue_bulk(c, type, tag, obj, len);
+	if (r == 0 && c->queue_replies) {
+		/* Copied into the queue: the object stays the caller's. */
+		r = queue_out(c, c->tx, c->tx_len);
+		if (r == 0)
+			r = queue_out(c, obj, len);
+		if (r == 0)
+			r = queue_out(c, c->tx_mac, c->tx_mac_len);
+		tx_reset(c);
+		return r;
+	}
 	if (r == 0)
 		r = flush_until(c, deadline);
 	if (r < 0)

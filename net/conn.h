@@ -68,6 +68,13 @@ struct stg_conn {
 	uint8_t tx_mac[STG_WIRE_MAC_SIZE];
 	size_t tx_mac_len, tx_mac_off;
 
+	/* A server's replies, queued rather than waited for once
+	 * stg_conn_queue_replies was called: they go out as the peer reads
+	 * (stg_conn_flush), so that a peer that does not read holds no thread. */
+	bool queue_replies;
+	uint8_t *out;
+	size_t out_len, out_off, out_cap;
+
 	/* Memory that chunk objects move through (registered on RDMA). */
 	uint8_t *pool;
 	size_t pool_size;
@@ -247,8 +254,18 @@ void stg_conn_pool_idle(struct stg_conn *c);
 int stg_conn_post_bulk(struct stg_conn *c, uint8_t type, uint32_t tag, const uint8_t *obj,
 		       uint32_t len);
 
-/* Sends what is queued. Returns 0 (all sent), -EAGAIN or -errno. */
+/* Sends what is queued (by stg_conn_post_bulk, or a queued reply).
+ * Returns 0 (all sent), -EAGAIN or -errno. */
 int stg_conn_flush(struct stg_conn *c);
+
+/* From now on, what is sent (replies, errors, chunk objects) goes into a
+ * queue of the connection, written as far as the peer takes it at once;
+ * stg_conn_flush writes the rest as the peer reads. */
+void stg_conn_queue_replies(struct stg_conn *c);
+
+/* Whether queued bytes wait to go out (stg_conn_pollable then asks for
+ * writability). */
+bool stg_conn_sending(const struct stg_conn *c);
 
 /* Receives a whole frame if one is there. Returns 0, -EAGAIN, or as
  * stg_conn_recv. */

@@ -531,6 +531,9 @@ struct session *session_new(struct server *srv, const struct stg_conn *c, int sl
 
 void session_free(struct session *s)
 {
+	/* A last ERROR still queued goes if the client takes it at once. */
+	if (s->conn.t)
+		stg_conn_flush(&s->conn);
 	admit_release(&s->srv->admit, s->slot);
 	stg_conn_close(&s->conn);
 	free(s);
@@ -651,8 +654,26 @@ static enum session_next serve(struct session *s)
 		}
 		if (dispatch(s, &m) < 0)
 			return SESSION_CLOSE;
+		if (stg_conn_sending(&s->conn)) {
+			/* The client reads its reply before the next request is
+			 * taken in; meanwhile the session waits in the loop. */
+			s->state = SESSION_REPLY;
+			s->frame_deadline_ms = stg_monotonic_ms() + s->srv->timeout_ms;
+			s->deadline_ms = s->frame_deadline_ms;
+			return SESSION_WAIT;
+		}
 	}
 	return SESSION_AGAIN;
+}
+
+/* Sends what the client takes of its reply. Returns 0 (all of it),
+ * -EAGAIN, or -errno (said in the log). */
+static int send_reply(struct session *s)
+{
+	int r = stg_conn_flush(&s->conn);
+	if (r < 0 && r != -EAGAIN)
+		stg_log_errno(STG_LOG_WARN, r, "%s: dropped", s->conn.peer);
+	return r;
 }
 
 /* The session waits for its next request: an idle client may sit between
@@ -688,8 +709,18 @@ enum session_next session_step(struct session *s)
 			return SESSION_WAIT;
 		if (login(s, r, &m) < 0)
 			return SESSION_CLOSE;
+		stg_conn_queue_replies(&s->conn);
 		s->state = SESSION_IDLE;
 		return wait_idle(s);
+	}
+	case SESSION_REPLY: {
+		int r = send_reply(s);
+		if (r == -EAGAIN)
+			return SESSION_WAIT;
+		if (r < 0)
+			return SESSION_CLOSE;
+		s->state = SESSION_IDLE;
+		break;
 	}
 	case SESSION_IDLE:
 		/* (A request that came just as the slot was taken is dropped
@@ -725,6 +756,10 @@ enum session_next session_expired(struct session *s)
 			return SESSION_WAIT;
 		}
 		receive_failed(s, -ETIMEDOUT);
+		break;
+	case SESSION_REPLY:
+		stg_log(STG_LOG_WARN, "%s: dropped: uid %u did not read its reply for %d s",
+			s->conn.peer, s->uid, s->srv->timeout_ms / 1000);
 		break;
 	default:
 		stg_log(STG_LOG_DEBUG, "%s: closed after %d s idle", s->conn.peer,

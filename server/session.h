@@ -20,6 +20,7 @@ enum session_state {
 	SESSION_LOGIN, /* waiting for the client's answer */
 	SESSION_IDLE,  /* logged in, between requests */
 	SESSION_FRAME, /* a request has begun to arrive */
+	SESSION_REPLY, /* its reply waits for the client to read it */
 };
 
 struct session {
@@ -30,7 +31,7 @@ struct session {
 	enum session_state state;
 	struct stg_auth_transcript challenge; /* while it logs in */
 	bool said_wait; /* the wait for frame memory is logged once a frame */
-	int64_t frame_deadline_ms; /* the request arriving must be in by then */
+	int64_t frame_deadline_ms; /* the request arriving, or the reply going, by then */
 
 	/* Kept by the loop it waits in (loop.c). */
 	int64_t deadline_ms;  /* when its wait ends */
@@ -42,7 +43,7 @@ struct session {
 };
 
 enum session_next {
-	SESSION_WAIT,  /* for the connection to become readable, until deadline_ms */
+	SESSION_WAIT,  /* for the connection to become ready, until deadline_ms */
 	SESSION_CLOSE, /* the connection is done with: session_free */
 	SESSION_AGAIN, /* its turn is over, with more to do: queued again */
 };

@@ -171,6 +171,18 @@ EOS
 		fail "not all held: $(cat "$T/attack0.out")"
 }
 
+@test "clients that send requests and never read the replies hold no thread of the server: restores go on" {
+	SERVER_OPTS=()
+	staged 1 cluster.replicas=1
+	attack deaf 24 --secret "$SECRET" --uid "$ATTACKER_UID"
+	restore_during "24 connections that never read a reply"
+	# (the old server: a thread blocked in each reply for --timeout)
+	local pid="${SRV_PID[0]}"
+	wait_for "$WAIT" eval '[ "$(threads "$pid")" -le $((2 * $(nproc) + 8)) ]' ||
+		fail "$(threads "$pid") threads for 24 connections that do not read"
+	echo "# server threads: $(threads "$pid")" >&3
+}
+
 # memory_attack MODE WHAT: 12 connections of abuse MODE against one server
 # while restores go on; the server's peak RSS stays under its bound:
 # docs/PROTOCOL.md, "Timeouts and limits": frame buffers and decoding hold

@@ -17,11 +17,15 @@
  *              hash: nothing is stored)
  *   headers    authenticates, sends the header of a PUT_CHUNK frame of
  *              64 MiB (with its MAC) and nothing more, and stays
+ *   deaf       authenticates, sends STAT requests and never reads a reply,
+ *              until the server stops taking them in (its replies back up),
+ *              and stays
  *
  * --from binds the source address (127.0.0.2: another host on loopback).
  * --ready FILE is created once every connection has been tried once (for
  * oversized and bomb: once each has had a frame answered; for headers, once
- * each has sent its header). */
+ * each has sent its header; for deaf, once the server stopped taking in
+ * each one's requests). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -45,7 +49,7 @@
 /* The largest chunk object a frame may carry: refused only once received. */
 #define OVERSIZED_LEN (64u << 20)
 
-enum mode { PREAUTH, SLOWLORIS, IDLE, OVERSIZED, BOMB, HEADERS };
+enum mode { PREAUTH, SLOWLORIS, IDLE, OVERSIZED, BOMB, HEADERS, DEAF };
 
 static enum mode mode;
 static struct sockaddr_in server, from;
@@ -88,6 +92,35 @@ static void hold(int fd)
 		if (recv(fd, buf, sizeof(buf), 0) <= 0)
 			return;
 	}
+}
+
+/* Holds a connection without reading from it, until the server closes it
+ * or we stop. */
+static void hold_deaf(int fd)
+{
+	while (!atomic_load(&stop)) {
+		struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+		if (poll(&p, 1, 200) > 0)
+			return;
+	}
+}
+
+/* Sends requests without reading their replies until the server takes no
+ * more in (a send waits 2 s in vain). Returns whether it came to that. */
+static bool deafen(struct stg_conn *c)
+{
+	c->timeout_ms = 2000;
+	struct stg_msg m = {.type = STG_MSG_STAT};
+	while (!atomic_load(&stop)) {
+		m.tag++;
+		int r = stg_conn_send_msg(c, &m);
+		if (r == -ETIMEDOUT)
+			return true;
+		if (r < 0)
+			return false;
+		atomic_fetch_add(&frames, 1);
+	}
+	return false;
 }
 
 /* Sends bytes one a second until done, the server closes, or we stop. */
@@ -201,7 +234,7 @@ static void *attacker(void *arg)
 			struct stg_conn c;
 			r = login(&c);
 			if (!counted && (r == 0 || r == -EBUSY) && mode != OVERSIZED &&
-			    mode != BOMB && mode != HEADERS)
+			    mode != BOMB && mode != HEADERS && mode != DEAF)
 				atomic_fetch_add(&tried, 1), counted = true;
 			if (r == -EBUSY)
 				atomic_fetch_add(&refused, 1);
@@ -242,6 +275,12 @@ static void *attacker(void *arg)
 							atomic_fetch_add(&tried, 1), counted = true;
 						hold(c.fd);
 					}
+				} else if (mode == DEAF) {
+					if (deafen(&c)) {
+						if (!counted)
+							atomic_fetch_add(&tried, 1), counted = true;
+						hold_deaf(c.fd);
+					}
 				} else {
 					hold(c.fd);
 				}
@@ -256,7 +295,7 @@ static void *attacker(void *arg)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: abuse preauth|slowloris|idle|oversized|bomb|headers HOST:PORT N [--from ADDR] "
+	fprintf(stderr, "usage: abuse preauth|slowloris|idle|oversized|bomb|headers|deaf HOST:PORT N [--from ADDR] "
 			"[--secret F --uid U] [--ready FILE]\n");
 	exit(2);
 }
@@ -265,9 +304,10 @@ int main(int argc, char **argv)
 {
 	if (argc < 4)
 		usage();
-	const char *modes[] = {"preauth", "slowloris", "idle", "oversized", "bomb", "headers"};
+	const char *modes[] = {"preauth", "slowloris", "idle", "oversized", "bomb", "headers",
+			       "deaf"};
 	mode = (enum mode)-1;
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < 7; i++)
 		if (strcmp(argv[1], modes[i]) == 0)
 			mode = (enum mode)i;
 	char host[64], port[16];
@@ -303,7 +343,8 @@ int main(int argc, char **argv)
 			usage();
 		}
 	}
-	if ((mode == IDLE || mode == OVERSIZED || mode == BOMB || mode == HEADERS) && !have_secret)
+	if ((mode == IDLE || mode == OVERSIZED || mode == BOMB || mode == HEADERS || mode == DEAF) &&
+	    !have_secret)
 		usage();
 	struct sigaction sa = {.sa_handler = on_term};
 	sigaction(SIGTERM, &sa, NULL);
