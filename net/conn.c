@@ -752,6 +752,11 @@ void stg_conn_rest(struct stg_conn *c)
 {
 	if (!stg_conn_receiving(c))
 		release_buffer(c, 0);
+	if (!stg_conn_sending(c)) {
+		free(c->out);
+		c->out = NULL;
+		c->out_len = c->out_off = c->out_cap = 0;
+	}
 	stg_conn_pool_idle(c);
 }
 

@@ -225,7 +225,7 @@ int stg_conn_skip(struct stg_conn *c);
 int stg_conn_wait(struct stg_conn *c, int timeout_ms);
 
 /* Between frames, a connection that waits for long gives back what it holds:
- * its receive buffer, and its pool over TCP. */
+ * its receive buffer, its reply queue once empty, and its pool over TCP. */
 void stg_conn_rest(struct stg_conn *c);
 
 /* Sends req (its tag is set) and receives the reply, which must have type
