@@ -12,11 +12,12 @@
 #
 # Past 128 nodes the flushers find no inotify instance left (128 per user
 # by default) and look at their queues every second instead. 5,000 nodes
-# need about 30,000 threads here (flushers, and a server thread per
-# connection), past this machine's pid_max of 32,768.
+# need about 20,000 threads here for the flushers alone (4 each), near this
+# machine's pid_max of 32,768 (the servers take no thread per connection).
 #
 #   bench/restart.sh [--clients LIST] [--size KIB] [--dir DIR]
 #     --clients: the node counts N, comma-separated (default 100,1000)
+#   The programs: $STAGEHAND_BUILD, else the repository's build/.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -28,11 +29,11 @@ while [ $# -gt 0 ]; do
 	--clients) clients=$2; shift 2 ;;
 	--size) size=$2; shift 2 ;;
 	--dir) dir=$2; shift 2 ;;
-	-h|--help) sed -n '3,19p' "$0"; exit 0 ;;
+	-h|--help) sed -n '3,20p' "$0"; exit 0 ;;
 	*) echo "restart.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
-build="$root/build"
+build="${STAGEHAND_BUILD:-$root/build}"
 S="$build/tools/stagehand"
 SERVER="$build/server/stagehand-server"
 SHIM="$build/preload/libstagehand.so"
