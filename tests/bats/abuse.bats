@@ -82,6 +82,16 @@ threads() {
 	awk '$1 == "Threads:" { print $2 }' "/proc/$1/status"
 }
 
+# few_threads PID WHAT: the server PID comes down to a few threads (the
+# loops, one worker per core, the store's own; workers started for a crowd
+# end once idle), and says how many; fails naming WHAT if it does not.
+few_threads() {
+	local pid=$1
+	wait_for "$WAIT" eval '[ "$(threads "$pid")" -le $((2 * $(nproc) + 8)) ]' ||
+		fail "$(threads "$pid") threads for $2"
+	echo "# server threads for $2: $(threads "$pid")" >&3
+}
+
 @test "a whole job restarts at once: 950 restores and 50 flushes, separate processes, 3 servers, all byte for byte" {
 	SERVER_OPTS=()
 	staged 3
@@ -136,10 +146,7 @@ EOS
 	restore_during "400 connections trickling a byte a second"
 	# a frame arriving a byte at a time waits in the server's loop, not in
 	# a thread (the old server: one for each of the 139 it held)
-	local pid="${SRV_PID[0]}"
-	wait_for "$WAIT" eval '[ "$(threads "$pid")" -le $((2 * $(nproc) + 8)) ]' ||
-		fail "$(threads "$pid") threads for trickling connections"
-	echo "# server threads: $(threads "$pid")" >&3
+	few_threads "${SRV_PID[0]}" "400 trickling connections"
 }
 
 @test "hundreds of idle logged-in connections: restores go on" {
@@ -154,15 +161,13 @@ EOS
 	# (the old server: 1024 at most, and a thread of its own for each)
 	SERVER_OPTS=()
 	staged 1 cluster.replicas=1
-	local pid="${SRV_PID[0]}" rss0 n rss
+	local pid="${SRV_PID[0]}" rss0 rss
 	rss0=$(kib "$pid" VmRSS)
 	attack idle 3000 --secret "$SECRET" --uid "$ATTACKER_UID"
 	# the workers that logged them in end once idle
-	wait_for "$WAIT" eval '[ "$(threads "$pid")" -le $((2 * $(nproc) + 8)) ]' ||
-		fail "$(threads "$pid") threads hold 3000 idle connections"
-	n=$(threads "$pid")
+	few_threads "$pid" "3000 idle connections"
 	rss=$(kib "$pid" VmRSS)
-	echo "# 3000 idle connections: $n threads, $(((rss - rss0) / 3)) bytes each" >&3
+	echo "# 3000 idle connections: $(((rss - rss0) / 3)) bytes each" >&3
 	[ $(((rss - rss0) / 3000)) -le 16 ] || fail "$((rss - rss0)) KiB for 3000 connections"
 	restore_during "3000 idle logged-in connections"
 	stop_attacks
@@ -177,10 +182,7 @@ EOS
 	attack deaf 24 --secret "$SECRET" --uid "$ATTACKER_UID"
 	restore_during "24 connections that never read a reply"
 	# (the old server: a thread blocked in each reply for --timeout)
-	local pid="${SRV_PID[0]}"
-	wait_for "$WAIT" eval '[ "$(threads "$pid")" -le $((2 * $(nproc) + 8)) ]' ||
-		fail "$(threads "$pid") threads for 24 connections that do not read"
-	echo "# server threads: $(threads "$pid")" >&3
+	few_threads "${SRV_PID[0]}" "24 connections that do not read"
 }
 
 # memory_attack MODE WHAT: 12 connections of abuse MODE against one server
