@@ -297,15 +297,15 @@ metric() {
 }
 
 # collection: the collector's pass over F files of the user when nothing
-# changed since the last one (each file one version, every pass reads
-# every manifest today): its time against the target.
+# changed since the last one (each file one version): its time against the
+# target, and what it read and looked at.
 collection_part() {
 	local n p passes
 	start_one gc --gc-interval 1 --metrics-file "$dir/gc.prom" --metrics-interval 1
 	p=$pid
 	pids+=("$p")
 	ship_one gc "127.0.0.1:$(cat "$dir/gc.port")" 1
-	printf '| files of the user | a pass with nothing changed, ms (target < 10) | manifests it read |\n|---|---|---|\n'
+	printf '| files of the user | a pass with nothing changed, ms (target < 10) | manifests it read | chunks it looked at |\n|---|---|---|---|\n'
 	for n in ${files//,/ }; do
 		kill "$p"
 		wait "$p" || true
@@ -322,7 +322,8 @@ collection_part() {
 		done
 		awk -v n="$n" '$1 == "stagehand_server_collection_seconds" { s = $2 }
 			$1 == "stagehand_server_collection_manifests" { m = $2 }
-			END { printf "| %d | %.1f | %d |\n", n, s * 1000, m }' "$dir/gc.prom"
+			$1 == "stagehand_server_collection_candidates" { c = $2 }
+			END { printf "| %d | %.2f | %d | %d |\n", n, s * 1000, m, c }' "$dir/gc.prom"
 	done
 }
 

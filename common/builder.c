@@ -646,7 +646,7 @@ int64_t stg_builder_commit(struct stg_builder *b, uint64_t size, uint32_t mode, 
 			pruned++;
 	}
 	if (r == 0) {
-		int pr = stg_catalog_prune(f.dirfd, b->rule.keep, false);
+		int pr = stg_catalog_prune(f.dirfd, b->rule.keep, false, NULL, NULL);
 		if (pr < 0)
 			stg_log_errno(STG_LOG_DEBUG, pr, "pruning '%s'", b->path);
 		else
@@ -818,7 +818,7 @@ int64_t stg_commit_close(struct stg_cache *c, const char *path, const struct stg
 		m.flags &= ~(uint32_t)STG_MANIFEST_OPEN;
 		r = stg_catalog_publish(&f, path, &m, rule->durability != STG_DURABILITY_ASYNC);
 		if (r == 0)
-			pruned = stg_catalog_prune(f.dirfd, rule->keep, false);
+			pruned = stg_catalog_prune(f.dirfd, rule->keep, false, NULL, NULL);
 	}
 	if (have)
 		stg_manifest_done(&m);

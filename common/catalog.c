@@ -382,7 +382,8 @@ static bool unit_complete(const struct kept *k, size_t n, size_t h)
 	return count == size;
 }
 
-int stg_catalog_prune(int filedirfd, uint32_t keep, bool complete_only)
+int stg_catalog_prune(int filedirfd, uint32_t keep, bool complete_only,
+		      stg_catalog_remove_fn remove, void *arg)
 {
 	if (keep == 0)
 		return 0;
@@ -441,7 +442,7 @@ int stg_catalog_prune(int filedirfd, uint32_t keep, bool complete_only)
 		}
 		if (!go)
 			continue;
-		r = stg_catalog_remove_version(filedirfd, v[i]);
+		r = remove ? remove(arg, filedirfd, v[i]) : stg_catalog_remove_version(filedirfd, v[i]);
 		if (r == -ENOENT)
 			r = 0;
 		else if (r == 0)
@@ -813,7 +814,7 @@ static int transfer(struct stg_cache *c, const char *oldpath, const char *newpat
 	/* The new name keeps what its rule keeps, as after any commit (what
 	 * this frees goes at the next collection). */
 	if (r == 0) {
-		int pr = stg_catalog_prune(b.dirfd, keep, false);
+		int pr = stg_catalog_prune(b.dirfd, keep, false, NULL, NULL);
 		if (pr < 0)
 			stg_debug("pruning '%s': %s", newpath, strerror(-pr));
 	}

@@ -80,9 +80,13 @@ int stg_catalog_flags(int filedirfd, uint64_t version);
  * job version count as one version, closed when one part is. With
  * complete_only (a server, which receives every node's parts; a cache holds
  * its own only), only complete job versions count against keep: an
- * incomplete one goes once keep complete ones are newer. Returns how many
- * were removed, or -errno. */
-int stg_catalog_prune(int filedirfd, uint32_t keep, bool complete_only);
+ * incomplete one goes once keep complete ones are newer. Each version goes
+ * through remove, which returns as stg_catalog_remove_version does (NULL:
+ * that function; a server's also takes back the references of the version's
+ * manifest). Returns how many were removed, or -errno. */
+typedef int (*stg_catalog_remove_fn)(void *arg, int filedirfd, uint64_t version);
+int stg_catalog_prune(int filedirfd, uint32_t keep, bool complete_only,
+		      stg_catalog_remove_fn remove, void *arg);
 
 /* Removes one version's manifest (and its replication mark). Returns 0 or -errno. */
 int stg_catalog_remove_version(int filedirfd, uint64_t version);

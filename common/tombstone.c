@@ -42,7 +42,7 @@ int stg_tombstone_decode(const uint8_t *buf, size_t len, struct stg_tombstone *r
 	return 0;
 }
 
-static int64_t expiry(const struct stg_tombstone *t)
+int64_t stg_tombstone_expiry(const struct stg_tombstone *t)
 {
 	return t->at_ns + (int64_t)t->retain_s * 1000000000;
 }
@@ -57,7 +57,8 @@ struct stg_tombstone stg_tombstone_merge(const struct stg_tombstone *t,
 		.flags = t->flags & u->flags,
 	};
 	/* The versions each covered stay as long as it said. */
-	int64_t until = expiry(t) > expiry(u) ? expiry(t) : expiry(u);
+	int64_t et = stg_tombstone_expiry(t), eu = stg_tombstone_expiry(u);
+	int64_t until = et > eu ? et : eu;
 	int64_t left = (until - m.at_ns + 999999999) / 1000000000;
 	m.retain_s = left > UINT32_MAX ? UINT32_MAX : (uint32_t)left;
 	return m;
@@ -65,5 +66,5 @@ struct stg_tombstone stg_tombstone_merge(const struct stg_tombstone *t,
 
 bool stg_tombstone_expired(const struct stg_tombstone *t, int64_t now_ns)
 {
-	return now_ns >= expiry(t);
+	return now_ns >= stg_tombstone_expiry(t);
 }

@@ -38,3 +38,5 @@ struct stg_tombstone stg_tombstone_merge(const struct stg_tombstone *t,
 
 /* Has the retention of t run out at now_ns? */
 bool stg_tombstone_expired(const struct stg_tombstone *t, int64_t now_ns);
+/* When it expires (ns, the deleting node's clock). */
+int64_t stg_tombstone_expiry(const struct stg_tombstone *t);

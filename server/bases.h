@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Which stored chunk each delta object of the store is encoded against
- * (docs/STORE.md, "Delta objects"): kept in memory so that marking a delta
- * marks its base, and decoding one finds its chain, without reading the
- * segments. Not thread-safe: the store serializes access. */
+ * (docs/STORE.md, "Delta objects"): kept in memory so that a delta holds a
+ * reference to its base, and decoding one finds its chain, without reading
+ * the segments. Not thread-safe: the store serializes access. */
 #pragma once
 
 #include <stddef.h>

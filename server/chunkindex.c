@@ -9,12 +9,13 @@
 #include "util.h"
 
 /* A slot: the hash's bytes 1..15 (byte 0 picks the table), segment,
- * offset, and the length with the epoch in its top 5 bits. */
+ * offset, the length with the epoch in its top 5 bits, and the references. */
 #define TAIL 15
-#define SLOT 27
+#define SLOT 28
 #define SEGMENT_AT 15
 #define OFFSET_AT 19
 #define LEN_AT 23
+#define REFS_AT 27
 #define LEN_BITS 27
 
 #define TABLES 256
@@ -78,6 +79,7 @@ static void pack(uint8_t *s, const struct stg_chunkindex_entry *e)
 	stg_put_le32(s + SEGMENT_AT, e->segment);
 	stg_put_le32(s + OFFSET_AT, e->offset);
 	stg_put_le32(s + LEN_AT, e->len | (e->epoch % STG_CHUNKINDEX_EPOCHS) << LEN_BITS);
+	s[REFS_AT] = e->refs;
 }
 
 static void unpack(const uint8_t *s, uint8_t first, struct stg_chunkindex_entry *ret)
@@ -89,6 +91,7 @@ static void unpack(const uint8_t *s, uint8_t first, struct stg_chunkindex_entry 
 	uint32_t v = stg_get_le32(s + LEN_AT);
 	ret->len = v & (STG_CHUNKINDEX_LEN_LIMIT - 1);
 	ret->epoch = v >> LEN_BITS;
+	ret->refs = s[REFS_AT];
 }
 
 /* The slot holding h, or -1. A probe stops at the first entry nearer its
@@ -257,7 +260,7 @@ bool stg_chunkindex_set(struct stg_chunkindex *x, const struct stg_chunkindex_en
 	return true;
 }
 
-bool stg_chunkindex_mark(struct stg_chunkindex *x, const struct stg_hash *h, uint32_t epoch)
+bool stg_chunkindex_touch(struct stg_chunkindex *x, const struct stg_hash *h, uint32_t epoch)
 {
 	struct table *t = table_of(x, h);
 	ptrdiff_t i = find(t, h);

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The server's in-memory chunk index: hash -> record location. 256 tables
  * chosen by the hash's first byte, each a Robin Hood table of packed
- * 27-byte slots kept 88% to 94% full, grown one table at a time by 1/16:
- * about 30 bytes per chunk, and no moment where an old and a new copy of
+ * 28-byte slots kept 88% to 94% full, grown one table at a time by 1/16:
+ * about 31 bytes per chunk, and no moment where an old and a new copy of
  * the whole index coexist. Not thread-safe: the store serializes access. */
 #pragma once
 
@@ -14,6 +14,8 @@
 
 /* Epochs are kept modulo this (stg_chunkindex_age). */
 #define STG_CHUNKINDEX_EPOCHS 32u
+/* The most references a slot counts; the store counts the rest. */
+#define STG_CHUNKINDEX_REFS_MAX 255u
 /* Record body lengths stay below this (the largest is about 64.3 MiB). */
 #define STG_CHUNKINDEX_LEN_LIMIT (1u << 27)
 
@@ -22,7 +24,8 @@ struct stg_chunkindex_entry {
 	uint32_t segment; /* segment id; never 0 */
 	uint32_t offset;  /* of the record in the segment, in 8-byte units */
 	uint32_t len;     /* record body bytes (the chunk object), < STG_CHUNKINDEX_LEN_LIMIT */
-	uint32_t epoch;   /* of the last mark, modulo STG_CHUNKINDEX_EPOCHS */
+	uint32_t epoch;   /* of the last put or HAVE, modulo STG_CHUNKINDEX_EPOCHS */
+	uint8_t refs;     /* references, up to STG_CHUNKINDEX_REFS_MAX (store-refs.c) */
 };
 
 struct stg_chunkindex;
@@ -45,9 +48,9 @@ int stg_chunkindex_insert(struct stg_chunkindex *x, const struct stg_chunkindex_
 bool stg_chunkindex_set(struct stg_chunkindex *x, const struct stg_chunkindex_entry *e);
 
 /* Sets the epoch of h's entry; returns whether it is there. */
-bool stg_chunkindex_mark(struct stg_chunkindex *x, const struct stg_hash *h, uint32_t epoch);
+bool stg_chunkindex_touch(struct stg_chunkindex *x, const struct stg_hash *h, uint32_t epoch);
 
-/* How many epochs before now e was last marked (0: in epoch now). */
+/* How many epochs before now e was last touched (0: in epoch now). */
 static inline uint32_t stg_chunkindex_age(const struct stg_chunkindex_entry *e, uint32_t now)
 {
 	return (now - e->epoch) % STG_CHUNKINDEX_EPOCHS;

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* The server's collector: marks the chunks every manifest references, then
- * lets the store drop the rest and compact its segments. Ingest goes on
- * meanwhile; only manifest writes wait while the marks are taken. */
+/* The server's collector, and the references it collects by (store.h,
+ * "Collection"): each held entry of a filed manifest counts once for its
+ * chunk and once for the pair (uid, chunk), from the filing of its version
+ * to its removal. A pass then looks only at what lost its last reference or
+ * came in since: it expires the deletions that came due, drops the chunks
+ * and pairs left without references, and compacts. */
 #include <errno.h>
 #include <time.h>
 
@@ -9,58 +12,85 @@
 #include "log.h"
 #include "util.h"
 
-/* Marks the chunks of a manifest, and gives its user the ones its put said
- * this server holds (owners.h): the same pairs a running server recorded,
- * so that a restart or a collection gives nobody more. */
-static int mark_manifest(void *arg, uint32_t uid, const struct stg_manifest *m,
+static bool counts(const struct stg_manifest *m, const uint8_t *held, uint32_t i)
+{
+	if (m->entries[i].flags & STG_ENTRY_ZERO)
+		return false;
+	return !held || held[i / 8] & (1u << (i % 8));
+}
+
+static void refs_filed(void *arg, uint32_t uid, const struct stg_manifest *m,
+		       const uint8_t *held)
+{
+	struct server *srv = arg;
+	if (!m) {
+		stg_store_refs_lost(srv->store);
+		return;
+	}
+	bool lost = false;
+	for (uint32_t i = 0; i < m->nchunks; i++) {
+		if (!counts(m, held, i))
+			continue;
+		stg_store_ref(srv->store, &m->entries[i].hash);
+		lost |= stg_owners_ref(srv->owners, uid, &m->entries[i].hash) < 0;
+	}
+	if (lost)
+		stg_log(STG_LOG_ERROR, "out of memory: uid %u may not see some of its chunks "
+			"until the server restarts", uid);
+}
+
+static void refs_retired(void *arg, uint32_t uid, const struct stg_manifest *m,
 			 const uint8_t *held)
 {
 	struct server *srv = arg;
-	srv->counters.collection_manifests++;
 	for (uint32_t i = 0; i < m->nchunks; i++) {
-		const struct stg_hash *h = &m->entries[i].hash;
-		if (m->entries[i].flags & STG_ENTRY_ZERO || !stg_store_mark(srv->store, h))
+		if (!counts(m, held, i))
 			continue;
-		if (!held || held[i / 8] & (1u << (i % 8))) {
-			int r = stg_owners_add(srv->owners, uid, h);
-			if (r < 0)
-				return r;
-		}
+		stg_store_unref(srv->store, &m->entries[i].hash);
+		stg_owners_unref(srv->owners, uid, &m->entries[i].hash);
 	}
+}
+
+static int count_filed(void *arg, uint32_t uid, const struct stg_manifest *m,
+		       const uint8_t *held)
+{
+	refs_filed(arg, uid, m, held);
 	return 0;
 }
 
-int server_owners_load(struct server *srv)
+int server_refs_load(struct server *srv)
 {
-	return stg_files_foreach(srv->files, mark_manifest, srv);
+	int r = stg_files_foreach(srv->files, count_filed, srv);
+	stg_files_set_hooks(srv->files, &(struct stg_files_hooks){
+		.filed = refs_filed, .retired = refs_retired, .arg = srv});
+	if (r < 0)
+		return r; /* counts incomplete: nothing is collected */
+	stg_store_refs_counted(srv->store);
+	stg_owners_counted(srv->owners);
+	return 0;
 }
 
 static void collect(struct server *srv)
 {
 	int64_t start = stg_now_ns();
-	srv->counters.collection_manifests = 0;
-	/* Exclusive only while the epoch turns: a manifest stored before
-	 * (its writer held the lock shared) is in the tree that the marking
-	 * below reads; one stored after marks its own chunks in the new epoch. */
+	/* Exclusive only while the epoch turns: a manifest filed before (its
+	 * writer held the lock shared) is counted; the chunks one filed after
+	 * relies on were touched after the turn before this one. */
 	pthread_rwlock_wrlock(&srv->manifest_lock);
 	stg_store_gc_begin(srv->store);
 	stg_owners_gc_begin(srv->owners);
 	pthread_rwlock_unlock(&srv->manifest_lock);
-	int r = stg_files_foreach(srv->files, mark_manifest, srv);
-	if (r < 0) {
-		/* Without every mark, dropping anything could lose a live chunk. */
-		stg_log_errno(STG_LOG_ERROR, r, "collection skipped: cannot read the manifests");
-		return;
-	}
+	srv->counters.collection_manifests = stg_files_expire(srv->files, stg_now_ns());
 	size_t forgotten = stg_owners_gc_end(srv->owners);
 	if (forgotten)
 		stg_log(STG_LOG_DEBUG, "collection: %zu chunks no longer any user's", forgotten);
 	struct stg_store_gc_result res;
-	r = stg_store_gc_end(srv->store, &res);
+	int r = stg_store_gc_end(srv->store, &res);
 	if (r < 0) {
 		stg_log_errno(STG_LOG_ERROR, r, "collection failed");
 		return;
 	}
+	srv->counters.collection_candidates = res.candidates;
 	srv->counters.collection_ns = (uint64_t)(stg_now_ns() - start);
 	srv->counters.collections++;
 	if (res.chunks_dropped || res.segments_removed || res.segments_compacted)

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,10 +29,24 @@
 #define PATH_FILE "path"
 #define DELETED_FILE "deleted"
 
+/* A deletion waiting for its retention to run out. */
+struct pending {
+	int64_t expiry_ns;
+	uint32_t uid;
+	char *path;
+};
+
 struct stg_files {
 	int fd; /* files/ */
 	struct stg_pathindex *paths; /* every entry's path, per user */
 	atomic_uint_fast64_t listed; /* entries read by listings */
+	struct stg_files_hooks hooks;
+	/* The deletions recorded, soonest expiry first (a binary heap): a
+	 * merge that extends one pushes it again, and the stale copy finds
+	 * it unexpired when it comes up. */
+	pthread_mutex_t lock;
+	struct pending *heap;
+	size_t nheap, capheap;
 };
 
 static bool parse_uid(const char *name, uint32_t *ret);
@@ -48,6 +63,7 @@ int stg_files_open(int storedirfd, struct stg_files **ret)
 	struct stg_files *f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
+	pthread_mutex_init(&f->lock, NULL);
 	f->fd = openat(storedirfd, FILES_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	int r = f->fd < 0 ? -errno : stg_pathindex_new(&f->paths);
 	if (r == 0)
@@ -67,7 +83,78 @@ void stg_files_free(struct stg_files *f)
 	if (f->fd >= 0)
 		close(f->fd);
 	stg_pathindex_free(f->paths);
+	for (size_t i = 0; i < f->nheap; i++)
+		free(f->heap[i].path);
+	free(f->heap);
+	pthread_mutex_destroy(&f->lock);
 	free(f);
+}
+
+void stg_files_set_hooks(struct stg_files *f, const struct stg_files_hooks *h)
+{
+	f->hooks = *h;
+}
+
+static bool pending_before(const struct pending *a, const struct pending *b)
+{
+	return a->expiry_ns < b->expiry_ns;
+}
+
+/* Records that uid's path has a deletion expiring at expiry_ns. Returns 0
+ * or -ENOMEM. */
+static int pending_push(struct stg_files *f, uint32_t uid, const char *path, int64_t expiry_ns)
+{
+	char *copy = strdup(path);
+	if (!copy)
+		return -ENOMEM;
+	pthread_mutex_lock(&f->lock);
+	if (f->nheap == f->capheap) {
+		size_t cap = f->capheap ? f->capheap * 2 : 64;
+		struct pending *v = realloc(f->heap, cap * sizeof(*v));
+		if (!v) {
+			pthread_mutex_unlock(&f->lock);
+			free(copy);
+			return -ENOMEM;
+		}
+		f->heap = v;
+		f->capheap = cap;
+	}
+	size_t i = f->nheap++;
+	struct pending p = {expiry_ns, uid, copy};
+	while (i > 0 && pending_before(&p, &f->heap[(i - 1) / 2])) {
+		f->heap[i] = f->heap[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	f->heap[i] = p;
+	pthread_mutex_unlock(&f->lock);
+	return 0;
+}
+
+/* Takes the soonest deletion if it expired by now_ns. */
+static bool pending_pop(struct stg_files *f, int64_t now_ns, struct pending *ret)
+{
+	pthread_mutex_lock(&f->lock);
+	bool due = f->nheap > 0 && f->heap[0].expiry_ns <= now_ns;
+	if (due) {
+		*ret = f->heap[0];
+		struct pending last = f->heap[--f->nheap];
+		size_t i = 0;
+		for (;;) {
+			size_t c = 2 * i + 1;
+			if (c >= f->nheap)
+				break;
+			if (c + 1 < f->nheap && pending_before(&f->heap[c + 1], &f->heap[c]))
+				c++;
+			if (!pending_before(&f->heap[c], &last))
+				break;
+			f->heap[i] = f->heap[c];
+			i = c;
+		}
+		if (f->nheap > 0)
+			f->heap[i] = last;
+	}
+	pthread_mutex_unlock(&f->lock);
+	return due;
 }
 
 static int check_path(const char *path)
@@ -256,6 +343,86 @@ static int put_held(int filedirfd, uint64_t version, const uint8_t *mf, size_t l
 	return r;
 }
 
+static void read_held(int filedirfd, const char *path, const struct stg_manifest *m,
+		      uint8_t **ret_buf, const uint8_t **ret_bits);
+
+/* A version as the retired hook is told of it: its manifest and held map,
+ * read before it goes. */
+struct retiring {
+	bool read;
+	struct stg_manifest m;
+	uint8_t *buf;
+	const uint8_t *bits;
+};
+
+static void retiring_read(struct stg_files *f, int filedirfd, const char *path,
+			  uint64_t version, struct retiring *ret)
+{
+	*ret = (struct retiring){0};
+	if (!f->hooks.retired)
+		return;
+	int r = stg_catalog_read(filedirfd, version, &ret->m);
+	if (r < 0) {
+		/* Never counted at a start either: what it holds stays until
+		 * the next one. */
+		stg_log_errno(STG_LOG_WARN, r, "files: '%s' version %" PRIu64 " is unreadable: "
+			      "its chunks stay counted until the server restarts", path, version);
+		return;
+	}
+	read_held(filedirfd, path, &ret->m, &ret->buf, &ret->bits);
+	ret->read = true;
+}
+
+static void retiring_done(struct stg_files *f, uint32_t uid, struct retiring *v, bool gone)
+{
+	if (!v->read)
+		return;
+	if (gone)
+		f->hooks.retired(f->hooks.arg, uid, &v->m, v->bits);
+	free(v->buf);
+	stg_manifest_done(&v->m);
+}
+
+/* Removes version of an entry, its manifest then its held map, and tells
+ * the retired hook. Returns 0, -ENOENT or -errno. */
+static int remove_version(struct stg_files *f, uint32_t uid, int filedirfd, const char *path,
+			  uint64_t version)
+{
+	struct retiring old;
+	retiring_read(f, filedirfd, path, version, &old);
+	int r = stg_catalog_remove_version(filedirfd, version);
+	if (r == 0) {
+		char name[40];
+		held_name(version, name);
+		unlinkat(filedirfd, name, 0);
+	}
+	retiring_done(f, uid, &old, r == 0);
+	return r;
+}
+
+static void filed(struct stg_files *f, uint32_t uid, const uint8_t *mf, size_t len,
+		  const uint8_t *held)
+{
+	struct stg_manifest m;
+	int r = stg_manifest_decode(mf, len, &m);
+	/* Validated by the caller: only memory can fail here. */
+	f->hooks.filed(f->hooks.arg, uid, r < 0 ? NULL : &m, held);
+	if (r == 0)
+		stg_manifest_done(&m);
+}
+
+struct pruning {
+	struct stg_files *f;
+	uint32_t uid;
+	const char *path;
+};
+
+static int prune_one(void *arg, int filedirfd, uint64_t version)
+{
+	struct pruning *p = arg;
+	return remove_version(p->f, p->uid, filedirfd, p->path, version);
+}
+
 int stg_files_put(struct stg_files *f, uint32_t uid, const char *path, const uint8_t *mf,
 		  size_t len, uint64_t version, uint32_t keep, const uint8_t *held)
 {
@@ -277,12 +444,25 @@ int stg_files_put(struct stg_files *f, uint32_t uid, const char *path, const uin
 	}
 	char name[40];
 	stg_catalog_manifest_name(version, name);
+	/* The same chunks filed again under its id: its held map may differ,
+	 * so the one filed before is counted out once this one is in. */
+	struct retiring old = {0};
+	if (faccessat(fd, name, F_OK, 0) == 0)
+		retiring_read(f, fd, path, version, &old);
 	r = put_held(fd, version, mf, len, held);
+	bool held_written = r == 0;
 	if (r == 0)
 		r = stg_write_file_atomic(fd, name, mf, len, true);
 	if (r == 0 && fsync(fd) < 0)
 		r = -errno;
-	int removed = r == 0 ? stg_catalog_prune(fd, keep, true) : 0;
+	/* What counts is what is on disk now, even after a failure: the new
+	 * held map, if it was written, with a manifest under this id. */
+	bool counted = held_written && faccessat(fd, name, F_OK, 0) == 0;
+	if (counted && f->hooks.filed)
+		filed(f, uid, mf, len, held);
+	retiring_done(f, uid, &old, counted);
+	struct pruning p = {f, uid, path};
+	int removed = r == 0 ? stg_catalog_prune(fd, keep, true, prune_one, &p) : 0;
 	if (removed < 0)
 		r = removed;
 	if (removed > 0)
@@ -331,6 +511,8 @@ int stg_files_delete(struct stg_files *f, uint32_t uid, const char *path,
 	int r = stg_write_file_atomic(fd, DELETED_FILE, buf, sizeof(buf), true);
 	if (r == 0 && fsync(fd) < 0)
 		r = -errno;
+	if (r == 0)
+		r = pending_push(f, uid, path, stg_tombstone_expiry(&now));
 	close(fd);
 	return r;
 }
@@ -356,24 +538,19 @@ int stg_files_withdraw(struct stg_files *f, uint32_t uid, const char *path, uint
 		bool ours = stg_hash64(mf, len) == manifest_hash;
 		free(mf);
 		r = 0;
-		if (ours) {
-			char name[40];
-			stg_catalog_manifest_name(version, name);
-			if (unlinkat(fd, name, 0) == 0) {
-				held_name(version, name);
-				unlinkat(fd, name, 0);
-				r = fsync(fd) < 0 ? -errno : 1;
-			}
-		}
+		if (ours && remove_version(f, uid, fd, path, version) == 0)
+			r = fsync(fd) < 0 ? -errno : 1;
 	}
 	close(fd);
 	return r;
 }
 
 /* Removes what an expired tombstone covers: those versions and their held
- * maps, then the tombstone. Returns whether the entry is left empty (then
- * its path file goes too, and the caller removes the directory). */
-static bool expire(int filedirfd, const char *path, uint32_t uid, int64_t now_ns)
+ * maps, then the tombstone; *ret_gone counts the versions. Returns whether
+ * the entry is left empty (then its path file goes too, and the caller
+ * removes the directory). */
+static bool expire(struct stg_files *f, int filedirfd, const char *path, uint32_t uid,
+		   int64_t now_ns, uint64_t *ret_gone)
 {
 	struct stg_tombstone t;
 	if (lock_dir(filedirfd, LOCK_EX) < 0)
@@ -384,15 +561,10 @@ static bool expire(int filedirfd, const char *path, uint32_t uid, int64_t now_ns
 	if (read_tombstone(filedirfd, path, &t) == 0 && stg_tombstone_expired(&t, now_ns) &&
 	    stg_catalog_versions(filedirfd, &v, &n) == 0) {
 		size_t gone = 0;
-		for (size_t i = 0; i < n && v[i] <= t.upto; i++) {
-			char name[40];
-			stg_catalog_manifest_name(v[i], name);
-			if (unlinkat(filedirfd, name, 0) == 0)
-				gone++;
-			held_name(v[i], name);
-			unlinkat(filedirfd, name, 0);
-		}
+		for (size_t i = 0; i < n && v[i] <= t.upto; i++)
+			gone += remove_version(f, uid, filedirfd, path, v[i]) == 0;
 		empty = gone == n;
+		*ret_gone += gone;
 		unlinkat(filedirfd, DELETED_FILE, 0);
 		if (empty)
 			unlinkat(filedirfd, PATH_FILE, 0);
@@ -405,6 +577,44 @@ static bool expire(int filedirfd, const char *path, uint32_t uid, int64_t now_ns
 	}
 	lock_dir(filedirfd, LOCK_UN);
 	return empty;
+}
+
+/* Expires one deletion that came due; an entry left empty goes. */
+static void expire_entry(struct stg_files *f, uint32_t uid, const char *path, int64_t now_ns,
+			 uint64_t *ret_gone)
+{
+	char uidname[16], id[STG_HASH_HEX_LEN + 1];
+	snprintf(uidname, sizeof(uidname), "%" PRIu32, uid);
+	stg_catalog_file_id(path, id);
+	int ufd = openat(f->fd, uidname, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (ufd < 0)
+		return;
+	int ffd = openat(ufd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (ffd >= 0 && same_path(ffd, path) == 1 && expire(f, ffd, path, uid, now_ns, ret_gone)) {
+		if (unlinkat(ufd, id, AT_REMOVEDIR) == 0) {
+			stg_pathindex_remove(f->paths, uid, path);
+			/* A put may have made the entry anew and added its
+			 * path in between. */
+			if (faccessat(ufd, id, F_OK, 0) == 0 &&
+			    stg_pathindex_add(f->paths, uid, path) < 0)
+				stg_log(STG_LOG_ERROR, "files: out of memory: '%s' is left out of "
+					"listings until a restart", path);
+		}
+	}
+	if (ffd >= 0)
+		close(ffd);
+	close(ufd);
+}
+
+uint64_t stg_files_expire(struct stg_files *f, int64_t now_ns)
+{
+	uint64_t gone = 0;
+	struct pending p;
+	while (pending_pop(f, now_ns, &p)) {
+		expire_entry(f, p.uid, p.path, now_ns, &gone);
+		free(p.path);
+	}
+	return gone;
 }
 
 int stg_files_get(struct stg_files *f, uint32_t uid, const char *path, uint64_t version,
@@ -440,13 +650,12 @@ typedef int (*manifest_fn)(void *arg, const char *path, const struct stg_manifes
 			   bool deleted);
 
 /* A walk of manifests: for a listing (fn; deleted versions too with
- * deleted_too), or for the collector and the owners (owned_fn, with the uid
- * and held map; what expired tombstones cover is removed first). */
+ * deleted_too), or for the counting of references (owned_fn, with the uid
+ * and held map). */
 struct walk {
 	manifest_fn fn;
 	bool deleted_too;
 	stg_files_owned_fn owned_fn;
-	int64_t now_ns;
 	void *arg;
 	uint32_t uid;
 	struct stg_files *files;
@@ -500,13 +709,13 @@ static int list_entry(int filedirfd, const char *path, const struct walk *w)
 	for (size_t i = 0; r == 0 && i < n; i++) {
 		bool deleted = tomb && v[i] <= t.upto;
 		/* A listing leaves out names renamed away, and deleted
-		 * versions unless asked; the collector marks them all. */
+		 * versions unless asked; the counting at a start takes them all. */
 		if (deleted && w->fn && (!w->deleted_too || (t.flags & STG_TOMBSTONE_RENAMED)))
 			continue;
 		struct stg_manifest m;
 		int e = stg_catalog_read(filedirfd, v[i], &m);
 		if (e == -EPROTONOSUPPORT) {
-			/* A newer server's: whoever marks chunks must know them all. */
+			/* A newer server's: whoever counts references must know them all. */
 			stg_log_errno(STG_LOG_ERROR, e, "files: '%s' version %" PRIu64 " has a "
 				      "manifest format newer than this server reads", path, v[i]);
 			r = e;
@@ -542,8 +751,7 @@ static int open_entry(int uidfd, const char *name, char path[PATH_MAX])
 	return -1;
 }
 
-/* The collector's walk of every entry of a user: removes those whose
- * deletion expired, calls the walk's function for the others' versions. */
+/* The walk of every entry of a user (the counting at the start). */
 static int walk_uid(int uidfd, const struct walk *w)
 {
 	DIR *d = stg_opendir_at(uidfd, ".");
@@ -556,19 +764,6 @@ static int walk_uid(int uidfd, const struct walk *w)
 		int ffd = open_entry(uidfd, de->d_name, path);
 		if (ffd < 0)
 			continue;
-		if (expire(ffd, path, w->uid, w->now_ns)) {
-			close(ffd);
-			if (unlinkat(uidfd, de->d_name, AT_REMOVEDIR) == 0) {
-				stg_pathindex_remove(w->files->paths, w->uid, path);
-				/* A put may have made the entry anew and added
-				 * its path in between. */
-				if (faccessat(uidfd, de->d_name, F_OK, 0) == 0 &&
-				    stg_pathindex_add(w->files->paths, w->uid, path) < 0)
-					stg_log(STG_LOG_ERROR, "files: out of memory: '%s' is left out "
-						"of listings until a restart", path);
-			}
-			continue;
-		}
 		r = list_entry(ffd, path, w);
 		close(ffd);
 	}
@@ -646,10 +841,13 @@ static int index_uid(void *arg, uint32_t uid, int ufd)
 	while (r == 0 && (de = readdir(d))) {
 		char path[PATH_MAX];
 		int ffd = open_entry(ufd, de->d_name, path);
-		if (ffd >= 0) {
-			r = stg_pathindex_add(f->paths, uid, path);
-			close(ffd);
-		}
+		if (ffd < 0)
+			continue;
+		r = stg_pathindex_add(f->paths, uid, path);
+		struct stg_tombstone t;
+		if (r == 0 && read_tombstone(ffd, path, &t) == 0)
+			r = pending_push(f, uid, path, stg_tombstone_expiry(&t));
+		close(ffd);
 	}
 	closedir(d);
 	return r;
@@ -684,20 +882,19 @@ struct owned_walk {
 	struct stg_files *f;
 	stg_files_owned_fn fn;
 	void *arg;
-	int64_t now_ns;
 };
 
 static int walk_one_uid(void *arg, uint32_t uid, int ufd)
 {
 	struct owned_walk *o = arg;
-	struct walk w = {.owned_fn = o->fn, .now_ns = o->now_ns, .arg = o->arg, .uid = uid,
-			 .files = o->f};
+	struct walk w = {.owned_fn = o->fn, .arg = o->arg, .uid = uid, .files = o->f};
 	return walk_uid(ufd, &w);
 }
 
 int stg_files_foreach(struct stg_files *f, stg_files_owned_fn fn, void *arg)
 {
-	struct owned_walk o = {.f = f, .fn = fn, .arg = arg, .now_ns = stg_now_ns()};
+	struct owned_walk o = {.f = f, .fn = fn, .arg = arg};
+	stg_files_expire(f, stg_now_ns());
 	return foreach_uid(f, walk_one_uid, &o);
 }
 

@@ -62,10 +62,31 @@ int stg_files_delete(struct stg_files *f, uint32_t uid, const char *path,
 typedef int (*stg_files_owned_fn)(void *arg, uint32_t uid, const struct stg_manifest *m,
 				  const uint8_t *held);
 
-/* Calls fn for every manifest of every user (garbage collection marks what
- * they reference; the owners of chunks are rebuilt from them), after
- * removing the versions whose deletion's retention ran out. */
+/* Calls fn for every manifest of every user (at a start, the references to
+ * chunks are counted from them), after removing the versions whose
+ * deletion's retention ran out. */
 int stg_files_foreach(struct stg_files *f, stg_files_owned_fn fn, void *arg);
+
+/* What the server counts as versions come and go (store.h, "Collection"),
+ * with each version's manifest and held map (NULL: all its chunks):
+ * filed: once a put wrote it (its held map and manifest are on disk, even
+ * if the put failed after), before retention removes older ones (m NULL:
+ * it could not be decoded for want of memory, and is not counted);
+ * retired: once it is gone (retention, a withdrawal, an expired deletion,
+ * or the same chunks filed again under its id), as it was.
+ * Set before the store serves. */
+struct stg_files_hooks {
+	void (*filed)(void *arg, uint32_t uid, const struct stg_manifest *m, const uint8_t *held);
+	void (*retired)(void *arg, uint32_t uid, const struct stg_manifest *m,
+			const uint8_t *held);
+	void *arg;
+};
+void stg_files_set_hooks(struct stg_files *f, const struct stg_files_hooks *h);
+
+/* Removes the versions whose deletion's retention ran out by now_ns: the
+ * work follows the deletions that came due, kept soonest first since the
+ * start. Returns how many versions went. Called by the collector. */
+uint64_t stg_files_expire(struct stg_files *f, int64_t now_ns);
 
 struct stg_files_stats {
 	uint64_t paths;          /* entries of all users */

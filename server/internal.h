@@ -98,8 +98,10 @@ struct server_counters {
 	atomic_uint_fast64_t chunks_held;               /* asked for, held already */
 	atomic_uint_fast64_t manifests_in;
 	atomic_uint_fast64_t chunks_out, chunk_bytes_out; /* served */
-	/* The collector's passes, and what the last one read and took. */
-	atomic_uint_fast64_t collections, collection_manifests, collection_ns;
+	/* The collector's passes, and what the last one read, looked at and
+	 * took. */
+	atomic_uint_fast64_t collections, collection_manifests, collection_candidates,
+		collection_ns;
 };
 
 struct server {
@@ -116,9 +118,10 @@ struct server {
 	bool accept_v1; /* serve clients of protocol version 1 (no MACs) */
 	int64_t started_ns;
 
-	/* Held shared while a manifest is checked and written, exclusively while
-	 * the collector starts an epoch: a chunk a new manifest relies on is
-	 * either seen by the marking or marked by the manifest's writer. */
+	/* Held shared while a manifest is checked, written and counted,
+	 * exclusively while the collector starts an epoch: a chunk a new
+	 * manifest relies on is touched in the epoch before the turn at the
+	 * earliest, and counted before the turn. */
 	pthread_rwlock_t manifest_lock;
 
 	/* The collector: runs every gc_interval_s, or sooner when retention
@@ -151,9 +154,10 @@ void *server_scrubber(void *arg);
  * once more when the server stops. */
 void *server_metrics(void *arg);
 
-/* Gives every user back the chunks its manifests name as held here (at
+/* Counts the references of every filed manifest (store.h, "Collection"), and
+ * so gives every user back the chunks its manifests name as held here (at
  * start, before the first connection). Returns 0 or -errno. */
-int server_owners_load(struct server *srv);
+int server_refs_load(struct server *srv);
 
 /* Asks the collector to run soon. */
 void server_collector_wake(struct server *srv);

@@ -63,6 +63,9 @@ static int render(struct server *srv, bool up, char **ret, size_t *ret_len)
 	       (double)k->collection_ns / 1e9);
 	metric(f, "collection_manifests", "gauge", "Manifests the last collection pass read.",
 	       (double)k->collection_manifests);
+	metric(f, "collection_candidates", "gauge",
+	       "Chunks without references the last collection pass looked at.",
+	       (double)k->collection_candidates);
 	metric(f, "store_chunks", "gauge", "Chunks in the store.", (double)st.chunks);
 	metric(f, "store_chunk_bytes", "gauge", "Bytes of the chunks in the store.",
 	       (double)st.chunk_bytes);

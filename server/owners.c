@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* The (uid, chunk) pairs: open addressing, linear probing, as chunkindex.c. */
+/* The (uid, chunk) pairs: open addressing, linear probing, as chunkindex.c;
+ * each with its count of held manifest entries, and the pairs without one
+ * listed for collection (as store-refs.c does for chunks). */
 #include "owners.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +17,13 @@
 struct pair {
 	struct stg_hash hash;
 	uint32_t uid;
-	uint32_t epoch; /* of the last add or mark; 0: an empty slot */
+	uint32_t epoch; /* of the last add or has; 0: an empty slot */
+	uint32_t refs;  /* held manifest entries */
+};
+
+struct key {
+	struct stg_hash hash;
+	uint32_t uid;
 };
 
 struct stg_owners {
@@ -22,6 +31,11 @@ struct stg_owners {
 	struct pair *slots;
 	size_t nslots, count;
 	uint32_t epoch; /* from 1 */
+	/* Pairs whose count is 0: candidates for collection. */
+	struct key *zeros;
+	size_t nzeros, capzeros;
+	bool zeros_incomplete; /* one could not be listed: look at all */
+	bool counted;          /* the manifests' references are in */
 };
 
 /* The hash is uniform already; the uid, multiplied by a large odd constant,
@@ -66,6 +80,7 @@ void stg_owners_free(struct stg_owners *o)
 		return;
 	pthread_mutex_destroy(&o->lock);
 	free(o->slots);
+	free(o->zeros);
 	free(o);
 }
 
@@ -86,22 +101,68 @@ static int grow(struct stg_owners *o)
 	return 0;
 }
 
+static void candidate(struct stg_owners *o, uint32_t uid, const struct stg_hash *h)
+{
+	if (o->nzeros == o->capzeros) {
+		size_t cap = o->capzeros ? o->capzeros * 2 : 256;
+		struct key *v = realloc(o->zeros, cap * sizeof(*v));
+		if (!v) {
+			o->zeros_incomplete = true;
+			return;
+		}
+		o->zeros = v;
+		o->capzeros = cap;
+	}
+	o->zeros[o->nzeros++] = (struct key){*h, uid};
+}
+
+/* The slot of (uid, h), made if absent. Returns it or -ENOMEM. */
+static ptrdiff_t find_or_make(struct stg_owners *o, uint32_t uid, const struct stg_hash *h,
+			      bool *ret_made)
+{
+	size_t i = probe(o, uid, h);
+	*ret_made = !o->slots[i].epoch;
+	if (!*ret_made)
+		return (ptrdiff_t)i;
+	if ((o->count + 1) * 4 > o->nslots * 3 && grow(o) < 0)
+		return -ENOMEM;
+	i = probe(o, uid, h);
+	o->slots[i] = (struct pair){.hash = *h, .uid = uid, .epoch = o->epoch};
+	o->count++;
+	return (ptrdiff_t)i;
+}
+
 int stg_owners_add(struct stg_owners *o, uint32_t uid, const struct stg_hash *h)
 {
-	int r = 0;
+	bool made;
+	pthread_mutex_lock(&o->lock);
+	ptrdiff_t i = find_or_make(o, uid, h, &made);
+	if (i >= 0)
+		o->slots[i].epoch = o->epoch;
+	if (made && i >= 0)
+		candidate(o, uid, h);
+	pthread_mutex_unlock(&o->lock);
+	return i < 0 ? (int)i : 0;
+}
+
+int stg_owners_ref(struct stg_owners *o, uint32_t uid, const struct stg_hash *h)
+{
+	bool made;
+	pthread_mutex_lock(&o->lock);
+	ptrdiff_t i = find_or_make(o, uid, h, &made);
+	if (i >= 0)
+		o->slots[i].refs++;
+	pthread_mutex_unlock(&o->lock);
+	return i < 0 ? (int)i : 0;
+}
+
+void stg_owners_unref(struct stg_owners *o, uint32_t uid, const struct stg_hash *h)
+{
 	pthread_mutex_lock(&o->lock);
 	size_t i = probe(o, uid, h);
-	if (!o->slots[i].epoch) {
-		if ((o->count + 1) * 4 > o->nslots * 3 && (r = grow(o)) < 0)
-			goto out;
-		i = probe(o, uid, h);
-		o->slots[i] = (struct pair){.hash = *h, .uid = uid};
-		o->count++;
-	}
-	o->slots[i].epoch = o->epoch;
-out:
+	if (o->slots[i].epoch && o->slots[i].refs > 0 && --o->slots[i].refs == 0)
+		candidate(o, uid, h);
 	pthread_mutex_unlock(&o->lock);
-	return r;
 }
 
 bool stg_owners_has(struct stg_owners *o, uint32_t uid, const struct stg_hash *h)
@@ -138,22 +199,59 @@ static void remove_at(struct stg_owners *o, size_t i)
 	o->count--;
 }
 
+static void find_candidates(struct stg_owners *o)
+{
+	o->nzeros = 0;
+	o->zeros_incomplete = false;
+	for (size_t i = 0; i < o->nslots; i++)
+		if (o->slots[i].epoch && o->slots[i].refs == 0)
+			candidate(o, o->slots[i].uid, &o->slots[i].hash);
+}
+
+void stg_owners_counted(struct stg_owners *o)
+{
+	pthread_mutex_lock(&o->lock);
+	find_candidates(o);
+	o->counted = true;
+	pthread_mutex_unlock(&o->lock);
+}
+
 size_t stg_owners_gc_end(struct stg_owners *o)
 {
 	size_t dropped = 0;
 	pthread_mutex_lock(&o->lock);
-	uint32_t keep_from = o->epoch - 1;
-	/* A removal may pull a later pair into slot i: it is looked at again. */
-	for (size_t i = 0; i < o->nslots;) {
-		if (o->slots[i].epoch && o->slots[i].epoch < keep_from) {
-			remove_at(o, i);
-			dropped++;
-		} else {
-			i++;
-		}
+	if (!o->counted) {
+		pthread_mutex_unlock(&o->lock);
+		return 0;
 	}
+	if (o->zeros_incomplete)
+		find_candidates(o);
+	uint32_t keep_from = o->epoch - 1;
+	size_t kept = 0;
+	for (size_t j = 0; j < o->nzeros; j++) {
+		struct key k = o->zeros[j];
+		size_t i = probe(o, k.uid, &k.hash);
+		if (!o->slots[i].epoch || o->slots[i].refs != 0)
+			continue;
+		if (o->slots[i].epoch >= keep_from) {
+			o->zeros[kept++] = k;
+			continue;
+		}
+		remove_at(o, i);
+		dropped++;
+	}
+	o->nzeros = kept;
 	pthread_mutex_unlock(&o->lock);
 	return dropped;
+}
+
+uint32_t stg_owners_refs(struct stg_owners *o, uint32_t uid, const struct stg_hash *h)
+{
+	pthread_mutex_lock(&o->lock);
+	size_t i = probe(o, uid, h);
+	uint32_t n = o->slots[i].epoch ? o->slots[i].refs : 0;
+	pthread_mutex_unlock(&o->lock);
+	return n;
 }
 
 size_t stg_owners_count(struct stg_owners *o)

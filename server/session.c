@@ -33,11 +33,11 @@ static int on_have(struct session *s, const struct stg_msg *req)
 	for (uint32_t i = 0; i < n; i++) {
 		struct stg_hash h;
 		memcpy(h.b, req->have.hashes + (size_t)i * 16, 16);
-		/* Only the user's own chunks (owners.h). Marking keeps a chunk we
-		 * say we hold from being collected before the manifest that needs
-		 * it arrives. */
+		/* Only the user's own chunks (owners.h). Touching keeps a chunk
+		 * we say we hold from being collected before the manifest that
+		 * needs it arrives. */
 		if (stg_owners_has(s->srv->owners, s->uid, &h) &&
-		    stg_store_mark(s->srv->store, &h)) {
+		    stg_store_touch(s->srv->store, &h)) {
 			bitmap[i / 8] |= (uint8_t)(1u << (i % 8));
 			held++;
 		}
@@ -188,7 +188,7 @@ static uint32_t find_missing(struct session *s, const struct stg_manifest *mf, c
 			continue;
 		/* A chunk counts as held only if it is the user's own. */
 		const struct stg_hash *h = &mf->entries[i].hash;
-		if (!stg_owners_has(s->srv->owners, s->uid, h) || !stg_store_mark(s->srv->store, h))
+		if (!stg_owners_has(s->srv->owners, s->uid, h) || !stg_store_touch(s->srv->store, h))
 			stg_put_le32(missing + 4 * (size_t)n++, i);
 	}
 	return n;

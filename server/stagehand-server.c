@@ -573,10 +573,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	/* Before the first client: a user's own chunks must be its own. */
-	r = server_owners_load(&srv);
+	r = server_refs_load(&srv);
 	if (r < 0)
 		stg_log_errno(STG_LOG_ERROR, r, "cannot read every manifest of '%s': the chunks of "
-			      "those unread are not served until they are sent again", store_dir);
+			      "those unread are not served until they are sent again, and nothing "
+			      "is collected until a start reads them all", store_dir);
 	srv.timeout_ms = (int)(timeout_s * 1000);
 	srv.handshake_ms = (int)(handshake_s * 1000);
 	srv.idle_ms = (int)(idle_s * 1000);

@@ -95,8 +95,8 @@ int store_check_delta(struct stg_store *s, const uint8_t *obj, size_t len,
 	unsigned depth = 0;
 	r = braw && raw ? 0 : -ENOMEM;
 	if (r == 0) {
-		/* Marked first, so that a collection running now keeps it. */
-		r = store_mark_if_present(s, base)
+		/* Touched first, so that a collection running now keeps it. */
+		r = stg_store_touch(s, base)
 			    ? decode_stored(s, base, hd.raw_len, braw, &depth)
 			    : -ENOLINK;
 		/* A base gone or corrupt here: the client sends the chunk whole. */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The store's garbage collection: marking epochs, dropping, compaction. */
+/* The store's garbage collection: dropping the unreferenced, compaction. */
 #include "store-internal.h"
 
 #include <dirent.h>
@@ -28,11 +28,6 @@ void stg_store_gc_begin(struct stg_store *s)
 	pthread_mutex_unlock(&s->lock);
 }
 
-bool stg_store_mark(struct stg_store *s, const struct stg_hash *h)
-{
-	return store_mark_if_present(s, h);
-}
-
 /* A record to move out of a segment being compacted. */
 struct move {
 	struct stg_hash hash;
@@ -43,7 +38,6 @@ struct move {
 
 struct collect {
 	struct stg_store *s;
-	uint32_t epoch;      /* now: chunks not marked in it or the one before are dropped */
 	struct seg **from;   /* segments being compacted, by id */
 	size_t nfrom;
 	struct move *v;
@@ -64,12 +58,6 @@ static int collect_push(struct collect *c, const struct stg_chunkindex_entry *e,
 	return 0;
 }
 
-static int collect_dead(void *arg, const struct stg_chunkindex_entry *e)
-{
-	struct collect *c = arg;
-	return stg_chunkindex_age(e, c->epoch) > 1 ? collect_push(c, e, NULL) : 0;
-}
-
 static int collect_moves(void *arg, const struct stg_chunkindex_entry *e)
 {
 	struct collect *c = arg;
@@ -86,6 +74,66 @@ static int collect_moves(void *arg, const struct stg_chunkindex_entry *e)
 	return 0;
 }
 
+struct gathered {
+	struct stg_hint_entry *v;
+	size_t n, cap;
+};
+
+static int gather_hinted(void *arg, const struct stg_hint_entry *e)
+{
+	struct gathered *ga = arg;
+	return store_entries_push(&ga->v, &ga->n, &ga->cap, e);
+}
+
+/* The live records of the segments to compact, taken from their hints, so
+ * that the work follows those segments, not the whole store; those without
+ * a hint that serves are found by a walk of the index. */
+static int find_moves(struct stg_store *s, struct collect *c)
+{
+	struct seg **unhinted = malloc(c->nfrom * sizeof(*unhinted));
+	if (!unhinted)
+		return -ENOMEM;
+	size_t nunhinted = 0;
+	int r = 0;
+	for (size_t i = 0; r == 0 && i < c->nfrom; i++) {
+		struct seg *g = c->from[i];
+		struct gathered ga = {0};
+		struct stat st;
+		r = fstat(g->fd, &st) < 0 ? -errno : 0;
+		struct stg_hint_key k = {g->id, g->created_ns, (uint64_t)st.st_size};
+		if (r == 0)
+			r = stg_hint_read(s->segdirfd, &k, gather_hinted, &ga);
+		if (r < 0 && r != -ENOMEM) {
+			unhinted[nunhinted++] = g; /* ids ascending, as c->from */
+			r = 0;
+		} else if (r == 0) {
+			pthread_mutex_lock(&s->lock);
+			for (size_t j = 0; r == 0 && j < ga.n; j++) {
+				struct stg_chunkindex_entry e;
+				if (stg_chunkindex_get(s->index, &ga.v[j].hash, &e) &&
+				    e.segment == g->id &&
+				    (uint64_t)e.offset * store_offset_unit(g) == ga.v[j].offset)
+					r = collect_push(c, &e, g);
+			}
+			pthread_mutex_unlock(&s->lock);
+		}
+		free(ga.v);
+	}
+	if (r == 0 && nunhinted) {
+		struct collect walk = *c;
+		walk.from = unhinted;
+		walk.nfrom = nunhinted;
+		pthread_mutex_lock(&s->lock);
+		r = stg_chunkindex_foreach(s->index, collect_moves, &walk);
+		pthread_mutex_unlock(&s->lock);
+		c->v = walk.v;
+		c->n = walk.n;
+		c->cap = walk.cap;
+	}
+	free(unhinted);
+	return r;
+}
+
 static int cmp_move(const void *a, const void *b)
 {
 	const struct move *x = a, *y = b;
@@ -94,7 +142,8 @@ static int cmp_move(const void *a, const void *b)
 	return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-/* Removes the entry of m->hash if it still points where m says. Called with
+/* Removes the entry of m->hash if it still points where m says: a record
+ * found damaged, its references kept for when it comes back. Called with
  * the lock held. Returns the record bytes dropped. */
 static uint64_t drop_if_at(struct stg_store *s, const struct move *m)
 {
@@ -104,31 +153,44 @@ static uint64_t drop_if_at(struct stg_store *s, const struct move *m)
 		return 0;
 	uint64_t size = store_rsize_in(m->from, e.len);
 	m->from->live -= size;
-	stg_chunkindex_remove(s->index, &m->hash);
-	stg_bases_remove(s->bases, &m->hash);
+	store_body_removed(s, &e);
+	s->bodies_damaged = true;
 	return size;
 }
 
-/* Drops the chunks marked in neither this epoch nor the previous one. */
-static int drop_unmarked(struct stg_store *s, struct stg_store_gc_result *res)
+/* Drops the candidates still without references that were neither put nor
+ * touched in this epoch or the one before; keeps the young ones listed. A
+ * base whose last delta goes joins the list, and is looked at in turn. */
+static void drop_unreferenced(struct stg_store *s, struct stg_store_gc_result *res)
 {
-	struct collect c = {.s = s};
 	pthread_mutex_lock(&s->lock);
-	c.epoch = s->epoch;
-	/* Collected first, removed after: backward shifts would move entries
-	 * under the iteration. */
-	int r = stg_chunkindex_foreach(s->index, collect_dead, &c);
-	for (size_t i = 0; r == 0 && i < c.n; i++) {
+	if (!s->refs_counted || s->refs_broken) {
+		pthread_mutex_unlock(&s->lock);
+		return;
+	}
+	if (s->zeros_incomplete)
+		store_find_candidates(s);
+	size_t kept = 0;
+	for (size_t i = 0; i < s->nzeros; i++) {
+		struct stg_hash h = s->zeros[i];
 		struct stg_chunkindex_entry e;
-		stg_chunkindex_get(s->index, &c.v[i].hash, &e);
-		c.v[i].from = store_seg_find(s, e.segment);
-		uint64_t size = drop_if_at(s, &c.v[i]);
-		res->chunks_dropped += size > 0;
+		res->candidates++;
+		if (!stg_chunkindex_get(s->index, &h, &e) || e.refs != 0)
+			continue;
+		if (stg_chunkindex_age(&e, s->epoch) <= 1) {
+			s->zeros[kept++] = h;
+			continue;
+		}
+		struct seg *g = store_seg_find(s, e.segment);
+		uint64_t size = g ? store_rsize_in(g, e.len) : 0;
+		if (g)
+			g->live -= size;
+		store_body_removed(s, &e);
+		res->chunks_dropped++;
 		res->bytes_dropped += size;
 	}
+	s->nzeros = kept;
 	pthread_mutex_unlock(&s->lock);
-	free(c.v);
-	return r;
 }
 
 /* Copies one live record to the active segment and points the index at the
@@ -179,16 +241,15 @@ out_free:
 	return r;
 }
 
-/* Drops the unmarked chunks, then removes and compacts segments. */
+/* Drops the unreferenced chunks, then removes and compacts segments. */
 static int collect_garbage(struct stg_store *s, struct stg_store_gc_result *ret)
 {
 	struct stg_store_gc_result res = {0};
 	struct collect c = {.s = s};
 	struct seg **empty = NULL;
 	size_t nempty = 0;
-	int r = drop_unmarked(s, &res);
-	if (r < 0)
-		return r;
+	int r = 0;
+	drop_unreferenced(s, &res);
 
 	pthread_mutex_lock(&s->lock);
 	empty = malloc((s->nsegs ? s->nsegs : 1) * sizeof(*empty));
@@ -211,11 +272,11 @@ static int collect_garbage(struct stg_store *s, struct stg_store_gc_result *ret)
 		}
 		i++;
 	}
-	if (c.nfrom)
-		r = stg_chunkindex_foreach(s->index, collect_moves, &c);
 	pthread_mutex_unlock(&s->lock);
 	store_unlink_segments(s, empty, nempty);
 	res.segments_removed += nempty;
+	if (c.nfrom)
+		r = find_moves(s, &c);
 	if (r < 0)
 		goto out_put;
 
@@ -257,7 +318,12 @@ int stg_store_gc_end(struct stg_store *s, struct stg_store_gc_result *ret)
 {
 	pthread_mutex_lock(&s->gc_lock);
 	int r = collect_garbage(s, ret);
-	if (r == 0)
+	/* A damaged record moved out may have been some delta's base. */
+	pthread_mutex_lock(&s->lock);
+	bool damaged = s->bodies_damaged;
+	s->bodies_damaged = false;
+	pthread_mutex_unlock(&s->lock);
+	if (r == 0 && damaged)
 		r = store_drop_orphans(s);
 	pthread_mutex_unlock(&s->gc_lock);
 	return r;
@@ -301,12 +367,14 @@ int store_drop_orphans(struct stg_store *s)
 		r = stg_bases_foreach(s->bases, find_orphan, &o);
 		for (size_t i = 0; r == 0 && i < o.n; i++) {
 			struct stg_chunkindex_entry e;
-			struct seg *g = stg_chunkindex_get(s->index, &o.v[i], &e) ?
-						store_seg_find(s, e.segment) : NULL;
+			if (!stg_chunkindex_get(s->index, &o.v[i], &e)) {
+				stg_bases_remove(s->bases, &o.v[i]);
+				continue;
+			}
+			struct seg *g = store_seg_find(s, e.segment);
 			if (g)
 				g->live -= store_rsize_in(g, e.len);
-			stg_chunkindex_remove(s->index, &o.v[i]);
-			stg_bases_remove(s->bases, &o.v[i]);
+			store_body_removed(s, &e);
 			dropped++;
 		}
 	} while (r == 0 && o.n > 0);

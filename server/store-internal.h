@@ -82,7 +82,18 @@ struct stg_store {
 	struct seg *active;
 	uint64_t next_id;
 	uint64_t total; /* bytes of the listed segments (their ends) */
-	uint32_t epoch;
+	uint32_t epoch; /* collection passes begun */
+
+	/* Reference counts (store-refs.c): the side tree of counts the index
+	 * slots do not hold, and the candidates, chunks whose count is 0. */
+	void *extra_refs;
+	struct stg_hash *zeros;
+	size_t nzeros, capzeros;
+	bool zeros_incomplete; /* a candidate could not be listed */
+	bool refs_counted;     /* the manifests' references are in */
+	bool refs_broken;      /* a count was lost: drop nothing */
+	bool bodies_damaged;   /* deltas may have lost their base */
+	uint64_t refs_unmatched;
 
 	bool rolling; /* a thread is creating the next segment */
 	pthread_cond_t roll_cond;
@@ -158,11 +169,22 @@ int store_write_record(struct seg *g, uint64_t off, const uint8_t *hdr, const ui
 		       uint32_t len);
 void store_append_done(struct stg_store *s, struct seg *g, bool ok, const struct stg_hash *h,
 		       uint64_t off, uint32_t len, const struct stg_hash *base);
-bool store_mark_if_present(struct stg_store *s, const struct stg_hash *h);
 int store_read_record(struct stg_store *s, struct seg *g, uint64_t off, uint32_t len,
 		      const struct stg_hash *h, uint8_t **ret_mem);
 void store_forget_damaged(struct stg_store *s, const struct stg_hash *h, struct seg *g,
 			  uint64_t off);
+
+/* store-refs.c; all but the last two with the lock held */
+void store_ref_locked(struct stg_store *s, const struct stg_hash *h);
+void store_unref_locked(struct stg_store *s, const struct stg_hash *h);
+/* e was just inserted (with no references); base: the delta's base. */
+void store_body_added(struct stg_store *s, struct stg_chunkindex_entry *e,
+		      const struct stg_hash *base);
+/* Removes e's entry and its base link; its references stay counted. */
+void store_body_removed(struct stg_store *s, const struct stg_chunkindex_entry *e);
+void store_find_candidates(struct stg_store *s);
+void store_refs_from_bases(struct stg_store *s);
+void store_refs_free(struct stg_store *s);
 
 /* store-delta.c */
 int store_check_delta(struct stg_store *s, const uint8_t *obj, size_t len,

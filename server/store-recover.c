@@ -395,6 +395,8 @@ int store_recover(struct stg_store *s)
 		last = g;
 		last_scan = sc;
 	}
+	/* Each delta holds its base; one whose base is gone lets it go. */
+	store_refs_from_bases(s);
 	r = store_drop_orphans(s);
 	if (r < 0)
 		goto out_free;

@@ -136,21 +136,6 @@ void store_append_done(struct stg_store *s, struct seg *g, bool ok, const struct
 		pthread_cond_signal(&s->seal_cond);
 }
 
-/* Marks h and, for a delta object, the chain of bases it decodes with: a
- * base lives as long as a delta needs it. Called with the lock held.
- * Returns whether h is stored. */
-static bool mark_locked(struct stg_store *s, const struct stg_hash *h)
-{
-	bool found = false;
-	for (unsigned i = 0; h && i <= STG_CHUNK_DELTA_DEPTH; i++) {
-		if (!stg_chunkindex_mark(s->index, h, s->epoch))
-			break;
-		found |= i == 0;
-		h = stg_bases_find(s->bases, h);
-	}
-	return found;
-}
-
 bool stg_store_has(struct stg_store *s, const struct stg_hash *h)
 {
 	pthread_mutex_lock(&s->lock);
@@ -159,12 +144,10 @@ bool stg_store_has(struct stg_store *s, const struct stg_hash *h)
 	return found;
 }
 
-/* A put of a stored chunk writes nothing but marks it: a chunk put during
- * a collection counts as marked. Returns whether it was there. */
-bool store_mark_if_present(struct stg_store *s, const struct stg_hash *h)
+bool stg_store_touch(struct stg_store *s, const struct stg_hash *h)
 {
 	pthread_mutex_lock(&s->lock);
-	bool found = mark_locked(s, h);
+	bool found = stg_chunkindex_touch(s->index, h, s->epoch);
 	pthread_mutex_unlock(&s->lock);
 	return found;
 }
@@ -187,7 +170,7 @@ int stg_store_put(struct stg_store *s, const uint8_t *obj, size_t len, const str
 {
 	if (len <= STG_CHUNK_HEADER_SIZE || len > stg_segment_body_max())
 		return -EINVAL;
-	if (store_mark_if_present(s, h))
+	if (stg_store_touch(s, h))
 		return 1;
 	struct stg_hash base;
 	bool delta = stg_chunk_base(obj, len, &base);
@@ -234,10 +217,9 @@ static int put_record(struct stg_store *s, const uint8_t *obj, size_t len, const
 			.len = (uint32_t)len,
 			.epoch = s->epoch,
 		};
-		/* A collection may have started since check_delta marked the
-		 * base: marked again with the delta's epoch, or the delta is
-		 * refused if it went meanwhile (the record is garbage). */
-		if (base && !mark_locked(s, base))
+		/* The base may have been collected since check_delta touched
+		 * it: the delta is refused then (the record is garbage). */
+		if (base && !stg_chunkindex_get(s->index, base, NULL))
 			r = -ENOLINK;
 		/* A concurrent put of the same chunk may have won: its entry
 		 * stays, this record is garbage for compaction, and the put
@@ -251,9 +233,11 @@ static int put_record(struct stg_store *s, const uint8_t *obj, size_t len, const
 				stg_chunkindex_remove(s->index, h);
 				g->live -= store_rsize_in(g, (uint32_t)len);
 				r = -ENOMEM;
+			} else {
+				store_body_added(s, &ent, base);
 			}
 		} else if (r == 0) {
-			stg_chunkindex_mark(s->index, h, s->epoch);
+			stg_chunkindex_touch(s->index, h, s->epoch);
 		}
 		r = r < 0 ? r : !r; /* inserted: 0; there already: 1 */
 	}
@@ -330,8 +314,7 @@ void store_forget_damaged(struct stg_store *s, const struct stg_hash *h, struct 
 		     (uint64_t)e.offset * store_offset_unit(g) == off;
 	if (there) {
 		g->live -= store_rsize_in(g, e.len);
-		stg_chunkindex_remove(s->index, h);
-		stg_bases_remove(s->bases, h);
+		store_body_removed(s, &e);
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (there) {
@@ -569,6 +552,7 @@ void stg_store_free(struct stg_store *s)
 	free(s->segs);
 	stg_chunkindex_free(s->index);
 	stg_bases_free(s->bases);
+	store_refs_free(s);
 	if (s->segdirfd >= 0)
 		close(s->segdirfd);
 	if (s->lockfd >= 0)

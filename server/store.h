@@ -122,20 +122,39 @@ void stg_store_scrub_free(struct stg_store_scrub *c);
  * pass just ended) or -errno. */
 int64_t stg_store_scrub_step(struct stg_store *s, struct stg_store_scrub *c, uint64_t budget);
 
-/* Garbage collection in two steps. stg_store_gc_begin starts a marking epoch;
- * every chunk put from then on counts as marked. The caller marks every chunk
- * a manifest references with stg_store_mark, then stg_store_gc_end drops the
- * chunks marked neither in this epoch nor the previous one (a chunk is kept at
- * least one full cycle, so one whose manifest is still on the way survives),
- * deletes segments left empty and compacts sealed segments at most half live
- * by copying their live records to the newest segment. Puts and gets go on
- * meanwhile; only index updates take the store's lock. */
+/* Collection by reference counts (docs/STORE.md, "Collection"). A chunk is
+ * kept while a held entry of a filed manifest names it (the caller counts
+ * each with stg_store_ref when it files the manifest, and takes it back with
+ * stg_store_unref when the version goes) or a stored delta is built on it
+ * (counted by the store). A count may be taken for a chunk not stored now
+ * (at a restart, one whose body was found damaged): it holds when the chunk
+ * is put again. */
+void stg_store_ref(struct stg_store *s, const struct stg_hash *h);
+void stg_store_unref(struct stg_store *s, const struct stg_hash *h);
+/* A reference could not be counted: nothing is collected until a restart
+ * counts them all again. */
+void stg_store_refs_lost(struct stg_store *s);
+/* h's count (tests and checks). */
+uint64_t stg_store_refs(struct stg_store *s, const struct stg_hash *h);
+/* At open, once every filed manifest is counted: the chunks none refers to
+ * become candidates. Nothing is collected before. */
+void stg_store_refs_counted(struct stg_store *s);
+/* A HAVE of h: keeps h (with no references yet: its manifest is on the way)
+ * through this pass and the next. Returns whether h is stored. */
+bool stg_store_touch(struct stg_store *s, const struct stg_hash *h);
+
+/* A collection pass in two steps: stg_store_gc_begin turns the epoch; then
+ * stg_store_gc_end drops the candidates still without references that were
+ * neither put nor touched in this epoch or the one before, deletes segments
+ * left empty, and compacts sealed segments at most half live by copying
+ * their live records to the newest segment. Its work follows what changed:
+ * the candidates, and the records of the segments compacted. Puts and gets
+ * go on meanwhile; only index updates take the store's lock. */
 void stg_store_gc_begin(struct stg_store *s);
-/* Marks h (and its chain of bases); returns whether h is stored. */
-bool stg_store_mark(struct stg_store *s, const struct stg_hash *h);
 struct stg_store_gc_result {
 	uint64_t chunks_dropped, bytes_dropped;
 	uint64_t segments_removed, segments_compacted;
 	uint64_t bytes_moved;
+	uint64_t candidates; /* chunks looked at */
 };
 int stg_store_gc_end(struct stg_store *s, struct stg_store_gc_result *ret);

@@ -48,6 +48,19 @@ above() {
 	"$PYTHON" -c 'import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))' "$v" "$3"
 }
 
+# copy_entry N: the single entry of the user on stopped server 0 copied
+# under N other paths, $CKPT/d/f1 to f<N>.
+copy_entry() {
+	local user="$T/srv0/files/$(id -u)" entry i p
+	entry=$(echo "$user"/*)
+	[ -f "$entry/path" ] || fail "no single entry: $entry"
+	for i in $(seq "$1"); do
+		p="$CKPT/d/f$i"
+		cp -a "$entry" "$user/$("$PROGS/catalog-id" "$p")"
+		printf '%s' "$p" >"$user/$("$PROGS/catalog-id" "$p")/path"
+	done
+}
+
 @test "the flusher's and the server's metrics parse and move as a version ships and restores" {
 	start_server 0 --metrics-file "$T/server.prom" --metrics-interval 1
 	cluster_default_policy cluster.replicas=1
@@ -157,17 +170,9 @@ EOP
 	shim cp "$REF/f" "$CKPT/f"
 	run "$STAGEHAND" flush --wait --timeout "$WAIT"
 	[ "$status" -eq 0 ] || fail "flush: $output"
-	# 300 more paths of the user on the server: f's entry copied under
-	# other names, found when the server starts again
+	# 300 more paths of the user on the server, found when it starts again
 	stop_server 0
-	local user="$T/srv0/files/$(id -u)" entry i p
-	entry=$(echo "$user"/*)
-	[ -f "$entry/path" ] || fail "no single entry: $entry"
-	for i in $(seq 300); do
-		p="$CKPT/d/f$i"
-		cp -a "$entry" "$user/$("$PROGS/catalog-id" "$p")"
-		printf '%s' "$p" >"$user/$("$PROGS/catalog-id" "$p")/path"
-	done
+	copy_entry 300
 	start_server 0 --metrics-file "$T/server.prom" --metrics-interval 1
 	wait_for "$WAIT" grep -q '^stagehand_server_paths 301$' "$T/server.prom" ||
 		fail "$(grep paths "$T/server.prom")"
@@ -187,4 +192,32 @@ EOP
 	stop_server 0
 	[ "$(prom "$T/server.prom" stagehand_server_list_entries_read_total)" -eq 300 ] ||
 		fail "$(grep list_entries "$T/server.prom")"
+}
+
+@test "a collection pass with nothing changed reads no manifest and looks at no chunk, over 301 paths (reference counts)" {
+	start_server 0 --metrics-file "$T/server.prom" --metrics-interval 1
+	cluster_default_policy cluster.replicas=1
+	head -c 300000 /dev/urandom >"$REF/f"
+	shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	# 300 more paths naming the same chunks, counted when the server starts
+	stop_server 0
+	copy_entry 300
+	start_server 0 --metrics-file "$T/server.prom" --metrics-interval 1 --gc-interval 1
+	passes() {
+		cp "$T/server.prom" "$T/snap.prom" 2>/dev/null &&
+			[ "$(prom "$T/snap.prom" stagehand_server_collections_total)" -ge "$1" ]
+	}
+	wait_for "$WAIT" passes 3 || fail "$(grep collection "$T/server.prom")"
+	[ "$(prom "$T/snap.prom" stagehand_server_collection_manifests)" -eq 0 ] ||
+		fail "$(grep collection "$T/snap.prom")"
+	[ "$(prom "$T/snap.prom" stagehand_server_collection_candidates)" -eq 0 ] ||
+		fail "$(grep collection "$T/snap.prom")"
+	# and the chunks, counted 301 times each, are all there
+	rm -rf "$CACHE"
+	run "$STAGEHAND" restore --to "$BACK" "$CKPT/f" "$CKPT/d/f300"
+	[ "$status" -eq 0 ] || fail "restore: $output"
+	cmp "$REF/f" "$BACK$CKPT/f"
+	cmp "$REF/f" "$BACK$CKPT/d/f300"
 }

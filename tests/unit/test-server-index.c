@@ -44,13 +44,13 @@ static void basics(void)
 	/* Set and mark change the entry in place; the epoch wraps. */
 	other.len = STG_CHUNKINDEX_LEN_LIMIT - 1;
 	CHECK(stg_chunkindex_set(x, &other));
-	CHECK(stg_chunkindex_mark(x, &a, 33));
+	CHECK(stg_chunkindex_touch(x, &a, 33));
 	CHECK(stg_chunkindex_get(x, &a, &e));
 	CHECK(e.segment == 10 && e.offset == 27 && e.len == STG_CHUNKINDEX_LEN_LIMIT - 1);
 	CHECK_EQ(e.epoch, 1);
 	CHECK_EQ(stg_chunkindex_age(&e, 34), 1);
 	CHECK_EQ(stg_chunkindex_age(&e, 32), STG_CHUNKINDEX_EPOCHS - 1);
-	CHECK(!stg_chunkindex_mark(x, &b, 1));
+	CHECK(!stg_chunkindex_touch(x, &b, 1));
 	CHECK(!stg_chunkindex_remove(x, &b));
 	CHECK(stg_chunkindex_remove(x, &a));
 	CHECK(!stg_chunkindex_get(x, &a, NULL));

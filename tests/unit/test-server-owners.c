@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Which user may see which chunk: pairs found by both halves only, kept
- * while marked, and every survivor still found after mass removals. */
+ * while touched or counted, and every survivor still found after mass
+ * removals. */
 #include "harness.h"
 #include "owners.h"
 
@@ -32,12 +33,13 @@ static void basics(void)
 	stg_owners_free(NULL);
 }
 
-/* Many users sharing chunks; a collection keeps the marked pairs, and one
+/* Many users sharing chunks; a collection keeps the touched pairs, and one
  * more drops the rest, through many backward shifts. */
 static void collection(void)
 {
 	struct stg_owners *o;
 	CHECK_EQ(stg_owners_new(&o), 0);
+	stg_owners_counted(o); /* no manifests */
 	for (uint32_t c = 0; c < CHUNKS; c++) {
 		struct stg_hash h = hash_of(c);
 		for (uint32_t u = 0; u < USERS; u++)
@@ -75,13 +77,24 @@ static void collection(void)
 		}
 	}
 	CHECK_EQ(found, left);
-	/* Unmarked for two collections, everything goes. */
+	/* Counted (a manifest's held entries), a pair stays untouched; the
+	 * rest goes after two collections. */
+	struct stg_hash kept = hash_of(0);
+	CHECK_EQ(stg_owners_ref(o, 1000, &kept), 0);
+	CHECK_EQ(stg_owners_ref(o, 1000, &kept), 0);
+	CHECK_EQ(stg_owners_refs(o, 1000, &kept), 2);
+	for (int i = 0; i < 3; i++) {
+		stg_owners_gc_begin(o);
+		stg_owners_gc_end(o);
+	}
+	CHECK_EQ(stg_owners_count(o), 1);
+	stg_owners_unref(o, 1000, &kept);
 	stg_owners_gc_begin(o);
-	stg_owners_gc_end(o);
+	CHECK_EQ(stg_owners_gc_end(o), 0);
+	/* Its last count taken back, it goes at the next collection. */
+	stg_owners_unref(o, 1000, &kept);
 	stg_owners_gc_begin(o);
-	stg_owners_gc_end(o);
-	stg_owners_gc_begin(o);
-	stg_owners_gc_end(o);
+	CHECK_EQ(stg_owners_gc_end(o), 1);
 	CHECK_EQ(stg_owners_count(o), 0);
 out:
 	stg_owners_free(o);
