@@ -11,12 +11,17 @@
 # Every restored file is compared byte for byte; none may fail.
 #
 # Past 128 nodes the flushers find no inotify instance left (128 per user
-# by default) and look at their queues every second instead. 5,000 nodes
-# need about 20,000 threads here for the flushers alone (4 each), near this
-# machine's pid_max of 32,768 (the servers take no thread per connection).
+# by default) and look at their queues every second instead. With --wave W,
+# more than W nodes go in waves of W at once, one after the other, for both
+# the checkpoint and the restart (the times are the waves' sums): 5,000
+# flushers at once would need about 20,000 threads here (4 each), near this
+# machine's pid_max of 32,768, and more memory than it has; the servers
+# still hold every node's file, and serve the last wave with all of them
+# stored.
 #
-#   bench/restart.sh [--clients LIST] [--size KIB] [--dir DIR]
+#   bench/restart.sh [--clients LIST] [--wave W] [--size KIB] [--dir DIR]
 #     --clients: the node counts N, comma-separated (default 100,1000)
+#     --wave: the most nodes at once (default: all of them)
 #   The programs: $STAGEHAND_BUILD, else the repository's build/.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,12 +29,14 @@ root=$(cd "$here/.." && pwd)
 clients="100,1000"
 size=256
 dir=""
+wave=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--clients) clients=$2; shift 2 ;;
+	--wave) wave=$2; shift 2 ;;
 	--size) size=$2; shift 2 ;;
 	--dir) dir=$2; shift 2 ;;
-	-h|--help) sed -n '3,20p' "$0"; exit 0 ;;
+	-h|--help) sed -n '3,26p' "$0"; exit 0 ;;
 	*) echo "restart.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -102,13 +109,15 @@ node() {
 		cp "$n/ref" "$n/ckpt/f"
 }
 
+# Copy {i} of a wave starting at node \$1 is node \$1 + {i}.
 cat >"$dir/checkpoint.sh" <<EOS
 #!/bin/sh
-exec "$S" flush --policy "$dir/n\$1/policy.conf" --wait --timeout 600
+exec "$S" flush --policy "$dir/n\$((\$1 + \$2))/policy.conf" --wait --timeout 600
 EOS
 cat >"$dir/restart.sh" <<EOS
 #!/bin/sh
-exec "$S" restore --policy "$dir/n\$1/policy.conf" --to "$dir/n\$1/back" "$dir/n\$1/ckpt/f"
+n="$dir/n\$((\$1 + \$2))"
+exec "$S" restore --policy "\$n/policy.conf" --to "\$n/back" "\$n/ckpt/f"
 EOS
 chmod +x "$dir/checkpoint.sh" "$dir/restart.sh"
 
@@ -122,23 +131,34 @@ for n in ${clients//,/ }; do
 	rm -rf "$dir"/n*
 	start_servers
 	for ((i = 0; i < n; i++)); do node "$i"; done
-	python3 "$CROWD" "$n" "$dir/checkpoint.sh" '{i}' >"$dir/checkpoint.out" ||
-		{ status=1; cat "$dir/checkpoint.out" >&2; }
-	stop_flushers
+	w=$n
+	[ "$wave" -gt 0 ] && [ "$wave" -lt "$n" ] && w=$wave
+	: >"$dir/checkpoint.out"
+	for ((i = 0; i < n; i += w)); do
+		python3 "$CROWD" "$((n - i < w ? n - i : w))" "$dir/checkpoint.sh" "$i" '{i}' \
+			>>"$dir/checkpoint.out" || { status=1; cat "$dir/checkpoint.out" >&2; }
+		stop_flushers
+	done
 	rm -rf "$dir"/n*/cache
-	python3 "$CROWD" "$n" "$dir/restart.sh" '{i}' >"$dir/restart.out" ||
-		{ status=1; cat "$dir/restart.out" >&2; }
+	: >"$dir/restart.out"
+	for ((i = 0; i < n; i += w)); do
+		python3 "$CROWD" "$((n - i < w ? n - i : w))" "$dir/restart.sh" "$i" '{i}' \
+			>>"$dir/restart.out" || { status=1; cat "$dir/restart.out" >&2; }
+	done
 	bad=0
 	for ((i = 0; i < n; i++)); do
 		cmp -s "$dir/n$i/ref" "$dir/n$i/back$dir/n$i/ckpt/f" || bad=$((bad + 1))
 	done
 	[ "$bad" -eq 0 ] || { status=1; echo "restart.sh: $bad of $n restores are not byte for byte" >&2; }
-	ck=$(field wall <"$dir/checkpoint.out")
-	rs=$(field wall <"$dir/restart.out")
-	lat=$(sed -n 's/.*median \([0-9.]*\) p95 \([0-9.]*\) .*/\1, \2/p' "$dir/restart.out")
+	ck=$(field wall <"$dir/checkpoint.out" | awk '{ s += $1 } END { print s }')
+	rs=$(field wall <"$dir/restart.out" | awk '{ s += $1 } END { print s }')
+	# (of the last wave)
+	lat=$(sed -n 's/.*median \([0-9.]*\) p95 \([0-9.]*\) .*/\1, \2/p' "$dir/restart.out" | tail -1)
 	per=$(awk -v w="$rs" -v n="$n" 'BEGIN { printf "%.2f", w * 1000 / n }')
-	awk -v n="$n" -v c="$ck" -v r="$rs" -v p="$per" -v l="$lat" \
-		'BEGIN { printf "| %d | %.2f | %.2f | %.2fx | %s | %s |\n", n, c, r, r / c, p, l }'
+	nw=$n
+	[ "$w" -lt "$n" ] && nw="$n ($(((n + w - 1) / w)) waves of $w)"
+	awk -v n="$nw" -v c="$ck" -v r="$rs" -v p="$per" -v l="$lat" \
+		'BEGIN { printf "| %s | %.2f | %.2f | %.2fx | %s | %s |\n", n, c, r, r / c, p, l }'
 	[ -n "$first_per" ] || { first_per=$per; first_n=$n; }
 	last_per=$per last_n=$n
 done

@@ -20,6 +20,7 @@
 #include "catalog.h"
 #include "hash.h"
 #include "heldmap.h"
+#include "pathfile.h"
 #include "pathindex.h"
 #include "tombstone.h"
 #include "log.h"
@@ -47,6 +48,9 @@ struct stg_files {
 	pthread_mutex_t lock;
 	struct pending *heap;
 	size_t nheap, capheap;
+	/* At open: path files read (entries without an index file). */
+	uint64_t paths_read;
+	bool files_consumed;
 };
 
 static bool parse_uid(const char *name, uint32_t *ret);
@@ -751,23 +755,25 @@ static int open_entry(int uidfd, const char *name, char path[PATH_MAX])
 	return -1;
 }
 
-/* The walk of every entry of a user (the counting at the start). */
+/* The walk of every entry of a user (the counting at the start), its
+ * paths from the index. */
 static int walk_uid(int uidfd, const struct walk *w)
 {
-	DIR *d = stg_opendir_at(uidfd, ".");
-	if (!d)
-		return -errno;
-	int r = 0;
-	struct dirent *de;
-	while (r == 0 && (de = readdir(d))) {
-		char path[PATH_MAX];
-		int ffd = open_entry(uidfd, de->d_name, path);
+	char **paths;
+	size_t n;
+	int r = stg_pathindex_find(w->files->paths, w->uid, "", &paths, &n);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; r == 0 && i < n; i++) {
+		char id[STG_HASH_HEX_LEN + 1];
+		stg_catalog_file_id(paths[i], id);
+		int ffd = openat(uidfd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (ffd < 0)
 			continue;
-		r = list_entry(ffd, path, w);
+		r = list_entry(ffd, paths[i], w);
 		close(ffd);
 	}
-	closedir(d);
+	free(paths);
 	return r;
 }
 
@@ -830,19 +836,81 @@ static int foreach_uid(struct stg_files *f, int (*fn)(void *arg, uint32_t uid, i
 	return r;
 }
 
+/* "<uid>.paths" into out[24]. */
+static void pathfile_name(uint32_t uid, char *out)
+{
+	snprintf(out, 24, "%" PRIu32 ".paths", uid);
+}
+
+static int64_t mtime_ns(int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return -1;
+	return (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+/* Takes uid's paths (and pending deletions) from the index file its last
+ * clean stop wrote, if there is one that checks out and the user's
+ * directory has not changed since. The file is removed, read or not: the
+ * server changes the entries from now on. Returns 1 (taken), 0 (to walk)
+ * or -ENOMEM. */
+static int index_from_file(struct stg_files *f, uint32_t uid, int ufd)
+{
+	char name[24];
+	pathfile_name(uid, name);
+	uint8_t *buf;
+	size_t len;
+	int r = stg_read_file(f->fd, name, SIZE_MAX, &buf, &len);
+	if (r == -ENOENT)
+		return 0;
+	unlinkat(f->fd, name, 0);
+	f->files_consumed = true;
+	struct stg_pathfile_entry *v = NULL;
+	size_t n = 0;
+	int64_t mtime = 0;
+	if (r == 0) {
+		r = stg_pathfile_decode(buf, len, uid, &mtime, &v, &n);
+		free(buf);
+	}
+	if (r == -ENOMEM)
+		return r;
+	if (r < 0) {
+		stg_log_errno(STG_LOG_WARN, r, "files: the path index of uid %" PRIu32 " cannot be "
+			      "read: its entries are read instead", uid);
+		return 0;
+	}
+	if (mtime != mtime_ns(ufd)) {
+		stg_log(STG_LOG_INFO, "files: the entries of uid %" PRIu32 " changed since the "
+			"server stopped: they are read instead of its path index", uid);
+		free(v);
+		return 0;
+	}
+	for (size_t i = 0; r == 0 && i < n; i++) {
+		r = stg_pathindex_add(f->paths, uid, v[i].path);
+		if (r == 0 && v[i].expiry_ns)
+			r = pending_push(f, uid, v[i].path, v[i].expiry_ns);
+	}
+	free(v);
+	return r < 0 ? r : 1;
+}
+
 static int index_uid(void *arg, uint32_t uid, int ufd)
 {
 	struct stg_files *f = arg;
+	int r = index_from_file(f, uid, ufd);
+	if (r != 0)
+		return r < 0 ? r : 0;
 	DIR *d = stg_opendir_at(ufd, ".");
 	if (!d)
 		return 0; /* (as an entry that cannot be read: not listed) */
-	int r = 0;
 	struct dirent *de;
 	while (r == 0 && (de = readdir(d))) {
 		char path[PATH_MAX];
 		int ffd = open_entry(ufd, de->d_name, path);
 		if (ffd < 0)
 			continue;
+		f->paths_read++;
 		r = stg_pathindex_add(f->paths, uid, path);
 		struct stg_tombstone t;
 		if (r == 0 && read_tombstone(ffd, path, &t) == 0)
@@ -857,7 +925,12 @@ static int index_uid(void *arg, uint32_t uid, int ufd)
  * server opens its store. */
 static int index_paths(struct stg_files *f)
 {
-	return foreach_uid(f, index_uid, f);
+	int r = foreach_uid(f, index_uid, f);
+	/* The files are gone before anything changes: a crash from now on
+	 * leaves none to be taken for what it no longer describes. */
+	if (r == 0 && f->files_consumed && fsync(f->fd) < 0)
+		r = -errno;
+	return r;
 }
 
 /* Parses a uid directory name: decimal, no leading zeros, 32 bits. */
@@ -898,8 +971,71 @@ int stg_files_foreach(struct stg_files *f, stg_files_owned_fn fn, void *arg)
 	return foreach_uid(f, walk_one_uid, &o);
 }
 
+struct pending_path {
+	const char *path;
+	int64_t expiry_ns;
+};
+
+static int cmp_pending_path(const void *a, const void *b)
+{
+	return strcmp(((const struct pending_path *)a)->path,
+		      ((const struct pending_path *)b)->path);
+}
+
+/* Writes uid's index file: its paths, each with the latest expiry pushed
+ * for it (a merge pushes again; the latest is the tombstone's). */
+static int save_uid(void *arg, uint32_t uid, int ufd)
+{
+	struct stg_files *f = arg;
+	char **paths;
+	size_t n, np = 0;
+	int r = stg_pathindex_find(f->paths, uid, "", &paths, &n);
+	if (r < 0)
+		return r;
+	struct stg_pathfile_entry *v = calloc(n ? n : 1, sizeof(*v));
+	pthread_mutex_lock(&f->lock);
+	struct pending_path *p = malloc((f->nheap ? f->nheap : 1) * sizeof(*p));
+	for (size_t i = 0; p && i < f->nheap; i++)
+		if (f->heap[i].uid == uid)
+			p[np++] = (struct pending_path){f->heap[i].path, f->heap[i].expiry_ns};
+	if (v && p) {
+		qsort(p, np, sizeof(*p), cmp_pending_path);
+		for (size_t i = 0, j = 0; i < n; i++) {
+			v[i].path = paths[i];
+			while (j < np && strcmp(p[j].path, paths[i]) < 0)
+				j++;
+			for (; j < np && strcmp(p[j].path, paths[i]) == 0; j++)
+				if (p[j].expiry_ns > v[i].expiry_ns)
+					v[i].expiry_ns = p[j].expiry_ns;
+		}
+	}
+	pthread_mutex_unlock(&f->lock);
+	uint8_t *buf = NULL;
+	size_t len;
+	r = v && p ? stg_pathfile_encode(uid, mtime_ns(ufd), v, n, &buf, &len) : -ENOMEM;
+	if (r == 0) {
+		char name[24];
+		pathfile_name(uid, name);
+		r = stg_write_file_atomic(f->fd, name, buf, len, true);
+	}
+	free(buf);
+	free(p);
+	free(v);
+	free(paths);
+	return r;
+}
+
+int stg_files_save(struct stg_files *f)
+{
+	int r = foreach_uid(f, save_uid, f);
+	if (r == 0 && fsync(f->fd) < 0)
+		r = -errno;
+	return r;
+}
+
 void stg_files_stats(struct stg_files *f, struct stg_files_stats *ret)
 {
 	ret->paths = stg_pathindex_count(f->paths);
+	ret->paths_read_at_open = f->paths_read;
 	ret->entries_listed = atomic_load_explicit(&f->listed, memory_order_relaxed);
 }

@@ -88,8 +88,15 @@ void stg_files_set_hooks(struct stg_files *f, const struct stg_files_hooks *h);
  * start. Returns how many versions went. Called by the collector. */
 uint64_t stg_files_expire(struct stg_files *f, int64_t now_ns);
 
+/* Writes each user's path index file (docs/STORE.md, "Path index files"),
+ * for the next start to read instead of every entry's path file: when the
+ * server stops, with nothing changing the entries any more. The start that
+ * reads them removes them. Returns 0 or -errno. */
+int stg_files_save(struct stg_files *f);
+
 struct stg_files_stats {
-	uint64_t paths;          /* entries of all users */
-	uint64_t entries_listed; /* entries read by listings since the start */
+	uint64_t paths;              /* entries of all users */
+	uint64_t entries_listed;     /* entries read by listings since the start */
+	uint64_t paths_read_at_open; /* path files read at the start */
 };
 void stg_files_stats(struct stg_files *f, struct stg_files_stats *ret);

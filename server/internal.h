@@ -118,10 +118,12 @@ struct server {
 	bool accept_v1; /* serve clients of protocol version 1 (no MACs) */
 	int64_t started_ns;
 
-	/* Held shared while a manifest is checked, written and counted,
-	 * exclusively while the collector starts an epoch: a chunk a new
-	 * manifest relies on is touched in the epoch before the turn at the
-	 * earliest, and counted before the turn. */
+	/* Held shared while a manifest is checked, written and counted (and
+	 * while a deletion or a withdrawal changes an entry), exclusively while
+	 * the collector starts an epoch: a chunk a new manifest relies on is
+	 * touched in the epoch before the turn at the earliest, and counted
+	 * before the turn. Taken for good when the server stops, before it
+	 * writes its path index files. */
 	pthread_rwlock_t manifest_lock;
 
 	/* The collector: runs every gc_interval_s, or sooner when retention

@@ -97,6 +97,9 @@ static int render(struct server *srv, bool up, char **ret, size_t *ret_len)
 	metric(f, "list_entries_read_total", "counter",
 	       "Paths whose versions listings read (only those under each listing's prefix).",
 	       (double)fs.entries_listed);
+	metric(f, "start_paths_read", "gauge",
+	       "Path files the start read (for the users whose path index file it could not take).",
+	       (double)fs.paths_read_at_open);
 	return fclose(f) == 0 ? 0 : -ENOMEM;
 }
 

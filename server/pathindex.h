@@ -2,8 +2,9 @@
 /* Each user's paths on this server, sorted, in memory: a LIST of a prefix
  * (one file, or a directory) finds its first path in O(log n) and then
  * steps through those that start with it, never through the user's other
- * files. Built from files/ when the server opens it, and kept as entries
- * come and go (files.c). Thread-safe. */
+ * files. Built when the server opens files/, from the path index files its
+ * last clean stop wrote (pathfile.h) or else from every entry's path file,
+ * and kept as entries come and go (files.c). Thread-safe. */
 #pragma once
 
 #include <stddef.h>

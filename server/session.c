@@ -406,7 +406,9 @@ static int on_delete_path(struct session *s, const struct stg_msg *req)
 	path[d->path_len] = '\0';
 	struct stg_tombstone t = {.upto = d->upto, .at_ns = d->at_ns, .retain_s = d->retain_s,
 				  .flags = d->flags};
+	pthread_rwlock_rdlock(&s->srv->manifest_lock);
 	int r = stg_files_delete(s->srv->files, s->uid, path, &t);
+	pthread_rwlock_unlock(&s->srv->manifest_lock);
 	if (r < 0) {
 		stg_log_errno(STG_LOG_ERROR, r, "recording the deletion of '%s' (uid %u)", path,
 			      s->uid);
@@ -430,7 +432,9 @@ static int on_withdraw(struct session *s, const struct stg_msg *req)
 	char path[STG_WIRE_MAX_PATH + 1];
 	memcpy(path, w->path, w->path_len);
 	path[w->path_len] = '\0';
+	pthread_rwlock_rdlock(&s->srv->manifest_lock);
 	int r = stg_files_withdraw(s->srv->files, s->uid, path, w->version, w->manifest_hash);
+	pthread_rwlock_unlock(&s->srv->manifest_lock);
 	if (r < 0) {
 		stg_log_errno(STG_LOG_ERROR, r, "withdrawing version %llu of '%s' (uid %u)",
 			      (unsigned long long)stg_version_seq(w->version), path, s->uid);

@@ -677,6 +677,12 @@ int main(int argc, char **argv)
 	if (scrub_rate)
 		pthread_join(scrubber, NULL);
 	stg_store_sync(srv.store);
+	/* Sessions still at work wait for good: the entries are as saved. */
+	pthread_rwlock_wrlock(&srv.manifest_lock);
+	r = stg_files_save(srv.files);
+	if (r < 0)
+		stg_log_errno(STG_LOG_WARN, r, "cannot write the path index files: the next start "
+			      "reads every entry's path");
 	if (metrics_file)
 		pthread_join(metrics, NULL); /* its last write says the server is down */
 	return 0;

@@ -176,6 +176,9 @@ EOP
 	start_server 0 --metrics-file "$T/server.prom" --metrics-interval 1
 	wait_for "$WAIT" grep -q '^stagehand_server_paths 301$' "$T/server.prom" ||
 		fail "$(grep paths "$T/server.prom")"
+	# the entries changed while it was stopped: their path files were read
+	[ "$(prom "$T/server.prom" stagehand_server_start_paths_read)" -eq 301 ] ||
+		fail "$(grep paths "$T/server.prom")"
 	# from an empty node
 	rm -rf "$CACHE"
 	run "$STAGEHAND" restore --to "$BACK" "$CKPT/f"
@@ -185,13 +188,17 @@ EOP
 	stop_server 0
 	[ "$(prom "$T/server.prom" stagehand_server_list_entries_read_total)" -le 2 ] ||
 		fail "$(grep list_entries "$T/server.prom") of 301 paths read for one"
-	# a directory's listing reads its paths, found from the index rebuilt
+	# a directory's listing reads its paths, found from the index the
+	# server wrote as it stopped (no path file read at the start)
 	start_server 0 --metrics-file "$T/server.prom" --metrics-interval 1
 	[ "$("$STAGEHAND" ls "$CKPT/d" | grep -c "^$CKPT/d/f")" -eq 300 ] ||
 		fail "$("$STAGEHAND" ls "$CKPT/d")"
 	stop_server 0
 	[ "$(prom "$T/server.prom" stagehand_server_list_entries_read_total)" -eq 300 ] ||
 		fail "$(grep list_entries "$T/server.prom")"
+	[ "$(prom "$T/server.prom" stagehand_server_start_paths_read)" -eq 0 ] ||
+		fail "$(grep paths "$T/server.prom")"
+	[ "$(prom "$T/server.prom" stagehand_server_paths)" -eq 301 ]
 }
 
 @test "a collection pass with nothing changed reads no manifest and looks at no chunk, over 301 paths (reference counts)" {

@@ -2,6 +2,8 @@
 /* The server's manifest tree: versions per uid and path, retention,
  * listing by prefix, isolation between users. */
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "catalog.h"
 #include "files.h"
@@ -385,6 +387,78 @@ static void test_parts_retention(struct stg_files *f)
 	      parts_of(f, p, 7) == 3);
 }
 
+/* A clean stop writes each user's path index file; the next start reads it
+ * instead of every entry's path file, and removes it. One that is damaged,
+ * or whose user's entries changed since, is read around. */
+static void test_saved_index(const char *base)
+{
+	char dir[512], name[600];
+	snprintf(dir, sizeof(dir), "%s/saved", base);
+	CHECK_EQ(mkdir(dir, 0700), 0);
+	int dirfd = open(dir, O_RDONLY | O_DIRECTORY);
+	struct stg_files *f;
+	CHECK_EQ(stg_files_open(dirfd, &f), 0);
+	const int64_t s = 1000000000;
+	CHECK_EQ(put(f, 7000, "/s/a", 1, 0), 0);
+	CHECK_EQ(put(f, 7000, "/s/b", 1, 0), 0);
+	CHECK_EQ(put(f, 7000, "/s/c", 1, 0), 0);
+	CHECK_EQ(put(f, 7001, "/t/a", 1, 0), 0);
+	/* b deleted, its retention run out an hour ago, not yet expired */
+	struct stg_tombstone t = {.upto = 1, .at_ns = stg_now_ns() - 7200 * s, .retain_s = 3600};
+	CHECK_EQ(stg_files_delete(f, 7000, "/s/b", &t), 0);
+	CHECK_EQ(stg_files_save(f), 0);
+	stg_files_free(f);
+	snprintf(name, sizeof(name), "%s/files/7000.paths", dir);
+	CHECK(access(name, F_OK) == 0);
+
+	CHECK_EQ(stg_files_open(dirfd, &f), 0);
+	struct stg_files_stats st;
+	stg_files_stats(f, &st);
+	CHECK_EQ(st.paths_read_at_open, 0);
+	CHECK_EQ(st.paths, 4);
+	CHECK(access(name, F_OK) < 0); /* taken */
+	struct seen seen = {0};
+	CHECK_EQ(stg_files_list(f, 7000, "/s/", true, record, &seen), 0);
+	CHECK_EQ(seen.n, 3);
+	/* the pending deletion came back with it */
+	CHECK_EQ(stg_files_expire(f, stg_now_ns()), 1);
+	uint8_t *mf;
+	size_t len;
+	CHECK_EQ(stg_files_get(f, 7000, "/s/b", 0, &mf, &len), -ENOENT);
+
+	/* damaged: 7000's entries read instead, 7001's index taken */
+	CHECK_EQ(stg_files_save(f), 0);
+	stg_files_free(f);
+	int fd = open(name, O_RDWR);
+	CHECK_EQ(pwrite(fd, "X", 1, 40), 1);
+	close(fd);
+	CHECK_EQ(stg_files_open(dirfd, &f), 0);
+	stg_files_stats(f, &st);
+	CHECK_EQ(st.paths_read_at_open, 2);
+	CHECK_EQ(st.paths, 3);
+	memset(&seen, 0, sizeof(seen));
+	CHECK_EQ(stg_files_list(f, 7000, "", false, record, &seen), 0);
+	CHECK_EQ(seen.n, 2);
+
+	/* changed since (an entry made by another server): read around */
+	CHECK_EQ(stg_files_save(f), 0);
+	stg_files_free(f);
+	char id[STG_HASH_HEX_LEN + 1], entry[700];
+	stg_catalog_file_id("/s/d", id);
+	snprintf(entry, sizeof(entry), "%s/files/7000/%s", dir, id);
+	CHECK_EQ(mkdir(entry, 0700), 0);
+	snprintf(entry, sizeof(entry), "%s/files/7000/%s/path", dir, id);
+	fd = open(entry, O_WRONLY | O_CREAT, 0600);
+	CHECK_EQ(write(fd, "/s/d", 4), 4);
+	close(fd);
+	CHECK_EQ(stg_files_open(dirfd, &f), 0);
+	stg_files_stats(f, &st);
+	CHECK_EQ(st.paths_read_at_open, 3);
+	CHECK_EQ(st.paths, 4);
+	stg_files_free(f);
+	close(dirfd);
+}
+
 int main(void)
 {
 	char *dir = harness_tmpdir();
@@ -392,6 +466,7 @@ int main(void)
 	struct stg_files *f;
 	CHECK_EQ(stg_files_open(dirfd, &f), 0);
 	test_heldmap_format();
+	test_saved_index(dir);
 
 	/* Round trip: newest and a given version. */
 	CHECK_EQ(put(f, 1000, "/ckpt/a.bin", 1, 0), 0);

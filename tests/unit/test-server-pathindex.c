@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* The server's path index: a prefix finds exactly the paths that start
  * with it, sorted, per user, as paths come and go (checked against a
- * plain sorted array). */
+ * plain sorted array); and its file: golden bytes, every field checked. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
+#include "hash.h"
+#include "pathfile.h"
 #include "pathindex.h"
+#include "util.h"
 
 #define N 3000
 
@@ -38,8 +41,71 @@ static void check_prefix(struct stg_pathindex *x, uint32_t uid, char **want, con
 	free(got);
 }
 
+/* Re-seals a changed file with a valid checksum. */
+static void reseal(uint8_t *b, size_t len)
+{
+	stg_put_le64(b + len - 8, stg_hash64(b, len - 8));
+}
+
+static void pathfile_format(void)
+{
+	const struct stg_pathfile_entry v[] = {
+		{"/ckpt/a", 0}, {"/ckpt/b/x", 1795000000000000000ll}, {"/ckpt/c", 0}};
+	uint8_t *b;
+	size_t len, n;
+	CHECK_EQ(stg_pathfile_encode(1000, 1794000000123456789ll, v, 3, &b, &len), 0);
+	CHECK(harness_golden("pathindex-v1.bin", b, len));
+	struct stg_pathfile_entry *d;
+	int64_t mtime;
+	CHECK_EQ(stg_pathfile_decode(b, len, 1000, &mtime, &d, &n), 0);
+	CHECK(n == 3 && mtime == 1794000000123456789ll);
+	for (size_t i = 0; i < n && n == 3; i++)
+		CHECK(strcmp(d[i].path, v[i].path) == 0 && d[i].expiry_ns == v[i].expiry_ns);
+	free(d);
+	CHECK_EQ(stg_pathfile_decode(b, len, 1001, &mtime, &d, &n), -EBADMSG); /* another uid */
+	CHECK_EQ(stg_pathfile_decode(b, len - 1, 1000, &mtime, &d, &n), -EBADMSG);
+	for (size_t i = 0; i < len; i++) { /* any byte flipped */
+		b[i] ^= 0x20;
+		int r = stg_pathfile_decode(b, len, 1000, &mtime, &d, &n);
+		CHECK(r < 0);
+		if (r == 0)
+			free(d);
+		b[i] ^= 0x20;
+	}
+	/* Fields checked with a valid checksum: a newer format, flags, a
+	 * count past the records, paths out of order or not normalized, a
+	 * negative expiry. */
+	uint8_t *bad = malloc(len);
+	struct { size_t at; uint8_t to; int want; } cases[] = {
+		{4, 2, -EPROTONOSUPPORT}, {12, 1, -EBADMSG}, {16, 4, -EBADMSG},
+		{STG_PATHFILE_HEADER_SIZE + 12 + 6, 'z', -EBADMSG}, /* /ckpt/z > /ckpt/b/x */
+		{STG_PATHFILE_HEADER_SIZE + 12, 'x', -EBADMSG},     /* not absolute */
+		{STG_PATHFILE_HEADER_SIZE + 7, 0x80, -EBADMSG},     /* expiry < 0 */
+	};
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		memcpy(bad, b, len);
+		bad[cases[c].at] = cases[c].to;
+		reseal(bad, len);
+		CHECK_EQ(stg_pathfile_decode(bad, len, 1000, &mtime, &d, &n), cases[c].want);
+	}
+	free(bad);
+	free(b);
+	/* Encoded only sorted and valid. */
+	const struct stg_pathfile_entry unsorted[] = {{"/b", 0}, {"/a", 0}};
+	CHECK_EQ(stg_pathfile_encode(1, 0, unsorted, 2, &b, &len), -EINVAL);
+	const struct stg_pathfile_entry relative[] = {{"a/b", 0}};
+	CHECK_EQ(stg_pathfile_encode(1, 0, relative, 1, &b, &len), -EINVAL);
+	/* None: a user without paths. */
+	CHECK_EQ(stg_pathfile_encode(1, 5, NULL, 0, &b, &len), 0);
+	CHECK_EQ(stg_pathfile_decode(b, len, 1, &mtime, &d, &n), 0);
+	CHECK(n == 0 && mtime == 5);
+	free(d);
+	free(b);
+}
+
 int main(void)
 {
+	pathfile_format();
 	struct stg_pathindex *x;
 	CHECK_EQ(stg_pathindex_new(&x), 0);
 
