@@ -51,6 +51,10 @@ struct stg_files {
 	/* At open: path files read (entries without an index file). */
 	uint64_t paths_read;
 	bool files_consumed;
+	/* The path index may lack an entry (one that could not be read, or
+	 * added for want of memory): references are not counted from it, and
+	 * no path index file is written from it. */
+	atomic_bool incomplete;
 };
 
 static bool parse_uid(const char *name, uint32_t *ret);
@@ -244,8 +248,11 @@ static int open_file(struct stg_files *f, uint32_t uid, const char *path, bool c
 	if (r == 0)
 		r = create ? -ENOTUNIQ : -ENOENT;
 	/* (again for an entry there already: adding is idempotent) */
-	if (r > 0 && create)
+	if (r > 0 && create) {
 		r = stg_pathindex_add(f->paths, uid, path);
+		if (r < 0)
+			f->incomplete = true;
+	}
 	if (r < 0)
 		goto out_close;
 	return fd;
@@ -347,8 +354,8 @@ static int put_held(int filedirfd, uint64_t version, const uint8_t *mf, size_t l
 	return r;
 }
 
-static void read_held(int filedirfd, const char *path, const struct stg_manifest *m,
-		      uint8_t **ret_buf, const uint8_t **ret_bits);
+static int read_held(int filedirfd, const char *path, const struct stg_manifest *m,
+		     uint8_t **ret_buf, const uint8_t **ret_bits);
 
 /* A version as the retired hook is told of it: its manifest and held map,
  * read before it goes. */
@@ -366,14 +373,25 @@ static void retiring_read(struct stg_files *f, int filedirfd, const char *path,
 	if (!f->hooks.retired)
 		return;
 	int r = stg_catalog_read(filedirfd, version, &ret->m);
+	/* Taken back only as counted: a held map that cannot be read now
+	 * (other than a manifest's of before held maps, all of whose chunks
+	 * count) could take back what was never given. What such a version
+	 * holds stays counted until the next start. */
+	if (r == 0) {
+		r = read_held(filedirfd, path, &ret->m, &ret->buf, &ret->bits);
+		if (r == -ENOENT)
+			r = 0;
+		if (r < 0) {
+			free(ret->buf);
+			stg_manifest_done(&ret->m);
+		}
+	}
 	if (r < 0) {
-		/* Never counted at a start either: what it holds stays until
-		 * the next one. */
-		stg_log_errno(STG_LOG_WARN, r, "files: '%s' version %" PRIu64 " is unreadable: "
-			      "its chunks stay counted until the server restarts", path, version);
+		stg_log_errno(STG_LOG_WARN, r, "files: '%s' version %" PRIu64 " cannot be read "
+			      "back: its chunks stay counted until the server restarts", path,
+			      version);
 		return;
 	}
-	read_held(filedirfd, path, &ret->m, &ret->buf, &ret->bits);
 	ret->read = true;
 }
 
@@ -515,8 +533,9 @@ int stg_files_delete(struct stg_files *f, uint32_t uid, const char *path,
 	int r = stg_write_file_atomic(fd, DELETED_FILE, buf, sizeof(buf), true);
 	if (r == 0 && fsync(fd) < 0)
 		r = -errno;
-	if (r == 0)
-		r = pending_push(f, uid, path, stg_tombstone_expiry(&now));
+	/* Without it in the heap, the next start finds it again. */
+	if (r == 0 && pending_push(f, uid, path, stg_tombstone_expiry(&now)) < 0)
+		f->incomplete = true;
 	close(fd);
 	return r;
 }
@@ -550,74 +569,104 @@ int stg_files_withdraw(struct stg_files *f, uint32_t uid, const char *path, uint
 }
 
 /* Removes what an expired tombstone covers: those versions and their held
- * maps, then the tombstone; *ret_gone counts the versions. Returns whether
- * the entry is left empty (then its path file goes too, and the caller
- * removes the directory). */
-static bool expire(struct stg_files *f, int filedirfd, const char *path, uint32_t uid,
-		   int64_t now_ns, uint64_t *ret_gone)
+ * maps, then the tombstone (once they are all gone); *ret_gone counts the
+ * versions. Returns 1 when the entry is left empty (then its path file goes
+ * too, and the caller removes the directory), 0, or -errno (to try again). */
+static int expire(struct stg_files *f, int filedirfd, const char *path, uint32_t uid,
+		  int64_t now_ns, uint64_t *ret_gone)
 {
+	int r = lock_dir(filedirfd, LOCK_EX);
+	if (r < 0)
+		return r;
 	struct stg_tombstone t;
-	if (lock_dir(filedirfd, LOCK_EX) < 0)
-		return false;
-	bool empty = false;
-	uint64_t *v;
-	size_t n;
-	if (read_tombstone(filedirfd, path, &t) == 0 && stg_tombstone_expired(&t, now_ns) &&
-	    stg_catalog_versions(filedirfd, &v, &n) == 0) {
-		size_t gone = 0;
-		for (size_t i = 0; i < n && v[i] <= t.upto; i++)
-			gone += remove_version(f, uid, filedirfd, path, v[i]) == 0;
-		empty = gone == n;
-		*ret_gone += gone;
-		unlinkat(filedirfd, DELETED_FILE, 0);
-		if (empty)
-			unlinkat(filedirfd, PATH_FILE, 0);
-		fsync(filedirfd);
-		free(v);
-		if (gone)
-			stg_log(STG_LOG_INFO, "files: '%s' (uid %" PRIu32 "): %zu %s versions "
-				"collected", path, uid, gone,
-				t.flags & STG_TOMBSTONE_RENAMED ? "renamed-away" : "deleted");
+	uint64_t *v = NULL;
+	size_t n = 0, gone = 0, covered = 0;
+	if (read_tombstone(filedirfd, path, &t) < 0 || !stg_tombstone_expired(&t, now_ns))
+		goto out; /* none, or a merge extended it: its own turn comes */
+	r = stg_catalog_versions(filedirfd, &v, &n);
+	for (size_t i = 0; r == 0 && i < n && v[i] <= t.upto; i++, covered++) {
+		int e = remove_version(f, uid, filedirfd, path, v[i]);
+		if (e < 0 && e != -ENOENT)
+			r = e;
+		gone += e == 0;
 	}
+	*ret_gone += gone;
+	if (r == 0) {
+		unlinkat(filedirfd, DELETED_FILE, 0);
+		if (covered == n) {
+			unlinkat(filedirfd, PATH_FILE, 0);
+			r = 1;
+		}
+	}
+	fsync(filedirfd);
+	free(v);
+	if (gone)
+		stg_log(STG_LOG_INFO, "files: '%s' (uid %" PRIu32 "): %zu %s versions collected", path,
+			uid, gone, t.flags & STG_TOMBSTONE_RENAMED ? "renamed-away" : "deleted");
+out:
 	lock_dir(filedirfd, LOCK_UN);
-	return empty;
+	return r;
 }
 
-/* Expires one deletion that came due; an entry left empty goes. */
-static void expire_entry(struct stg_files *f, uint32_t uid, const char *path, int64_t now_ns,
-			 uint64_t *ret_gone)
+/* Expires one deletion that came due; an entry left empty goes. Returns 0
+ * or -errno (to try again). */
+static int expire_entry(struct stg_files *f, uint32_t uid, const char *path, int64_t now_ns,
+			uint64_t *ret_gone)
 {
 	char uidname[16], id[STG_HASH_HEX_LEN + 1];
 	snprintf(uidname, sizeof(uidname), "%" PRIu32, uid);
 	stg_catalog_file_id(path, id);
 	int ufd = openat(f->fd, uidname, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (ufd < 0)
-		return;
+		return errno == ENOENT ? 0 : -errno;
 	int ffd = openat(ufd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (ffd >= 0 && same_path(ffd, path) == 1 && expire(f, ffd, path, uid, now_ns, ret_gone)) {
-		if (unlinkat(ufd, id, AT_REMOVEDIR) == 0) {
-			stg_pathindex_remove(f->paths, uid, path);
-			/* A put may have made the entry anew and added its
-			 * path in between. */
-			if (faccessat(ufd, id, F_OK, 0) == 0 &&
-			    stg_pathindex_add(f->paths, uid, path) < 0)
-				stg_log(STG_LOG_ERROR, "files: out of memory: '%s' is left out of "
-					"listings until a restart", path);
+	int r = ffd < 0 ? (errno == ENOENT ? 0 : -errno) : same_path(ffd, path);
+	if (r == 1)
+		r = expire(f, ffd, path, uid, now_ns, ret_gone);
+	if (r == 1 && unlinkat(ufd, id, AT_REMOVEDIR) == 0) {
+		stg_pathindex_remove(f->paths, uid, path);
+		/* A put may have made the entry anew and added its path in
+		 * between. */
+		if (faccessat(ufd, id, F_OK, 0) == 0 && stg_pathindex_add(f->paths, uid, path) < 0) {
+			stg_log(STG_LOG_ERROR, "files: out of memory: '%s' is left out of listings "
+				"until a restart", path);
+			f->incomplete = true;
 		}
 	}
 	if (ffd >= 0)
 		close(ffd);
 	close(ufd);
+	return r == -ENOENT || r > 0 ? 0 : r;
 }
 
 uint64_t stg_files_expire(struct stg_files *f, int64_t now_ns)
 {
 	uint64_t gone = 0;
-	struct pending p;
+	struct pending p, *again = NULL;
+	size_t nagain = 0;
 	while (pending_pop(f, now_ns, &p)) {
-		expire_entry(f, p.uid, p.path, now_ns, &gone);
+		int r = expire_entry(f, p.uid, p.path, now_ns, &gone);
+		struct pending *v = r < 0 ? realloc(again, (nagain + 1) * sizeof(*v)) : NULL;
+		if (r < 0)
+			stg_log_errno(STG_LOG_WARN, r, "files: the deletion of '%s' (uid %" PRIu32 ") "
+				      "cannot be applied now%s", p.path, p.uid,
+				      v ? ": tried again at the next collection" : "");
+		if (v) {
+			again = v;
+			again[nagain++] = p;
+			continue;
+		}
+		if (r < 0)
+			f->incomplete = true; /* the next start finds it again */
 		free(p.path);
 	}
+	/* Pushed back once the due ones are out, so that each is tried once. */
+	for (size_t i = 0; i < nagain; i++) {
+		if (pending_push(f, again[i].uid, again[i].path, again[i].expiry_ns) < 0)
+			f->incomplete = true;
+		free(again[i].path);
+	}
+	free(again);
 	return gone;
 }
 
@@ -669,8 +718,8 @@ struct walk {
  * *ret_bits in it; NULL bits when the manifest was filed without one (by a
  * server of before held maps) or its map is unreadable: all its chunks count
  * as held then, as they did, so that no restore is lost to it. */
-static void read_held(int filedirfd, const char *path, const struct stg_manifest *m,
-		      uint8_t **ret_buf, const uint8_t **ret_bits)
+static int read_held(int filedirfd, const char *path, const struct stg_manifest *m,
+		     uint8_t **ret_buf, const uint8_t **ret_bits)
 {
 	char name[40];
 	held_name(m->version, name);
@@ -683,6 +732,7 @@ static void read_held(int filedirfd, const char *path, const struct stg_manifest
 	if (r < 0 && r != -ENOENT)
 		stg_log_errno(STG_LOG_WARN, r, "files: the held map of '%s' version %" PRIu64
 			      " is unreadable: all its chunks count as held", path, m->version);
+	return r;
 }
 
 static int walk_one(const struct walk *w, int filedirfd, const char *path,
@@ -725,6 +775,13 @@ static int list_entry(int filedirfd, const char *path, const struct walk *w)
 			r = e;
 			break;
 		}
+		/* The counting at the start may skip only what will never
+		 * read back either (gone, or damaged): a version read later
+		 * would take back what it never gave. */
+		if (e < 0 && w->owned_fn && e != -ENOENT && e != -EBADMSG) {
+			r = e;
+			break;
+		}
 		if (e < 0) {
 			stg_log_errno(STG_LOG_DEBUG, e, "files: '%s' version %" PRIu64 " skipped",
 				      path, v[i]);
@@ -738,21 +795,26 @@ static int list_entry(int filedirfd, const char *path, const struct walk *w)
 }
 
 /* Entry name of a user's directory, opened, with its path, if it is one:
- * its path file hashes to its name. Returns the descriptor or -1. */
+ * its path file hashes to its name. Returns the descriptor, -ENOENT (not
+ * an entry) or -errno. */
 static int open_entry(int uidfd, const char *name, char path[PATH_MAX])
 {
 	if (strlen(name) != STG_HASH_HEX_LEN)
-		return -1;
+		return -ENOENT;
 	int ffd = openat(uidfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	char id[STG_HASH_HEX_LEN + 1];
-	if (ffd >= 0 && stg_catalog_read_path(ffd, path, PATH_MAX) == 0) {
+	if (ffd < 0)
+		return errno == ENOENT || errno == ENOTDIR ? -ENOENT : -errno;
+	int r = stg_catalog_read_path(ffd, path, PATH_MAX);
+	if (r == 0) {
+		char id[STG_HASH_HEX_LEN + 1];
 		stg_catalog_file_id(path, id);
 		if (strcmp(id, name) == 0)
 			return ffd;
 	}
-	if (ffd >= 0)
-		close(ffd);
-	return -1;
+	close(ffd);
+	/* No path (a put cut short before its first version), or not its
+	 * own: never an entry with versions of this path. */
+	return r == 0 || r == -ENOENT || r == -EBADMSG ? -ENOENT : r;
 }
 
 /* The walk of every entry of a user (the counting at the start), its
@@ -768,8 +830,10 @@ static int walk_uid(int uidfd, const struct walk *w)
 		char id[STG_HASH_HEX_LEN + 1];
 		stg_catalog_file_id(paths[i], id);
 		int ffd = openat(uidfd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (ffd < 0)
+		if (ffd < 0) {
+			r = errno == ENOENT ? 0 : -errno;
 			continue;
+		}
 		r = list_entry(ffd, paths[i], w);
 		close(ffd);
 	}
@@ -813,7 +877,9 @@ int stg_files_list(struct stg_files *f, uint32_t uid, const char *prefix, bool d
 }
 
 /* Calls fn with each user's directory under files/ (opened), until fn
- * returns non-zero. */
+ * returns non-zero. One that cannot be opened is skipped, and marks the
+ * path index incomplete: the counting at the start and the path index
+ * files need every user. */
 static int foreach_uid(struct stg_files *f, int (*fn)(void *arg, uint32_t uid, int ufd),
 		       void *arg)
 {
@@ -827,8 +893,12 @@ static int foreach_uid(struct stg_files *f, int (*fn)(void *arg, uint32_t uid, i
 		if (!parse_uid(de->d_name, &uid))
 			continue;
 		int ufd = openat(f->fd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (ufd < 0)
+		if (ufd < 0) {
+			stg_log_errno(STG_LOG_ERROR, -errno, "files: cannot open the entries of uid "
+				      "%" PRIu32, uid);
+			f->incomplete = true;
 			continue;
+		}
 		r = fn(arg, uid, ufd);
 		close(ufd);
 	}
@@ -902,14 +972,24 @@ static int index_uid(void *arg, uint32_t uid, int ufd)
 	if (r != 0)
 		return r < 0 ? r : 0;
 	DIR *d = stg_opendir_at(ufd, ".");
-	if (!d)
-		return 0; /* (as an entry that cannot be read: not listed) */
+	if (!d) {
+		stg_log_errno(STG_LOG_ERROR, -errno, "files: cannot list the entries of uid "
+			      "%" PRIu32, uid);
+		f->incomplete = true;
+		return 0;
+	}
 	struct dirent *de;
 	while (r == 0 && (de = readdir(d))) {
 		char path[PATH_MAX];
 		int ffd = open_entry(ufd, de->d_name, path);
-		if (ffd < 0)
+		if (ffd < 0) {
+			if (ffd != -ENOENT) {
+				stg_log_errno(STG_LOG_ERROR, ffd, "files: cannot read the entry "
+					      "'%s' of uid %" PRIu32, de->d_name, uid);
+				f->incomplete = true;
+			}
 			continue;
+		}
 		f->paths_read++;
 		r = stg_pathindex_add(f->paths, uid, path);
 		struct stg_tombstone t;
@@ -968,7 +1048,8 @@ int stg_files_foreach(struct stg_files *f, stg_files_owned_fn fn, void *arg)
 {
 	struct owned_walk o = {.f = f, .fn = fn, .arg = arg};
 	stg_files_expire(f, stg_now_ns());
-	return foreach_uid(f, walk_one_uid, &o);
+	int r = foreach_uid(f, walk_one_uid, &o);
+	return r == 0 && f->incomplete ? -EIO : r;
 }
 
 struct pending_path {
@@ -1027,6 +1108,8 @@ static int save_uid(void *arg, uint32_t uid, int ufd)
 
 int stg_files_save(struct stg_files *f)
 {
+	if (f->incomplete)
+		return -EIO; /* the next start reads every entry */
 	int r = foreach_uid(f, save_uid, f);
 	if (r == 0 && fsync(f->fd) < 0)
 		r = -errno;

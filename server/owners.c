@@ -103,6 +103,8 @@ static int grow(struct stg_owners *o)
 
 static void candidate(struct stg_owners *o, uint32_t uid, const struct stg_hash *h)
 {
+	if (!o->counted)
+		return; /* listed from the table once counted */
 	if (o->nzeros == o->capzeros) {
 		size_t cap = o->capzeros ? o->capzeros * 2 : 256;
 		struct key *v = realloc(o->zeros, cap * sizeof(*v));
@@ -211,8 +213,8 @@ static void find_candidates(struct stg_owners *o)
 void stg_owners_counted(struct stg_owners *o)
 {
 	pthread_mutex_lock(&o->lock);
-	find_candidates(o);
 	o->counted = true;
+	find_candidates(o);
 	pthread_mutex_unlock(&o->lock);
 }
 

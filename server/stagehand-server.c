@@ -598,7 +598,13 @@ int main(int argc, char **argv)
 	srv.metrics_interval_s = metrics_interval;
 	pthread_cond_init(&srv.metrics_cond, NULL);
 	srv.started_ns = stg_now_ns();
-	pthread_rwlock_init(&srv.manifest_lock, NULL);
+	/* Writers first: the collector's epoch turn, and the stop, are not
+	 * held off by a stream of manifests. */
+	pthread_rwlockattr_t rwa;
+	pthread_rwlockattr_init(&rwa);
+	pthread_rwlockattr_setkind_np(&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&srv.manifest_lock, &rwa);
+	pthread_rwlockattr_destroy(&rwa);
 	pthread_mutex_init(&srv.gc_mutex, NULL);
 	pthread_cond_init(&srv.gc_cond, NULL);
 	pthread_cond_init(&srv.scrub_cond, NULL);

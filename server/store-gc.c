@@ -164,6 +164,11 @@ static uint64_t drop_if_at(struct stg_store *s, const struct move *m)
 static void drop_unreferenced(struct stg_store *s, struct stg_store_gc_result *res)
 {
 	pthread_mutex_lock(&s->lock);
+	if (s->refs_broken) {
+		free(s->zeros);
+		s->zeros = NULL;
+		s->nzeros = s->capzeros = 0;
+	}
 	if (!s->refs_counted || s->refs_broken) {
 		pthread_mutex_unlock(&s->lock);
 		return;
@@ -171,7 +176,8 @@ static void drop_unreferenced(struct stg_store *s, struct stg_store_gc_result *r
 	if (s->zeros_incomplete)
 		store_find_candidates(s);
 	size_t kept = 0;
-	for (size_t i = 0; i < s->nzeros; i++) {
+	/* (a count lost meanwhile stops the drops at once) */
+	for (size_t i = 0; i < s->nzeros && !s->refs_broken; i++) {
 		struct stg_hash h = s->zeros[i];
 		struct stg_chunkindex_entry e;
 		res->candidates++;

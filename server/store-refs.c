@@ -98,6 +98,10 @@ static void set_count(struct stg_store *s, struct stg_chunkindex_entry *e, uint6
 
 static void candidate(struct stg_store *s, const struct stg_hash *h)
 {
+	/* Listed only while passes drop: before the counting at the start,
+	 * the list is made from the index. */
+	if (!s->refs_counted || s->refs_broken)
+		return;
 	if (s->nzeros == s->capzeros) {
 		size_t cap = s->capzeros ? s->capzeros * 2 : 256;
 		struct stg_hash *v = realloc(s->zeros, cap * sizeof(*v));
@@ -206,8 +210,8 @@ void store_find_candidates(struct stg_store *s)
 void stg_store_refs_counted(struct stg_store *s)
 {
 	pthread_mutex_lock(&s->lock);
-	store_find_candidates(s);
 	s->refs_counted = true;
+	store_find_candidates(s);
 	pthread_mutex_unlock(&s->lock);
 }
 

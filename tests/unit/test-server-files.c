@@ -387,6 +387,76 @@ static void test_parts_retention(struct stg_files *f)
 	      parts_of(f, p, 7) == 3);
 }
 
+/* What the hooks were told: the held entries counted in and out. */
+struct counted {
+	int filed, retired;
+	long in, out; /* held entries */
+};
+
+static long held_entries(const struct stg_manifest *m, const uint8_t *held)
+{
+	long n = 0;
+	for (uint32_t i = 0; i < m->nchunks; i++)
+		n += !held || held[i / 8] & (1u << (i % 8));
+	return n;
+}
+
+static void on_filed(void *arg, uint32_t uid, const struct stg_manifest *m, const uint8_t *held)
+{
+	struct counted *c = arg;
+	(void)uid;
+	c->filed++;
+	c->in += held_entries(m, held);
+}
+
+static void on_retired(void *arg, uint32_t uid, const struct stg_manifest *m,
+		       const uint8_t *held)
+{
+	struct counted *c = arg;
+	(void)uid;
+	c->retired++;
+	c->out += held_entries(m, held);
+}
+
+/* The hooks by which the server counts references: every version filed is
+ * told once, and taken back once as it was counted (retention, the same
+ * chunks filed again, withdrawal, an expired deletion); one whose held map
+ * cannot be read back is never taken back. */
+static void test_hooks(struct stg_files *f, const char *dir)
+{
+	struct counted c = {0};
+	stg_files_set_hooks(f, &(struct stg_files_hooks){on_filed, on_retired, &c});
+	size_t len;
+	uint8_t *mf = make_manifest(1, 3u << 20, &len);
+	const uint8_t one[1] = {0x01};
+	CHECK_EQ(stg_files_put(f, 8000, "/h/a", mf, len, 1, 1, one), 0);
+	CHECK(c.filed == 1 && c.in == 1 && c.retired == 0);
+	CHECK_EQ(stg_files_put(f, 8000, "/h/a", mf, len, 1, 1, ALL), 0); /* again, all held */
+	CHECK(c.filed == 2 && c.in == 4 && c.retired == 1 && c.out == 1);
+	free(mf);
+	mf = make_manifest(2, 3u << 20, &len);
+	CHECK_EQ(stg_files_put(f, 8000, "/h/a", mf, len, 2, 1, one), 1); /* v1 pruned */
+	CHECK(c.filed == 3 && c.in == 5 && c.retired == 2 && c.out == 4);
+	/* v2's held map damaged: withdrawn, its count stays */
+	char id[STG_HASH_HEX_LEN + 1], path[700];
+	stg_catalog_file_id("/h/a", id);
+	snprintf(path, sizeof(path), "%s/files/8000/%s/v%020d.held", dir, id, 2);
+	int fd = open(path, O_WRONLY);
+	CHECK_EQ(pwrite(fd, "X", 1, 9), 1);
+	close(fd);
+	CHECK_EQ(stg_files_withdraw(f, 8000, "/h/a", 2, stg_hash64(mf, len)), 1);
+	CHECK(c.retired == 2 && c.out == 4);
+	free(mf);
+	/* an expired deletion */
+	CHECK_EQ(put(f, 8000, "/h/b", 1, 0), 0);
+	struct stg_tombstone t = {.upto = 1, .at_ns = stg_now_ns() - 10 * 1000000000ll,
+				  .retain_s = 1};
+	CHECK_EQ(stg_files_delete(f, 8000, "/h/b", &t), 0);
+	CHECK_EQ(stg_files_expire(f, stg_now_ns()), 1);
+	CHECK(c.filed == 4 && c.retired == 3 && c.in - c.out == 1); /* v2's, kept */
+	stg_files_set_hooks(f, &(struct stg_files_hooks){0});
+}
+
 /* A clean stop writes each user's path index file; the next start reads it
  * instead of every entry's path file, and removes it. One that is damaged,
  * or whose user's entries changed since, is read around. */
@@ -467,6 +537,7 @@ int main(void)
 	CHECK_EQ(stg_files_open(dirfd, &f), 0);
 	test_heldmap_format();
 	test_saved_index(dir);
+	test_hooks(f, dir);
 
 	/* Round trip: newest and a given version. */
 	CHECK_EQ(put(f, 1000, "/ckpt/a.bin", 1, 0), 0);
