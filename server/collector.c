@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The server's collector, and the references it collects by (store.h,
- * "Collection"): each held entry of a filed manifest counts once for its
+/* The server's collector, and the references it collects by (store.h;
+ * docs/STORE.md, "Garbage collection"): each held entry of a filed manifest counts once for its
  * chunk and once for the pair (uid, chunk), from the filing of its version
  * to its removal. A pass then looks only at what lost its last reference or
  * came in since: it expires the deletions that came due, drops the chunks
@@ -25,6 +25,7 @@ static void refs_filed(void *arg, uint32_t uid, const struct stg_manifest *m,
 	struct server *srv = arg;
 	if (!m) {
 		stg_store_refs_lost(srv->store);
+		stg_owners_refs_lost(srv->owners);
 		return;
 	}
 	bool lost = false;
@@ -34,9 +35,11 @@ static void refs_filed(void *arg, uint32_t uid, const struct stg_manifest *m,
 		stg_store_ref(srv->store, &m->entries[i].hash);
 		lost |= stg_owners_ref(srv->owners, uid, &m->entries[i].hash) < 0;
 	}
-	if (lost)
+	if (lost) {
 		stg_log(STG_LOG_ERROR, "out of memory: uid %u may not see some of its chunks "
 			"until the server restarts", uid);
+		stg_owners_refs_lost(srv->owners);
+	}
 }
 
 static void refs_retired(void *arg, uint32_t uid, const struct stg_manifest *m,

@@ -67,8 +67,9 @@ typedef int (*stg_files_owned_fn)(void *arg, uint32_t uid, const struct stg_mani
  * deletion's retention ran out. */
 int stg_files_foreach(struct stg_files *f, stg_files_owned_fn fn, void *arg);
 
-/* What the server counts as versions come and go (store.h, "Collection"),
- * with each version's manifest and held map (NULL: all its chunks):
+/* What the server counts as versions come and go (docs/STORE.md, "Garbage
+ * collection"), with each version's manifest and held map (NULL: all its
+ * chunks):
  * filed: once a put wrote it (its held map and manifest are on disk, even
  * if the put failed after), before retention removes older ones (m NULL:
  * it could not be decoded for want of memory, and is not counted);

@@ -156,9 +156,10 @@ void *server_scrubber(void *arg);
  * once more when the server stops. */
 void *server_metrics(void *arg);
 
-/* Counts the references of every filed manifest (store.h, "Collection"), and
- * so gives every user back the chunks its manifests name as held here (at
- * start, before the first connection). Returns 0 or -errno. */
+/* Counts the references of every filed manifest (docs/STORE.md, "Garbage
+ * collection"), and so gives every user back the chunks its manifests name
+ * as held here (at start, before the first connection). Returns 0 or
+ * -errno. */
 int server_refs_load(struct server *srv);
 
 /* Asks the collector to run soon. */

@@ -36,6 +36,7 @@ struct stg_owners {
 	size_t nzeros, capzeros;
 	bool zeros_incomplete; /* one could not be listed: look at all */
 	bool counted;          /* the manifests' references are in */
+	bool broken;           /* a count was lost: forget nothing */
 };
 
 /* The hash is uniform already; the uid, multiplied by a large odd constant,
@@ -103,7 +104,7 @@ static int grow(struct stg_owners *o)
 
 static void candidate(struct stg_owners *o, uint32_t uid, const struct stg_hash *h)
 {
-	if (!o->counted)
+	if (!o->counted || o->broken)
 		return; /* listed from the table once counted */
 	if (o->nzeros == o->capzeros) {
 		size_t cap = o->capzeros ? o->capzeros * 2 : 256;
@@ -222,7 +223,10 @@ size_t stg_owners_gc_end(struct stg_owners *o)
 {
 	size_t dropped = 0;
 	pthread_mutex_lock(&o->lock);
-	if (!o->counted) {
+	if (!o->counted || o->broken) {
+		free(o->zeros);
+		o->zeros = NULL;
+		o->nzeros = o->capzeros = 0;
 		pthread_mutex_unlock(&o->lock);
 		return 0;
 	}
@@ -245,6 +249,13 @@ size_t stg_owners_gc_end(struct stg_owners *o)
 	o->nzeros = kept;
 	pthread_mutex_unlock(&o->lock);
 	return dropped;
+}
+
+void stg_owners_refs_lost(struct stg_owners *o)
+{
+	pthread_mutex_lock(&o->lock);
+	o->broken = true;
+	pthread_mutex_unlock(&o->lock);
 }
 
 uint32_t stg_owners_refs(struct stg_owners *o, uint32_t uid, const struct stg_hash *h)

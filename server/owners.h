@@ -32,6 +32,8 @@ uint32_t stg_owners_refs(struct stg_owners *o, uint32_t uid, const struct stg_ha
 /* At the start, once every manifest is counted: the pairs without a count
  * become candidates. Nothing is forgotten before. */
 void stg_owners_counted(struct stg_owners *o);
+/* A count could not be kept: nothing is forgotten until a restart. */
+void stg_owners_refs_lost(struct stg_owners *o);
 
 /* May uid see h? Touches the pair when it may: a chunk a user is told it
  * holds stays its own until the manifest naming it arrives. */

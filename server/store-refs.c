@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The store's reference counts (docs/STORE.md, "Collection"), which let a
+/* The store's reference counts (docs/STORE.md, "Garbage collection"), which let a
  * collection pass drop chunks without rereading every manifest. A chunk's
  * count is the number of held manifest entries that name it (the server
  * counts them as it files and retires manifests) plus the delta objects
@@ -134,9 +134,11 @@ void store_unref_locked(struct stg_store *s, const struct stg_hash *h)
 	bool there = stg_chunkindex_get(s->index, h, &e);
 	uint64_t n = there ? count_of(s, &e) : extra_get(s, h);
 	if (n == 0) {
-		/* Taken back more often than given: a held map read back other
-		 * than it was filed. Counted, and harmless to this chunk. */
-		s->refs_unmatched++;
+		/* Taken back more often than given: versions are taken back
+		 * only as counted, so this is a bug. The count stays 0. */
+		if (s->refs_unmatched++ == 0)
+			stg_log(STG_LOG_WARN, "store: a reference was taken back that was not "
+				"counted");
 		return;
 	}
 	if (!there) {

@@ -122,7 +122,7 @@ void stg_store_scrub_free(struct stg_store_scrub *c);
  * pass just ended) or -errno. */
 int64_t stg_store_scrub_step(struct stg_store *s, struct stg_store_scrub *c, uint64_t budget);
 
-/* Collection by reference counts (docs/STORE.md, "Collection"). A chunk is
+/* Collection by reference counts (docs/STORE.md, "Garbage collection"). A chunk is
  * kept while a held entry of a filed manifest names it (the caller counts
  * each with stg_store_ref when it files the manifest, and takes it back with
  * stg_store_unref when the version goes) or a stored delta is built on it
