@@ -14,10 +14,10 @@
 # by default) and look at their queues every second instead. With --wave W,
 # more than W nodes go in waves of W at once, one after the other, for both
 # the checkpoint and the restart (the times are the waves' sums): 5,000
-# flushers at once would need about 20,000 threads here (4 each), near this
-# machine's pid_max of 32,768, and more memory than it has; the servers
-# still hold every node's file, and serve the last wave with all of them
-# stored.
+# nodes at once would need about 25,000 tasks here (a flusher's 4 threads
+# and a `stagehand flush` each), near this machine's pid_max of 32,768; the
+# servers still hold every node's file, and serve the last wave with all of
+# them stored.
 #
 #   bench/restart.sh [--clients LIST] [--wave W] [--size KIB] [--dir DIR]
 #     --clients: the node counts N, comma-separated (default 100,1000)
@@ -36,7 +36,7 @@ while [ $# -gt 0 ]; do
 	--wave) wave=$2; shift 2 ;;
 	--size) size=$2; shift 2 ;;
 	--dir) dir=$2; shift 2 ;;
-	-h|--help) sed -n '3,26p' "$0"; exit 0 ;;
+	-h|--help) sed -n '3,25p' "$0"; exit 0 ;;
 	*) echo "restart.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -50,10 +50,18 @@ CROWD="$root/tests/progs/crowd.py"
 mkdir -p "$dir"
 dir=$(mktemp -d "$(cd "$dir" && pwd)/shr.XXXXXX")
 pids=()
+# The flushers of the nodes, by their lock files, which go with them: pids
+# wrap (pid_max) over thousands of nodes, so that a stale lock's pid may be
+# anyone's by the next wave, a server's included; only a flusher is killed.
 stop_flushers() {
-	local p
+	local p pid
 	for p in "$dir"/n*/cache/flusher.lock; do
-		[ -e "$p" ] && kill "$(tr -dc 0-9 <"$p")" 2>/dev/null || true
+		[ -e "$p" ] || continue
+		pid=$(tr -dc 0-9 <"$p")
+		if [ -n "$pid" ] && tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -q stagehand-flusher; then
+			kill "$pid" 2>/dev/null || true
+		fi
+		rm -f "$p"
 	done
 }
 stop_servers() {
