@@ -48,13 +48,21 @@ above() {
 	"$PYTHON" -c 'import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))' "$v" "$3"
 }
 
-# copy_entry N: the single entry of the user on stopped server 0 copied
-# under N other paths, $CKPT/d/f1 to f<N>.
-copy_entry() {
+# ship_and_copy BYTES N: $CKPT/f of BYTES random bytes shipped to server 0
+# (with metrics), which is then stopped, and its entry copied under N other
+# paths, $CKPT/d/f1 to f<N>.
+ship_and_copy() {
+	start_server 0 --metrics-file "$T/server.prom" --metrics-interval 1
+	cluster_default_policy cluster.replicas=1
+	head -c "$1" /dev/urandom >"$REF/f"
+	shim cp "$REF/f" "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	stop_server 0
 	local user="$T/srv0/files/$(id -u)" entry i p
 	entry=$(echo "$user"/*)
 	[ -f "$entry/path" ] || fail "no single entry: $entry"
-	for i in $(seq "$1"); do
+	for i in $(seq "$2"); do
 		p="$CKPT/d/f$i"
 		cp -a "$entry" "$user/$("$PROGS/catalog-id" "$p")"
 		printf '%s' "$p" >"$user/$("$PROGS/catalog-id" "$p")/path"
@@ -164,15 +172,8 @@ EOP
 }
 
 @test "a restore of one file reads that path's entry on the server, not every entry of its user (the path index)" {
-	start_server 0 --metrics-file "$T/server.prom" --metrics-interval 1
-	cluster_default_policy cluster.replicas=1
-	head -c 100000 /dev/urandom >"$REF/f"
-	shim cp "$REF/f" "$CKPT/f"
-	run "$STAGEHAND" flush --wait --timeout "$WAIT"
-	[ "$status" -eq 0 ] || fail "flush: $output"
 	# 300 more paths of the user on the server, found when it starts again
-	stop_server 0
-	copy_entry 300
+	ship_and_copy 100000 300
 	start_server 0 --metrics-file "$T/server.prom" --metrics-interval 1
 	wait_for "$WAIT" grep -q '^stagehand_server_paths 301$' "$T/server.prom" ||
 		fail "$(grep paths "$T/server.prom")"
@@ -202,15 +203,8 @@ EOP
 }
 
 @test "a collection pass with nothing changed reads no manifest and looks at no chunk, over 301 paths (reference counts)" {
-	start_server 0 --metrics-file "$T/server.prom" --metrics-interval 1
-	cluster_default_policy cluster.replicas=1
-	head -c 300000 /dev/urandom >"$REF/f"
-	shim cp "$REF/f" "$CKPT/f"
-	run "$STAGEHAND" flush --wait --timeout "$WAIT"
-	[ "$status" -eq 0 ] || fail "flush: $output"
 	# 300 more paths naming the same chunks, counted when the server starts
-	stop_server 0
-	copy_entry 300
+	ship_and_copy 300000 300
 	start_server 0 --metrics-file "$T/server.prom" --metrics-interval 1 --gc-interval 1
 	passes() {
 		cp "$T/server.prom" "$T/snap.prom" 2>/dev/null &&
