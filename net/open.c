@@ -10,11 +10,11 @@
 #include "cancel.h"
 #include "config.h"
 #include "conn.h"
+#include "transport.h"
 #include "util.h"
 #if HAVE_RDMA
 #include <infiniband/verbs.h>
 
-#include "rdma.h"
 #endif
 
 /* RDMA, when tried under auto, gets at most this long: a server without it
@@ -43,22 +43,23 @@ int stg_conn_open(const char *hostport, enum stg_transport_kind kind, int timeou
 		  struct stg_conn *ret, char *why, size_t whylen)
 {
 	why[0] = '\0';
+	const struct stg_transport *tcp = &stg_tcp_transport;
 	if (kind == STG_TRANSPORT_TCP)
-		return stg_conn_connect(hostport, timeout_ms, ret);
+		return tcp->connect(hostport, timeout_ms, timeout_ms, ret, why, whylen);
 	if (!stg_rdma_available(why, whylen)) {
 		if (kind == STG_TRANSPORT_RDMA)
 			return -ENODEV;
-		return stg_conn_connect(hostport, timeout_ms, ret);
+		return tcp->connect(hostport, timeout_ms, timeout_ms, ret, why, whylen);
 	}
 #if HAVE_RDMA
 	int t = timeout_ms;
 	if (kind == STG_TRANSPORT_AUTO && (t <= 0 || t > AUTO_RDMA_TIMEOUT_MS))
 		t = AUTO_RDMA_TIMEOUT_MS;
-	int r = stg_rdma_connect(hostport, t, timeout_ms, ret, why, whylen);
+	int r = stg_rdma_transport.connect(hostport, t, timeout_ms, ret, why, whylen);
 	if (r == 0 || kind == STG_TRANSPORT_RDMA)
 		return r;
 #endif
-	return stg_conn_connect(hostport, timeout_ms, ret);
+	return tcp->connect(hostport, timeout_ms, timeout_ms, ret, why, whylen);
 }
 
 #define BUSY_PAUSE_MIN_MS 50

@@ -38,7 +38,6 @@
 #include "cancel.h"
 #include "conn.h"
 #include "log.h"
-#include "rdma.h"
 #include "transport.h"
 #include "util.h"
 #include "thread.h"
@@ -611,20 +610,6 @@ static void rdma_close(struct stg_conn *c)
 	destroy(r);
 }
 
-static const struct stg_transport rdma_transport = {
-	.name = "rdma",
-	.read = rdma_read,
-	.write = rdma_write,
-	.wait = rdma_wait,
-	.pollable = rdma_pollable,
-	.close = rdma_close,
-	.one_sided = true,
-	.pool_register = rdma_pool_register,
-	.pool_rkey = rdma_pool_rkey,
-	.pull = rdma_pull,
-	.push = rdma_push,
-};
-
 static bool wildcard(const struct sockaddr *sa)
 {
 	if (sa->sa_family == AF_INET)
@@ -752,7 +737,7 @@ static int priv_decode(struct rdma_conn *r, const void *data, size_t len)
 static void attach(struct stg_conn *c, struct rdma_conn *r, const char *peer, int timeout_ms)
 {
 	memset(c, 0, sizeof(*c));
-	c->t = &rdma_transport;
+	c->t = &stg_rdma_transport;
 	c->impl = r;
 	c->fd = -1;
 	c->timeout_ms = timeout_ms > 0 ? timeout_ms : STG_CONN_TIMEOUT_MS;
@@ -843,7 +828,7 @@ static int resolve_addr(struct rdma_conn *r, struct sockaddr *addr, const char *
 	}
 }
 
-int stg_rdma_connect(const char *hostport, int connect_ms, int timeout_ms, struct stg_conn *ret,
+static int rdma_open(const char *hostport, int connect_ms, int timeout_ms, struct stg_conn *ret,
 		     char *why, size_t whylen)
 {
 	char host[256], port[16];
@@ -917,14 +902,16 @@ out:
 	return e;
 }
 
-struct stg_rdma_listener {
+struct rdma_listener {
+	struct stg_listener l; /* first: the transport's view */
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
-	char dev[64];
 };
 
-int stg_rdma_listen(const char *host, int port, struct stg_rdma_listener **ret, char *why,
-		    size_t whylen)
+static void rdma_unlisten(struct stg_listener *sl);
+
+static int rdma_listen_on(const char *host, int port, struct stg_listener **ret, char *why,
+			  size_t whylen)
 {
 	why[0] = '\0';
 	raise_memlock();
@@ -935,8 +922,9 @@ int stg_rdma_listen(const char *host, int port, struct stg_rdma_listener **ret, 
 		snprintf(why, whylen, "cannot resolve '%s'", host);
 		return -EINVAL;
 	}
-	struct stg_rdma_listener *l = calloc(1, sizeof(*l));
+	struct rdma_listener *l = calloc(1, sizeof(*l));
 	int e = l ? 0 : -ENOMEM;
+	char dev[64] = "any";
 	if (e == 0 && !(l->ch = rdma_create_event_channel()))
 		e = -errno;
 	if (e == 0)
@@ -955,36 +943,35 @@ int stg_rdma_listen(const char *host, int port, struct stg_rdma_listener **ret, 
 	/* A wildcard address binds to every device; a specific one must
 	 * belong to a device (loopback, for one, has none). */
 	if (l->id->verbs)
-		snprintf(l->dev, sizeof(l->dev), "%s", ibv_get_device_name(l->id->verbs->device));
+		snprintf(dev, sizeof(dev), "%s", ibv_get_device_name(l->id->verbs->device));
 	else if (!wildcard(ai->ai_addr)) {
 		e = -ENODEV;
 		snprintf(why, whylen, "no RDMA device has the address %s", host);
 		goto fail;
-	} else
-		snprintf(l->dev, sizeof(l->dev), "any");
+	}
 	if (rdma_listen(l->id, 128)) {
 		e = -errno;
 		snprintf(why, whylen, "rdma_listen: %s", strerror(errno));
 		goto fail;
 	}
 	freeaddrinfo(ai);
-	*ret = l;
+	l->l.t = &stg_rdma_transport;
+	l->l.fd = l->ch->fd;
+	l->l.port = port;
+	snprintf(l->l.where, sizeof(l->l.where), "%s:%d (device %s)", host, port, dev);
+	*ret = &l->l;
 	return 0;
 fail:
 	freeaddrinfo(ai);
-	stg_rdma_listener_close(l);
+	rdma_unlisten(l ? &l->l : NULL);
 	return e;
 }
 
-const char *stg_rdma_listener_device(const struct stg_rdma_listener *l)
+static void rdma_unlisten(struct stg_listener *sl)
 {
-	return l->dev;
-}
-
-void stg_rdma_listener_close(struct stg_rdma_listener *l)
-{
-	if (!l)
+	if (!sl)
 		return;
+	struct rdma_listener *l = (struct rdma_listener *)sl;
 	if (l->id)
 		rdma_destroy_id(l->id);
 	if (l->ch)
@@ -992,20 +979,13 @@ void stg_rdma_listener_close(struct stg_rdma_listener *l)
 	free(l);
 }
 
-int stg_rdma_accept(struct stg_rdma_listener *l, int timeout_ms, stg_rdma_admit_fn *admit,
-		    void *admit_arg, int conn_timeout_ms, struct stg_conn *ret)
+static int rdma_take(struct stg_listener *sl, stg_admit_fn *admit, void *admit_arg,
+		     int conn_timeout_ms, struct stg_conn *ret)
 {
+	struct rdma_listener *l = (struct rdma_listener *)sl;
 	struct rdma_cm_event *ev;
-	while (rdma_get_cm_event(l->ch, &ev) < 0) {
-		if (errno != EAGAIN)
-			return -errno;
-		struct pollfd p = {.fd = l->ch->fd, .events = POLLIN};
-		int n = poll(&p, 1, timeout_ms);
-		if (n < 0 && errno != EINTR)
-			return -errno;
-		if (n <= 0)
-			return -EAGAIN;
-	}
+	if (rdma_get_cm_event(l->ch, &ev) < 0)
+		return errno == EAGAIN ? -EAGAIN : -errno;
 	if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
 		rdma_ack_cm_event(ev);
 		return -EAGAIN;
@@ -1024,7 +1004,10 @@ int stg_rdma_accept(struct stg_rdma_listener *l, int timeout_ms, stg_rdma_admit_
 						      : sizeof(struct sockaddr_in),
 			h, sizeof(h), p, sizeof(p), NI_NUMERICHOST | NI_NUMERICSERV) == 0)
 		snprintf(peer, sizeof(peer), "%s:%s (rdma)", h, p);
-	if (e < 0 || !admit(admit_arg, h)) {
+	char why[200];
+	/* No descriptor to evict it by: an RDMA connection closes itself. */
+	int slot = e < 0 ? -1 : admit(admit_arg, h, peer, -1, why, sizeof(why));
+	if (slot < 0) {
 		if (e < 0)
 			stg_log(STG_LOG_WARN, "%s: refused: not a stagehand RDMA client", peer);
 		rdma_reject(id, NULL, 0);
@@ -1073,3 +1056,21 @@ int stg_rdma_accept(struct stg_rdma_listener *l, int timeout_ms, stg_rdma_admit_
 	attach(ret, r, peer, conn_timeout_ms);
 	return 0;
 }
+
+const struct stg_transport stg_rdma_transport = {
+	.name = "rdma",
+	.connect = rdma_open,
+	.listen = rdma_listen_on,
+	.accept = rdma_take,
+	.unlisten = rdma_unlisten,
+	.read = rdma_read,
+	.write = rdma_write,
+	.wait = rdma_wait,
+	.pollable = rdma_pollable,
+	.close = rdma_close,
+	.one_sided = true,
+	.pool_register = rdma_pool_register,
+	.pool_rkey = rdma_pool_rkey,
+	.pull = rdma_pull,
+	.push = rdma_push,
+};

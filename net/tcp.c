@@ -63,15 +63,6 @@ static void tcp_close(struct stg_conn *c)
 	c->fd = -1;
 }
 
-const struct stg_transport stg_tcp_transport = {
-	.name = "tcp",
-	.read = tcp_read,
-	.write = tcp_write,
-	.wait = tcp_wait,
-	.pollable = tcp_pollable,
-	.close = tcp_close,
-};
-
 static void tune(int fd)
 {
 	int one = 1;
@@ -160,3 +151,103 @@ int stg_conn_connect(const char *hostport, int timeout_ms, struct stg_conn *ret)
 	stg_conn_init(ret, r, hostport, timeout_ms);
 	return 0;
 }
+
+static int tcp_connect(const char *hostport, int connect_ms, int timeout_ms, struct stg_conn *ret,
+		       char *why, size_t whylen)
+{
+	(void)why, (void)whylen;
+	int r = stg_conn_connect(hostport, connect_ms, ret);
+	if (r == 0 && timeout_ms > 0)
+		ret->timeout_ms = timeout_ms;
+	return r;
+}
+
+static int tcp_listen(const char *host, int port, struct stg_listener **ret, char *why,
+		      size_t whylen)
+{
+	char ports[16];
+	snprintf(ports, sizeof(ports), "%d", port);
+	struct addrinfo *res;
+	int g = stg_conn_resolve(host, ports, AI_PASSIVE, &res);
+	if (g != 0) {
+		snprintf(why, whylen, "cannot resolve '%s': %s", host, gai_strerror(g));
+		return -EINVAL;
+	}
+	struct stg_listener *tl = calloc(1, sizeof(*tl));
+	int fd = tl ? socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0) : -1;
+	int one = 1;
+	if (fd >= 0)
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	/* A whole job connects at once: a long queue (the kernel caps it). */
+	if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 4096) < 0) {
+		int r = tl ? -errno : -ENOMEM;
+		snprintf(why, whylen, "%s", strerror(-r));
+		if (fd >= 0)
+			close(fd);
+		free(tl);
+		freeaddrinfo(res);
+		return r;
+	}
+	freeaddrinfo(res);
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char nport[16] = "?";
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+		getnameinfo((struct sockaddr *)&ss, sl, NULL, 0, nport, sizeof(nport),
+			    NI_NUMERICSERV);
+	tl->t = &stg_tcp_transport;
+	tl->fd = fd;
+	tl->port = atoi(nport);
+	snprintf(tl->where, sizeof(tl->where), "%s:%s", host, nport);
+	*ret = tl;
+	return 0;
+}
+
+static int tcp_accept(struct stg_listener *l, stg_admit_fn *admit, void *arg, int timeout_ms,
+		      struct stg_conn *ret)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	int fd;
+	do
+		fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+	while (fd < 0 && (errno == EINTR || errno == ECONNABORTED));
+	if (fd < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	char host[64] = "?", port[16] = "?", peer[96];
+	getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
+		    NI_NUMERICHOST | NI_NUMERICSERV);
+	snprintf(peer, sizeof(peer), "%s:%s", host, port);
+	char why[200];
+	int slot = admit(arg, host, peer, fd, why, sizeof(why));
+	if (slot < 0) {
+		/* Told, so that it tries again later. */
+		stg_conn_init(ret, fd, host, 1000);
+		stg_conn_send_error(ret, 0, -EBUSY, "%s", why);
+		stg_conn_close(ret);
+		return -EBUSY;
+	}
+	stg_conn_init(ret, fd, peer, timeout_ms);
+	return 0;
+}
+
+static void tcp_unlisten(struct stg_listener *l)
+{
+	if (!l)
+		return;
+	close(l->fd);
+	free(l);
+}
+
+const struct stg_transport stg_tcp_transport = {
+	.name = "tcp",
+	.connect = tcp_connect,
+	.listen = tcp_listen,
+	.accept = tcp_accept,
+	.unlisten = tcp_unlisten,
+	.read = tcp_read,
+	.write = tcp_write,
+	.wait = tcp_wait,
+	.pollable = tcp_pollable,
+	.close = tcp_close,
+};

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -104,6 +105,9 @@ struct server_counters {
 		collection_ns;
 };
 
+/* TCP and RDMA. */
+#define MAX_LISTENERS 2
+
 struct server {
 	struct stg_store *store;
 	struct stg_files *files;
@@ -113,7 +117,9 @@ struct server {
 	int handshake_ms; /* to log in, at each step */
 	int idle_ms;      /* a silent client is closed after this */
 	struct admit admit;
-	struct loops *loops; /* where sessions wait (loop.c) */
+	struct loops *loops; /* where sessions wait and run (loop.c) */
+	struct stg_listener *listeners[MAX_LISTENERS]; /* listen.c */
+	unsigned nlisteners;
 	struct stg_conn_budget frames; /* memory of large frames */
 	bool accept_v1; /* serve clients of protocol version 1 (no MACs) */
 	int64_t started_ns;
@@ -145,6 +151,16 @@ struct server {
 	unsigned metrics_interval_s;
 	pthread_cond_t metrics_cond;
 };
+
+/* Listens on hostport over TCP, and over RDMA as kind asks (listen.c).
+ * Returns 0, or -1 (said why) when the server must not start. */
+int server_listen(struct server *srv, const char *hostport, enum stg_transport_kind kind);
+
+/* Accepts connections on every listener, and starts their sessions, until
+ * *stop (listen.c). */
+void server_accept(struct server *srv, volatile sig_atomic_t *stop);
+
+void server_unlisten(struct server *srv);
 
 /* The collector thread. */
 void *server_collector(void *arg);

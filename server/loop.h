@@ -1,40 +1,32 @@
 /* SPDX-License-Identifier: MIT */
-/* Where sessions wait (loop.c) and the threads that run them (workers.c),
+/* Where sessions wait, and the threads that run them (loop.c),
  * private to server/. */
 #pragma once
 
 #include "session.h"
 
-/* The event loops (loop.c): sessions waiting for their clients, one epoll
- * set and one heap of deadlines per loop, a thread each. */
+/* The event loop (loop.c): sessions waiting for their clients, in one
+ * epoll set and one heap of deadlines, and the threads that run their
+ * steps. */
 struct loops;
 
-/* Starts n loops and n workers; the loops hand ready or expired sessions
- * to the workers. Returns NULL when the threads cannot start. */
-struct loops *loops_start(struct server *srv, unsigned n);
+/* Starts the loop with threads threads (more start while all are blocked),
+ * for sessions holding admission slots below nslots. Returns NULL when it
+ * cannot start. */
+struct loops *loops_start(struct server *srv, unsigned threads, unsigned nslots);
 
-/* Starts a new session: runs its first step (the challenge) and parks it. */
+/* Starts a new session: runs its first step (the challenge) on the calling
+ * thread and parks it. */
 void loops_add(struct loops *l, struct session *s);
 
-/* The session's step is done: it waits in its loop, or is freed. */
-void loops_park(struct loops *l, struct session *s, enum session_next next);
+/* The descriptor that becomes readable when every thread has begun a step:
+ * the listener then calls loops_watch. */
+int loops_watch_fd(const struct loops *l);
 
-/* The loops' workers. */
-struct workers *loops_workers(struct loops *l);
+/* Starts one more thread if every thread is blocked while sessions are
+ * ready. Returns in how many ms to call it again, or -1: not before the
+ * watch descriptor is readable again. */
+int loops_watch(struct loops *l);
 
-/* The workers (workers.c): threads that run session steps, base of them
- * always, more while steps wait because all are blocked. Returns NULL when
- * the base cannot start. */
-struct workers;
-
-struct workers *workers_new(struct loops *l, unsigned base);
-
-/* Starts a worker if the steps queued waited too long (the loops call it
- * at each turn). */
-void workers_tick(struct workers *w);
-
-/* Queues a session whose step is to run. */
-void workers_run(struct workers *w, struct session *s);
-
-/* Workers running now (for the metrics). */
-unsigned workers_threads(struct workers *w);
+/* Threads running now (for the metrics). */
+unsigned loops_threads(struct loops *l);

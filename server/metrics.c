@@ -35,7 +35,7 @@ static int render(struct server *srv, bool up, char **ret, size_t *ret_len)
 	metric(f, "connections", "gauge", "Connections logged in or logging in.",
 	       admit_connections(&srv->admit));
 	metric(f, "worker_threads", "gauge", "Threads that serve requests (one per core, more "
-	       "while all are blocked).", workers_threads(loops_workers(srv->loops)));
+	       "while all are blocked).", loops_threads(srv->loops));
 	metric(f, "requests_total", "counter", "Requests served.", (double)k->requests);
 	metric(f, "request_errors_total", "counter", "Requests answered with an error.",
 	       (double)k->request_errors);

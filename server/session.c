@@ -611,7 +611,7 @@ static void receive_failed(struct session *s, int r)
 }
 
 /* Requests served in one turn before the connection waits its turn again,
- * so that a client streaming requests does not keep a worker to itself. */
+ * so that a client streaming requests does not keep a thread to itself. */
 #define TURN_REQUESTS 32
 
 /* How long a frame that has begun may wait in its loop: until its deadline

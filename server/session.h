@@ -13,7 +13,7 @@
 struct server;
 
 /* A connection's session: authentication, then requests until it closes.
- * It runs in steps on the worker threads (workers.c), and between steps
+ * It runs in steps on the loop's threads (loop.c), and between steps
  * waits in an event loop (loop.c) holding no thread and no buffer. */
 enum session_state {
 	SESSION_NEW,   /* accepted: the challenge is to be sent */
@@ -37,9 +37,9 @@ struct session {
 	int64_t deadline_ms;  /* when its wait ends */
 	size_t heap_ix;       /* its place among the loop's deadlines */
 	int polled_fd;        /* the descriptor the loop watches, -1: none yet */
+	uint32_t arming;      /* the number of its wait, which its events carry */
 	bool expired;         /* its deadline passed: session_expired is next */
-	struct session *next; /* in the workers' queue */
-	int64_t queued_ms;    /* since when it is there */
+	struct session *next; /* in the queue of steps to run */
 };
 
 enum session_next {

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* stagehand-server: a staging server. Accepts authenticated connections from
- * node flushers and tools (their sessions wait in event loops, loop.c, and
- * run on workers only while at work, workers.c), stores chunks in its
- * segment store and manifests per user, retires old versions and collects
- * garbage in the background. */
+ * node flushers and tools on one listener (listen.c; their sessions wait in
+ * the event loop, and run on its threads only while at work, loop.c),
+ * stores chunks in its segment store and manifests per user, retires old
+ * versions and collects garbage in the background. */
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
@@ -24,11 +24,9 @@
 #include "libcrypto.h"
 #include "log.h"
 #include "policy.h"
-#if HAVE_RDMA
-#include "rdma.h"
-#endif
 #include "util.h"
 #include "thread.h"
+#include "transport.h"
 
 static void usage(FILE *f)
 {
@@ -128,185 +126,6 @@ static unsigned fit_descriptors(unsigned n, unsigned handshakes, bool asked)
 	stg_log(asked ? STG_LOG_WARN : STG_LOG_INFO, "only %u descriptors may be open (ulimit "
 		"-n): %u connections at most, not %u", (unsigned)rl.rlim_cur, fit, n);
 	return fit;
-}
-
-static int listen_on(const char *hostport, char *bound, size_t boundlen, int *ret_port)
-{
-	char host[256], port[16];
-	if (stg_conn_split(hostport, host, sizeof(host), port, sizeof(port)) < 0)
-		return -EINVAL;
-	struct addrinfo *res;
-	int g = stg_conn_resolve(host, port, AI_PASSIVE, &res);
-	if (g != 0) {
-		stg_log(STG_LOG_ERROR, "cannot resolve '%s': %s", host, gai_strerror(g));
-		return -EINVAL;
-	}
-	int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		int r = -errno;
-		freeaddrinfo(res);
-		return r;
-	}
-	int one = 1;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	/* A whole job connects at once: a long queue (the kernel caps it). */
-	if (bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 4096) < 0) {
-		int r = -errno;
-		close(fd);
-		freeaddrinfo(res);
-		return r;
-	}
-	freeaddrinfo(res);
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	char nport[16] = "?";
-	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
-		getnameinfo((struct sockaddr *)&ss, sl, NULL, 0, nport, sizeof(nport),
-			    NI_NUMERICSERV);
-	*ret_port = atoi(nport);
-	snprintf(bound, boundlen, "%s:%s", host, nport);
-	return fd;
-}
-
-/* Starts the session of an accepted connection (admitted already); on
- * failure closes it. */
-static void start_session(struct server *srv, struct stg_conn *c, int slot)
-{
-	struct session *s = session_new(srv, c, slot);
-	if (!s) {
-		admit_release(&srv->admit, slot);
-		stg_conn_close(c);
-		return;
-	}
-	loops_add(srv->loops, s);
-}
-
-static void accept_loop(struct server *srv, int lfd)
-{
-	while (!stop_signal) {
-		struct sockaddr_storage ss;
-		socklen_t sl = sizeof(ss);
-		int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
-		if (fd < 0) {
-			if (errno == EINTR || errno == ECONNABORTED)
-				continue;
-			stg_log_errno(STG_LOG_ERROR, -errno, "accept");
-			/* Out of descriptors: back off instead of spinning. */
-			sleep(1);
-			continue;
-		}
-		char host[64] = "?", port[16] = "?", peer[96];
-		getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
-			    NI_NUMERICHOST | NI_NUMERICSERV);
-		snprintf(peer, sizeof(peer), "%s:%s", host, port);
-		struct stg_conn c;
-		char why[200];
-		int slot = admit_accept(&srv->admit, host, fd, why, sizeof(why));
-		if (slot < 0) {
-			/* Told, so that it tries again later. */
-			stg_conn_init(&c, fd, host, 1000);
-			stg_conn_send_error(&c, 0, -EBUSY, "%s", why);
-			stg_conn_close(&c);
-			char what[300];
-			snprintf(what, sizeof(what), "%s: %s", peer, why);
-			admit_refused(what);
-			continue;
-		}
-		stg_conn_init(&c, fd, peer, srv->timeout_ms);
-		start_session(srv, &c, slot);
-	}
-}
-
-#if HAVE_RDMA
-struct rdma_acceptor {
-	struct server *srv;
-	struct stg_rdma_listener *listener;
-	/* The request being accepted: its slot, or why it has none. */
-	int slot;
-	char host[64], why[200];
-};
-
-static bool rdma_admit(void *arg, const char *host)
-{
-	struct rdma_acceptor *ra = arg;
-	snprintf(ra->host, sizeof(ra->host), "%s", host);
-	/* No descriptor to evict it by: an RDMA connection closes itself. */
-	ra->slot = admit_accept(&ra->srv->admit, host, -1, ra->why, sizeof(ra->why));
-	return ra->slot >= 0;
-}
-
-/* Accepts RDMA connections until the server stops; the sessions are the
- * same as over TCP. */
-static void *rdma_accept_loop(void *arg)
-{
-	struct rdma_acceptor *ra = arg;
-	struct server *srv = ra->srv;
-	while (!stop_signal) {
-		struct stg_conn c;
-		ra->slot = -1;
-		int r = stg_rdma_accept(ra->listener, 500, rdma_admit, ra, srv->timeout_ms, &c);
-		if (r == 0) {
-			start_session(srv, &c, ra->slot);
-			continue;
-		}
-		if (ra->slot >= 0)
-			admit_release(&srv->admit, ra->slot);
-		if (r == -EBUSY) {
-			char what[300];
-			snprintf(what, sizeof(what), "%s (rdma): %s", ra->host, ra->why);
-			admit_refused(what);
-		} else if (r != -EAGAIN && r != -EPROTO)
-			stg_log_errno(STG_LOG_WARN, r, "rdma: accept");
-	}
-	return NULL;
-}
-#endif
-
-/* Listens for RDMA connections as well, on the TCP port's number, as the
- * transport asks: for auto, only where a device has the address. Returns 0
- * or -1 (the server must not start). */
-static int start_rdma(struct server *srv, enum stg_transport_kind kind, const char *listen_addr,
-		      int port, pthread_t *ret_thread, bool *ret_started)
-{
-	*ret_started = false;
-	if (kind == STG_TRANSPORT_TCP)
-		return 0;
-	char why[256];
-	if (!stg_rdma_available(why, sizeof(why))) {
-		if (kind == STG_TRANSPORT_RDMA) {
-			stg_log(STG_LOG_ERROR, "--transport rdma: %s", why);
-			return -1;
-		}
-		stg_log(STG_LOG_INFO, "rdma: not listening (%s): TCP only", why);
-		return 0;
-	}
-#if HAVE_RDMA
-	char host[256], portstr[16];
-	stg_conn_split(listen_addr, host, sizeof(host), portstr, sizeof(portstr));
-	static struct rdma_acceptor ra;
-	ra.srv = srv;
-	int r = stg_rdma_listen(host, port, &ra.listener, why, sizeof(why));
-	if (r < 0) {
-		if (kind == STG_TRANSPORT_RDMA) {
-			stg_log(STG_LOG_ERROR, "--transport rdma: %s", why);
-			return -1;
-		}
-		stg_log(STG_LOG_INFO, "rdma: not listening (%s): TCP only", why);
-		return 0;
-	}
-	r = stg_thread_start(ret_thread, NULL, rdma_accept_loop, &ra);
-	if (r != 0) {
-		stg_log(STG_LOG_ERROR, "cannot start the RDMA accept thread");
-		return -1;
-	}
-	stg_log(STG_LOG_INFO, "rdma: listening on %s:%d (device %s)", host, port,
-		stg_rdma_listener_device(ra.listener));
-	*ret_started = true;
-	return 0;
-#else
-	(void)srv, (void)listen_addr, (void)port, (void)ret_thread;
-	return 0;
-#endif
 }
 
 /* Whether the store belongs to this user or to root, or is yet to be made
@@ -610,24 +429,17 @@ int main(int argc, char **argv)
 	pthread_cond_init(&srv.scrub_cond, NULL);
 
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
-	srv.loops = loops_start(&srv, cores < 1 ? 1 : cores > 64 ? 64 : (unsigned)cores);
+	srv.loops = loops_start(&srv, cores < 1 ? 1 : cores > 64 ? 64 : (unsigned)cores,
+				srv.admit.nslots);
 	if (!srv.loops)
 		return 1;
 
-	char bound[300];
-	int port = 0;
-	int lfd = listen_on(listen_addr, bound, sizeof(bound), &port);
-	if (lfd < 0) {
-		stg_log_errno(STG_LOG_ERROR, lfd, "cannot listen on '%s'", listen_addr);
+	if (server_listen(&srv, listen_addr, transport) < 0)
 		return 1;
-	}
-	pthread_t rdma_thread;
-	bool rdma_started;
-	if (start_rdma(&srv, transport, listen_addr, port, &rdma_thread, &rdma_started) < 0)
-		return 1;
+	const char *bound = srv.listeners[0]->where;
 	if (port_file) {
 		char text[16];
-		int n = snprintf(text, sizeof(text), "%d\n", port);
+		int n = snprintf(text, sizeof(text), "%d\n", srv.listeners[0]->port);
 		if (stg_write_file_atomic(AT_FDCWD, port_file, text, (size_t)n, false) < 0) {
 			stg_log(STG_LOG_ERROR, "cannot write the port file '%s'", port_file);
 			return 1;
@@ -657,6 +469,12 @@ int main(int argc, char **argv)
 			r ? "collector" : mr ? "metrics" : "scrub");
 		return 1;
 	}
+	/* Named, so that ps and the tests tell them from the connections'. */
+	pthread_setname_np(collector, "collect");
+	if (metrics_file)
+		pthread_setname_np(metrics, "metrics");
+	if (scrub_rate)
+		pthread_setname_np(scrubber, "scrub");
 	/* Listening, the store open, the port written: ready. */
 	char ready[400];
 	snprintf(ready, sizeof(ready), "READY=1\nSTATUS=listening on %s\nMAINPID=%ld", bound,
@@ -665,14 +483,12 @@ int main(int argc, char **argv)
 	if (r < 0)
 		stg_log_errno(STG_LOG_WARN, r, "cannot tell the service manager it is ready "
 			      "($NOTIFY_SOCKET)");
-	accept_loop(&srv, lfd);
+	server_accept(&srv, &stop_signal);
 	server_notify("STOPPING=1");
-	if (rdma_started)
-		pthread_join(rdma_thread, NULL);
 
 	/* Whatever was acknowledged is durable already; this makes the rest so. */
 	stg_log(STG_LOG_INFO, "stopping (signal %d)", (int)stop_signal);
-	close(lfd);
+	server_unlisten(&srv);
 	pthread_mutex_lock(&srv.gc_mutex);
 	srv.stopping = true;
 	pthread_cond_signal(&srv.gc_cond);

@@ -629,6 +629,7 @@ int stg_store_open(const char *dir, const struct stg_store_options *o, struct st
 	r = stg_thread_start(&s->sealer, NULL, store_sealer_main, s);
 	if (r < 0)
 		goto out_free;
+	pthread_setname_np(s->sealer, "seal");
 	s->sealer_running = true;
 	*ret = s;
 	return 0;

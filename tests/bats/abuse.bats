@@ -82,6 +82,12 @@ threads() {
 	awk '$1 == "Threads:" { print $2 }' "/proc/$1/status"
 }
 
+# connection_threads PID: the threads of the server PID that serve
+# connections: all but the store's own (named seal, collect, scrub, metrics).
+connection_threads() {
+	cat /proc/"$1"/task/*/comm 2>/dev/null | grep -cvx 'seal\|collect\|scrub\|metrics'
+}
+
 # few_threads PID WHAT: the server PID comes down to a few threads (the
 # loops, one worker per core, the store's own; workers started for a crowd
 # end once idle), and says how many; fails naming WHAT if it does not.
@@ -166,6 +172,9 @@ EOS
 	attack idle 3000 --secret "$SECRET" --uid "$ATTACKER_UID"
 	# the workers that logged them in end once idle
 	few_threads "$pid" "3000 idle connections"
+	# at rest: one loop per core, and the listener
+	wait_for "$WAIT" eval '[ "$(connection_threads "$pid")" -le $((2 + $(nproc))) ]' ||
+		fail "$(connection_threads "$pid") threads serve connections, more than 2 + cores"
 	rss=$(kib "$pid" VmRSS)
 	echo "# 3000 idle connections: $(((rss - rss0) / 3)) bytes each" >&3
 	[ $(((rss - rss0) / 3000)) -le 16 ] || fail "$((rss - rss0)) KiB for 3000 connections"

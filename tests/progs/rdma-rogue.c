@@ -12,7 +12,7 @@
 
 #include "chunk.h"
 #include "conn.h"
-#include "rdma.h"
+#include "transport.h"
 #include "wire.h"
 
 /* Sends m and reports whether the server dropped the connection instead of
@@ -37,7 +37,7 @@ static int open_conn(const char *hostport, const struct stg_secret *s, bool auth
 		     struct stg_conn *c)
 {
 	char why[256];
-	int r = stg_rdma_connect(hostport, 10000, 10000, c, why, sizeof(why));
+	int r = stg_rdma_transport.connect(hostport, 10000, 10000, c, why, sizeof(why));
 	if (r < 0) {
 		fprintf(stderr, "rdma-rogue: cannot connect to %s: %s: %s\n", hostport,
 			strerror(-r), why);
