@@ -26,8 +26,6 @@
 #include "transport.h"
 #include "util.h"
 
-#define POOL_ALIGN (1u << 20)
-
 int stg_conn_refuse(struct stg_conn *c, int r, const char *fmt, ...)
 {
 	va_list ap;
@@ -54,47 +52,6 @@ static int wait_until(struct stg_conn *c, bool for_write, int64_t deadline)
 		if (r != -ETIMEDOUT)
 			return r;
 	}
-}
-
-int stg_conn_split(const char *hostport, char *host, size_t hostlen, char *port, size_t portlen)
-{
-	const char *colon;
-	const char *h = hostport;
-	size_t hl;
-	if (hostport[0] == '[') {
-		const char *end = strchr(hostport, ']');
-		if (!end || end[1] != ':')
-			return -EINVAL;
-		h = hostport + 1;
-		hl = (size_t)(end - h);
-		colon = end + 1;
-	} else {
-		colon = strrchr(hostport, ':');
-		if (!colon)
-			return -EINVAL;
-		hl = (size_t)(colon - hostport);
-	}
-	const char *p = colon + 1;
-	if (hl == 0 || hl >= hostlen || *p == '\0' || strlen(p) >= portlen)
-		return -EINVAL;
-	char *end;
-	unsigned long n = strtoul(p, &end, 10);
-	if (*end != '\0' || n > 65535)
-		return -EINVAL;
-	memcpy(host, h, hl);
-	host[hl] = '\0';
-	strcpy(port, p);
-	return 0;
-}
-
-int stg_conn_resolve(const char *host, const char *port, int flags, struct addrinfo **res)
-{
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
-				 .ai_flags = (flags & AI_PASSIVE) | AI_NUMERICHOST | AI_NUMERICSERV};
-	if (getaddrinfo(host, port, &hints, res) == 0)
-		return 0;
-	hints.ai_flags = flags;
-	return getaddrinfo(host, port, &hints, res);
 }
 
 const char *stg_conn_transport(const struct stg_conn *c)
@@ -166,42 +123,6 @@ void stg_conn_close(struct stg_conn *c)
 	c->out_len = c->out_off = c->out_cap = 0;
 	explicit_bzero(c->key_tx, sizeof(c->key_tx));
 	explicit_bzero(c->key_rx, sizeof(c->key_rx));
-}
-
-int stg_conn_pool(struct stg_conn *c, size_t size, enum stg_pool_use use)
-{
-	if (size <= c->pool_size && use == c->pool_use)
-		return 0;
-	c->pool_use = use;
-	if (size <= c->pool_size)
-		return c->t->one_sided ? c->t->pool_register(c) : 0;
-	size = (size + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
-	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
-		return -ENOMEM;
-	uint8_t *old = c->pool;
-	size_t old_size = c->pool_size;
-	c->pool = p;
-	c->pool_size = size;
-	int r = c->t->one_sided ? c->t->pool_register(c) : 0;
-	/* The old region is unregistered by now; a failure leaves no pool. */
-	if (old)
-		munmap(old, old_size);
-	if (r < 0) {
-		munmap(c->pool, c->pool_size);
-		c->pool = NULL;
-		c->pool_size = 0;
-	}
-	return r;
-}
-
-void stg_conn_pool_idle(struct stg_conn *c)
-{
-	if (c->t->one_sided || !c->pool)
-		return;
-	munmap(c->pool, c->pool_size);
-	c->pool = NULL;
-	c->pool_size = 0;
 }
 
 /* What is queued to go next: the frame or header in tx, the body, its MAC.
