@@ -366,10 +366,11 @@ connections_part() {
 		rss=$(awk '/VmRSS/ { print $2 }' "/proc/$p/status")
 		ms=$(restore_ms)
 		# The threads started for the crowd logging in end 10 s after
-		# it; the store's own threads are named (seal, collect, scrub).
+		# it; the store's own threads are named (seal, collect, scrub,
+		# metrics, and the kernel's io_uring workers of its writes).
 		for ((i = 0; i < 60; i++)); do
-			serving=$(cat /proc/"$p"/task/*/comm | grep -cvx 'seal\|collect\|scrub\|metrics')
-			[ "$serving" -le $((2 + $(nproc))) ] && break
+			serving=$(cat /proc/"$p"/task/*/comm | grep -cvx 'seal\|collect\|scrub\|metrics\|iou-.*')
+			[ "$serving" -le $((1 + $(nproc))) ] && break
 			sleep 0.5
 		done
 		threads=$(awk '/^Threads/ { print $2 }' "/proc/$p/status")

@@ -83,9 +83,10 @@ threads() {
 }
 
 # connection_threads PID: the threads of the server PID that serve
-# connections: all but the store's own (named seal, collect, scrub, metrics).
+# connections: all but the store's own (named seal, collect, scrub,
+# metrics, and the kernel's io_uring workers of its writes, iou-*).
 connection_threads() {
-	cat /proc/"$1"/task/*/comm 2>/dev/null | grep -cvx 'seal\|collect\|scrub\|metrics'
+	cat /proc/"$1"/task/*/comm 2>/dev/null | grep -cvx 'seal\|collect\|scrub\|metrics\|iou-.*'
 }
 
 # few_threads PID WHAT: the server PID comes down to a few threads (the
