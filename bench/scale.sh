@@ -26,12 +26,17 @@
 #   collection: a collection pass of a server holding F files of one user
 #   (planted as for files), when nothing changed since the last pass.
 #
+#   restart: the restart crowd, bench/restart.sh (N nodes checkpointing,
+#   then restoring their own files at once), with --clients and --wave.
+#
 #   bench/scale.sh [--parts LIST] [--files LIST] [--chunks LIST] [--connections LIST]
-#                  [--trials N] [--dir DIR]
-#     --parts: which, comma-separated (default files,chunks,connections,collection)
+#                  [--clients LIST] [--wave W] [--trials N] [--dir DIR]
+#     --parts: which, comma-separated (default
+#              files,chunks,connections,collection,restart)
 #     --files: the counts F, comma-separated (default 1000,10000,100000)
 #     --chunks: the counts C, comma-separated (default 100000,1000000)
 #     --connections: the counts C, comma-separated (default 1000,5000,10000)
+#     --clients, --wave: bench/restart.sh's (default 100,1000,5000 and 1000)
 #   The programs: $STAGEHAND_BUILD, else the repository's build/.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -39,7 +44,9 @@ root=$(cd "$here/.." && pwd)
 files="1000,10000,100000"
 chunks="100000,1000000"
 connections="1000,5000,10000"
-parts="files,chunks,connections,collection"
+clients="100,1000,5000"
+wave=1000
+parts="files,chunks,connections,collection,restart"
 trials=7
 dir=""
 while [ $# -gt 0 ]; do
@@ -47,10 +54,12 @@ while [ $# -gt 0 ]; do
 	--files) files=$2; shift 2 ;;
 	--chunks) chunks=$2; shift 2 ;;
 	--connections) connections=$2; shift 2 ;;
+	--clients) clients=$2; shift 2 ;;
+	--wave) wave=$2; shift 2 ;;
 	--parts) parts=$2; shift 2 ;;
 	--trials) trials=$2; shift 2 ;;
 	--dir) dir=$2; shift 2 ;;
-	-h|--help) sed -n '3,35p' "$0"; exit 0 ;;
+	-h|--help) sed -n '3,40p' "$0"; exit 0 ;;
 	*) echo "scale.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -389,6 +398,7 @@ for part in ${parts//,/ }; do
 	chunks) chunks_part ;;
 	connections) connections_part ;;
 	collection) collection_part ;;
+	restart) "$here/restart.sh" --clients "$clients" --wave "$wave" --dir "$dir" ;;
 	*) echo "scale.sh: unknown part '$part'" >&2; exit 2 ;;
 	esac
 done
