@@ -14,10 +14,11 @@
 # by default) and look at their queues every second instead. With --wave W,
 # more than W nodes go in waves of W at once, one after the other, for both
 # the checkpoint and the restart (the times are the waves' sums): 5,000
-# nodes at once would need about 25,000 tasks here (a flusher's 4 threads
-# and a `stagehand flush` each), near this machine's pid_max of 32,768; the
-# servers still hold every node's file, and serve the last wave with all of
-# them stored.
+# nodes at once would need about 25,000 tasks to checkpoint (a flusher's 4
+# threads and a `stagehand flush` each) and 55,000 to restore (a restore's
+# 11 threads), past this machine's pid_max of 32,768, which counts threads
+# (docs/SCALE.md); the servers still hold every node's file, and serve the
+# last wave with all of them stored.
 #
 #   bench/restart.sh [--clients LIST] [--wave W] [--size KIB] [--dir DIR]
 #     --clients: the node counts N, comma-separated (default 100,1000)
@@ -36,7 +37,7 @@ while [ $# -gt 0 ]; do
 	--wave) wave=$2; shift 2 ;;
 	--size) size=$2; shift 2 ;;
 	--dir) dir=$2; shift 2 ;;
-	-h|--help) sed -n '3,25p' "$0"; exit 0 ;;
+	-h|--help) sed -n '3,26p' "$0"; exit 0 ;;
 	*) echo "restart.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
