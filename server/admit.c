@@ -66,8 +66,17 @@ static struct admit_count *uid_count(struct admit *a, uint32_t uid)
 static void uid_count_drop(struct admit *a, uint32_t uid)
 {
 	struct admit_count *c = uid_count(a, uid);
-	if (--c->n)
+	if (c->n > 1) {
+		c->n--;
 		return;
+	}
+	/* Its last: out of users (the last one there takes its place), while
+	 * every probe still passes over it. */
+	uint32_t last = a->users[--a->nusers];
+	a->users[c->ix] = last;
+	if (last != uid)
+		uid_count(a, last)->ix = c->ix;
+	c->n = 0;
 	/* Emptied: the entries after it in its run move up where they may
 	 * (deletion without tombstones). */
 	size_t mask = a->counts_cap - 1, hole = (size_t)(c - a->counts);
@@ -93,9 +102,14 @@ static void enter(struct admit *a, int i, enum admit_state st)
 		return;
 	}
 	a->logged_in++;
-	uid_count(a, s->uid)->n++;
-	if (st == ADMIT_IDLE && s->fd >= 0)
-		list_append(a, &a->idle, i);
+	struct admit_count *c = uid_count(a, s->uid);
+	if (c->n++ == 0) {
+		c->ix = a->nusers;
+		a->users[a->nusers++] = s->uid;
+		c->working = (struct admit_list){-1, -1};
+	}
+	if (s->fd >= 0)
+		list_append(a, st == ADMIT_IDLE ? &a->idle : &c->working, i);
 }
 
 /* Slot i, not evicted, leaves its state: it counts no more. */
@@ -108,9 +122,9 @@ static void leave(struct admit *a, int i)
 		return;
 	}
 	a->logged_in--;
+	if (s->fd >= 0)
+		list_unlink(a, s->state == ADMIT_IDLE ? &a->idle : &uid_count(a, s->uid)->working, i);
 	uid_count_drop(a, s->uid);
-	if (s->state == ADMIT_IDLE && s->fd >= 0)
-		list_unlink(a, &a->idle, i);
 }
 
 int admit_init(struct admit *a, const struct admit_limits *l)
@@ -124,9 +138,11 @@ int admit_init(struct admit *a, const struct admit_limits *l)
 		a->counts_cap *= 2;
 	a->slots = calloc(a->nslots, sizeof(*a->slots));
 	a->counts = calloc(a->counts_cap, sizeof(*a->counts));
-	if (!a->slots || !a->counts) {
+	a->users = calloc(a->nslots, sizeof(*a->users));
+	if (!a->slots || !a->counts || !a->users) {
 		free(a->slots);
 		free(a->counts);
+		free(a->users);
 		return -ENOMEM;
 	}
 	a->free = a->handshakes = a->idle = (struct admit_list){-1, -1};
@@ -258,27 +274,18 @@ out:
  * the uid holding the most, when that uid holds more than one more than
  * the newcomer's (mine), so that each uid gets its share of the slots;
  * -1 otherwise. Its client sends its request again on a new connection.
- * (A scan, but only when every connection is at work at once.) */
+ * (It looks at each uid logged in, not at each connection.) */
 static int busiest_user_oldest(struct admit *a, unsigned mine)
 {
-	uint32_t uid = 0;
-	unsigned most = 0;
-	for (size_t h = 0; h < a->counts_cap; h++)
-		if (a->counts[h].n > most) {
-			most = a->counts[h].n;
-			uid = a->counts[h].uid;
-		}
-	if (most <= mine + 1)
-		return -1;
-	int best = -1;
-	for (unsigned i = 0; i < a->nslots; i++) {
-		const struct admit_slot *s = &a->slots[i];
-		if (s->state != ADMIT_WORKING || s->evicted || s->fd < 0 || s->uid != uid)
-			continue;
-		if (best < 0 || s->since_ms < a->slots[best].since_ms)
-			best = (int)i;
+	struct admit_count *most = NULL;
+	for (unsigned k = 0; k < a->nusers; k++) {
+		struct admit_count *c = uid_count(a, a->users[k]);
+		if (!most || c->n > most->n)
+			most = c;
 	}
-	return best;
+	if (!most || most->n <= mine + 1)
+		return -1;
+	return most->working.head;
 }
 
 /* Called with the lock held. Returns 0 or -EBUSY with why. */

@@ -47,8 +47,8 @@ struct admit_list {
 /* Admission of connections (admit.c). What a connection's arrival, login
  * and turns between idle and at work cost does not grow with the
  * connections held: counts are kept, the slots logging in (a few hundred at
- * most) and the idle ones are in lists oldest first, and the logged-in
- * ones are counted per uid. */
+ * most), the idle ones and each uid's ones at work are in lists oldest
+ * first, and the logged-in ones are counted per uid. */
 struct admit {
 	pthread_mutex_t lock;
 	struct admit_limits limits;
@@ -59,8 +59,12 @@ struct admit {
 	struct admit_count { /* logged-in connections per uid (n 0: empty) */
 		uint32_t uid;
 		unsigned n;
+		unsigned ix;               /* its place in users */
+		struct admit_list working; /* its evictable ones at work */
 	} *counts;
 	size_t counts_cap; /* a power of two */
+	uint32_t *users;   /* the uids logged in, in no order */
+	unsigned nusers;
 };
 
 int admit_init(struct admit *a, const struct admit_limits *l);
