@@ -1017,11 +1017,12 @@ static int rdma_take(struct stg_listener *sl, stg_admit_fn *admit, void *admit_a
 	}
 	if (!(r->ch = rdma_create_event_channel()) || set_nonblock(r->ch->fd) < 0 ||
 	    rdma_migrate_id(id, r->ch)) {
-		e = -errno;
+		stg_log_errno(STG_LOG_WARN, errno ? -errno : -EIO, "%s: cannot accept the RDMA "
+			      "connection", peer);
 		rdma_reject(id, NULL, 0);
 		rdma_destroy_id(id);
 		destroy(r);
-		return e;
+		return -ECONNABORTED;
 	}
 	r->id = id;
 	e = setup_verbs(r);
@@ -1043,13 +1044,13 @@ static int rdma_take(struct stg_listener *sl, stg_admit_fn *admit, void *admit_a
 			.rnr_retry_count = 7,
 		};
 		if (rdma_accept(id, &cp))
-			e = -errno;
+			e = errno ? -errno : -EIO;
 	}
 	if (e < 0) {
 		stg_log_errno(STG_LOG_WARN, e, "%s: cannot accept the RDMA connection", peer);
 		rdma_reject(id, NULL, 0);
 		destroy(r);
-		return e;
+		return -ECONNABORTED;
 	}
 	/* ESTABLISHED arrives on the connection's own channel: its first send
 	 * waits for it. */

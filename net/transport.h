@@ -43,8 +43,9 @@ struct stg_transport {
 	 * admit about it: refused, the peer is told so (BUSY) and -EBUSY
 	 * returned. Returns 0 with *ret the connection (operations of
 	 * timeout_ms each), -EAGAIN when none waits, -EPROTO for a peer not
-	 * speaking our protocol, or -errno: then a slot admit gave is the
-	 * caller's to give back. */
+	 * speaking our protocol, -ECONNABORTED for one that could not be set
+	 * up (logged), or another -errno, the listener's own failure: then a
+	 * slot admit gave is the caller's to give back. */
 	int (*accept)(struct stg_listener *l, stg_admit_fn *admit, void *arg, int timeout_ms,
 		      struct stg_conn *ret);
 

@@ -19,8 +19,8 @@
  * watch, have their turn. */
 #define BATCH 64
 
-/* Out of descriptors or memory: accepting again that much later, instead of
- * spinning on a connection it cannot take. */
+/* The listener failing (out of descriptors, say): accepting again that much
+ * later, instead of spinning on a connection it cannot take. */
 #define BACKOFF_MS 1000
 
 /* A stop signal that comes between its check and the wait is seen within. */
@@ -125,12 +125,10 @@ static int take(struct server *srv, struct stg_listener *l)
 			admit_release(&srv->admit, a.slot);
 		if (r == -EAGAIN)
 			return 0;
-		if (r == -EBUSY || r == -EPROTO)
+		if (r == -EBUSY || r == -EPROTO || r == -ECONNABORTED)
 			continue;
 		stg_log_errno(STG_LOG_ERROR, r, "%s: accept", l->t->name);
-		if (r == -EMFILE || r == -ENFILE || r == -ENOBUFS || r == -ENOMEM)
-			return BACKOFF_MS;
-		return 0;
+		return BACKOFF_MS;
 	}
 	return 0;
 }

@@ -12,8 +12,11 @@
  * login's second step). When every thread has been in a step for a while
  * and sessions are ready, the threads are blocked, not merely busy: the
  * listener (listen.c), which watches for that (loops_watch), starts one
- * more, and such a one ends after a while without work. When no thread can
- * be started, the ready sessions wait for the next free one.
+ * more; one beyond the base ends once another thread has been waiting all
+ * along for a while. When no thread can be started, the ready sessions
+ * wait for the next free one. A thread done with a session that has more
+ * to do takes in the ready ones first, so that every connection gets its
+ * turn.
  *
  * Only the thread that holds a session touches it. An event names its
  * session by admission slot and arming (never by pointer), and is taken
@@ -33,6 +36,7 @@
 #include "internal.h"
 #include "log.h"
 #include "thread.h"
+#include "transport.h"
 #include "util.h"
 
 #define NOT_WAITING SIZE_MAX
@@ -41,8 +45,12 @@
  * thread (none is shorter than a second) is late by no more. */
 #define MAX_WAIT_MS 200
 
-/* A thread beyond the base with nothing to do this long ends. */
+/* A thread beyond the base ends when one thread or more has been waiting
+ * all this time (one at a time). */
 #define IDLE_MS 10000
+
+/* Ready sessions taken from the set at once before a queued one runs. */
+#define TAKE_READY 16
 
 /* When every thread has been in its step this long, none has begun one
  * for as long, and sessions are ready, the threads are blocked (on the
@@ -69,6 +77,7 @@ struct loops {
 	struct session *head, *tail; /* steps to run, first come first */
 	unsigned threads, base, waiting; /* running, never ending, in epoll_wait */
 	int64_t last_start_ms; /* when a thread last began a step */
+	int64_t all_busy_ms;   /* when none was left waiting, or one ended */
 	bool watched;     /* the listener was told, and watches */
 	bool said_failed; /* a failure to start a thread is logged once */
 };
@@ -182,6 +191,8 @@ static struct session *pop(struct loops *l)
 static void began(struct loops *l, int64_t now)
 {
 	l->last_start_ms = now;
+	if (l->waiting == 0)
+		l->all_busy_ms = now;
 	if (l->waiting == 0 && !l->watched) {
 		l->watched = true;
 		uint64_t one = 1;
@@ -250,8 +261,15 @@ void loops_add(struct loops *l, struct session *s)
 	s->polled_fd = -1;
 	pthread_mutex_lock(&l->lock);
 	l->by_slot[s->slot] = s;
+	if (s->conn.t != &stg_tcp_transport) {
+		/* Over RDMA the first send waits for the connection to be
+		 * established: on a loop thread, not the listener's. */
+		push(l, s, true);
+		pthread_mutex_unlock(&l->lock);
+		return;
+	}
 	pthread_mutex_unlock(&l->lock);
-	/* The challenge goes out at once, from the listener (a new
+	/* The challenge goes out at once, from the listener (a new TCP
 	 * connection's send never waits): a crowd logging in from one address
 	 * answers it before newcomers of that address, silent, would take
 	 * their place (admit.c). */
@@ -291,16 +309,48 @@ static int wait_ms(struct loops *l, int64_t now)
 	return left < 0 ? 0 : left > MAX_WAIT_MS ? MAX_WAIT_MS : (int)left;
 }
 
+/* Called with the lock held: the wake event, taken: armed again. */
+static void rearm_wake(struct loops *l)
+{
+	uint64_t v;
+	if (read(l->wakefd, &v, sizeof(v)) < 0) {
+		/* (Nothing to take: another thread did.) */
+	}
+	struct epoll_event again = {.events = EPOLLIN | EPOLLONESHOT, .data.u64 = WAKE_EVENT};
+	if (epoll_ctl(l->epfd, EPOLL_CTL_MOD, l->wakefd, &again) < 0)
+		stg_log_errno(STG_LOG_ERROR, -errno, "cannot wait for the loop's wake event: "
+			      "queued requests wait up to %d ms", MAX_WAIT_MS);
+}
+
+/* Called with the lock held: the sessions ready in the set go to the
+ * queue behind those there, without waiting, so that sessions with more
+ * to do (SESSION_AGAIN) take turns with those that wait. */
+static void take_ready(struct loops *l)
+{
+	struct epoll_event evs[TAKE_READY];
+	int n = epoll_wait(l->epfd, evs, TAKE_READY, 0);
+	for (int i = 0; i < n; i++) {
+		if (evs[i].data.u64 == WAKE_EVENT) {
+			rearm_wake(l);
+			continue;
+		}
+		struct session *s = armed(l, evs[i].data.u64);
+		if (s)
+			push(l, s, false);
+	}
+}
+
 /* The next session whose step is to run, or NULL when this thread, one
- * beyond the base, has had nothing to do for IDLE_MS. */
+ * beyond the base, is not needed: another has been waiting all along for
+ * IDLE_MS. */
 static struct session *next_step(struct loops *l)
 {
-	int64_t idle_since = stg_monotonic_ms();
 	pthread_mutex_lock(&l->lock);
 	for (;;) {
 		int64_t now = stg_monotonic_ms();
 		expire(l, now);
 		if (l->head) {
+			take_ready(l);
 			began(l, now);
 			struct session *s = pop(l);
 			if (l->head)
@@ -308,8 +358,11 @@ static struct session *next_step(struct loops *l)
 			pthread_mutex_unlock(&l->lock);
 			return s;
 		}
-		if (l->threads > l->base && now - idle_since >= IDLE_MS) {
+		/* (Only while another waits: one of them ending unnoticed
+		 * while the rest are blocked would leave none to wait.) */
+		if (l->threads > l->base && l->waiting > 0 && now - l->all_busy_ms >= IDLE_MS) {
 			l->threads--;
+			l->all_busy_ms = now; /* the next one, if still not needed */
 			pthread_mutex_unlock(&l->lock);
 			return NULL;
 		}
@@ -321,13 +374,7 @@ static struct session *next_step(struct loops *l)
 		pthread_mutex_lock(&l->lock);
 		l->waiting--;
 		if (n == 1 && ev.data.u64 == WAKE_EVENT) {
-			uint64_t v;
-			if (read(l->wakefd, &v, sizeof(v)) < 0) {
-				/* (Nothing to take: another thread did.) */
-			}
-			struct epoll_event again = {.events = EPOLLIN | EPOLLONESHOT,
-						    .data.u64 = WAKE_EVENT};
-			epoll_ctl(l->epfd, EPOLL_CTL_MOD, l->wakefd, &again);
+			rearm_wake(l);
 			continue;
 		}
 		struct session *s = n == 1 ? armed(l, ev.data.u64) : NULL;
@@ -394,6 +441,7 @@ int loops_watch(struct loops *l)
 		if (l->head || poll(&p, 1, 0) == 1) {
 			start_thread(l);
 			l->last_start_ms = now; /* the next one, if this one blocks too */
+			l->all_busy_ms = now;
 		}
 		ms = STUCK_MS;
 	}

@@ -195,6 +195,18 @@ EOS
 	few_threads "${SRV_PID[0]}" "24 connections that do not read"
 }
 
+@test "connections that always have requests at hand take turns with the others: restores go on" {
+	SERVER_OPTS=()
+	staged 1 cluster.replicas=1
+	# as many as the server has threads, and more: each thread, done with
+	# one's turn, finds the next at hand (before, none ever waited for the
+	# other connections again)
+	attack flood $((2 * $(nproc))) --secret "$SECRET" --uid "$ATTACKER_UID"
+	restore_during "$((2 * $(nproc))) connections flooding requests"
+	stop_attacks
+	grep -q ", [1-9][0-9]* frames" "$T/attack0.out" || fail "$(cat "$T/attack0.out")"
+}
+
 # memory_attack MODE WHAT: 12 connections of abuse MODE against one server
 # while restores go on; the server's peak RSS stays under its bound:
 # docs/PROTOCOL.md, "Timeouts and limits": frame buffers and decoding hold

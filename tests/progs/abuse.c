@@ -20,12 +20,15 @@
  *   deaf       authenticates, sends STAT requests and never reads a reply,
  *              until the server stops taking them in (its replies back up),
  *              and stays
+ *   flood      authenticates and keeps 512 STAT requests in flight, reading
+ *              each reply as it comes and sending another: the server always
+ *              has more of its requests at hand
  *
  * --from binds the source address (127.0.0.2: another host on loopback).
  * --ready FILE is created once every connection has been tried once (for
  * oversized and bomb: once each has had a frame answered; for headers, once
  * each has sent its header; for deaf, once the server stopped taking in
- * each one's requests). */
+ * each one's requests; for flood, once each has its requests in flight). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -49,7 +52,7 @@
 /* The largest chunk object a frame may carry: refused only once received. */
 #define OVERSIZED_LEN (64u << 20)
 
-enum mode { PREAUTH, SLOWLORIS, IDLE, OVERSIZED, BOMB, HEADERS, DEAF };
+enum mode { PREAUTH, SLOWLORIS, IDLE, OVERSIZED, BOMB, HEADERS, DEAF, FLOOD };
 
 static enum mode mode;
 static struct sockaddr_in server, from;
@@ -121,6 +124,31 @@ static bool deafen(struct stg_conn *c)
 		atomic_fetch_add(&frames, 1);
 	}
 	return false;
+}
+
+/* Requests a flooding connection keeps in flight: always more than the
+ * server serves in a turn. */
+#define FLOOD_DEPTH 512
+
+/* Keeps FLOOD_DEPTH requests in flight until the server closes or we stop. */
+static void flood(struct stg_conn *c, bool *counted)
+{
+	struct stg_msg m = {.type = STG_MSG_STAT}, reply;
+	for (int i = 0; i < FLOOD_DEPTH; i++) {
+		m.tag++;
+		if (stg_conn_send_msg(c, &m) < 0)
+			return;
+	}
+	if (!*counted)
+		atomic_fetch_add(&tried, 1), *counted = true;
+	while (!atomic_load(&stop)) {
+		if (stg_conn_recv(c, STG_WIRE_MAX_BODY, &reply) < 0)
+			return;
+		atomic_fetch_add(&frames, 1);
+		m.tag++;
+		if (stg_conn_send_msg(c, &m) < 0)
+			return;
+	}
 }
 
 /* Sends bytes one a second until done, the server closes, or we stop. */
@@ -234,7 +262,7 @@ static void *attacker(void *arg)
 			struct stg_conn c;
 			r = login(&c);
 			if (!counted && (r == 0 || r == -EBUSY) && mode != OVERSIZED &&
-			    mode != BOMB && mode != HEADERS && mode != DEAF)
+			    mode != BOMB && mode != HEADERS && mode != DEAF && mode != FLOOD)
 				atomic_fetch_add(&tried, 1), counted = true;
 			if (r == -EBUSY)
 				atomic_fetch_add(&refused, 1);
@@ -275,6 +303,8 @@ static void *attacker(void *arg)
 							atomic_fetch_add(&tried, 1), counted = true;
 						hold(c.fd);
 					}
+				} else if (mode == FLOOD) {
+					flood(&c, &counted);
 				} else if (mode == DEAF) {
 					if (deafen(&c)) {
 						if (!counted)
@@ -295,7 +325,7 @@ static void *attacker(void *arg)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: abuse preauth|slowloris|idle|oversized|bomb|headers|deaf HOST:PORT N [--from ADDR] "
+	fprintf(stderr, "usage: abuse preauth|slowloris|idle|oversized|bomb|headers|deaf|flood HOST:PORT N [--from ADDR] "
 			"[--secret F --uid U] [--ready FILE]\n");
 	exit(2);
 }
@@ -305,9 +335,9 @@ int main(int argc, char **argv)
 	if (argc < 4)
 		usage();
 	const char *modes[] = {"preauth", "slowloris", "idle", "oversized", "bomb", "headers",
-			       "deaf"};
+			       "deaf", "flood"};
 	mode = (enum mode)-1;
-	for (int i = 0; i < 7; i++)
+	for (int i = 0; i < 8; i++)
 		if (strcmp(argv[1], modes[i]) == 0)
 			mode = (enum mode)i;
 	char host[64], port[16];
