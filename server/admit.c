@@ -152,6 +152,14 @@ int admit_init(struct admit *a, const struct admit_limits *l)
 	return 0;
 }
 
+void admit_free(struct admit *a)
+{
+	free(a->slots);
+	free(a->counts);
+	free(a->users);
+	pthread_mutex_destroy(&a->lock);
+}
+
 /* Slots logging in (evicted ones not counted) from addr. */
 static unsigned logging_in_from(const struct admit *a, const char *addr)
 {

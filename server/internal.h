@@ -69,6 +69,9 @@ struct admit {
 
 int admit_init(struct admit *a, const struct admit_limits *l);
 
+/* Frees what admit_init took (the server keeps its admission for good). */
+void admit_free(struct admit *a);
+
 /* A slot for a new connection from addr (fd, or -1 over RDMA), logging in.
  * Returns the slot, or -EBUSY with the reason in why. */
 int admit_accept(struct admit *a, const char *addr, int fd, char *why, size_t whylen);

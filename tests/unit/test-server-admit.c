@@ -98,6 +98,7 @@ static void busiest_user_gives_way(void)
 		close(fds[k][0]);
 		close(fds[k][1]);
 	}
+	admit_free(&a);
 }
 
 /* Many users logging in and out in turn: the count of users, and each
@@ -135,6 +136,7 @@ static void users_come_and_go(void)
 		close(fd[k][0]);
 		close(fd[k][1]);
 	}
+	admit_free(&a);
 }
 
 int main(void)
