@@ -46,7 +46,7 @@
 #define MAX_WAIT_MS 200
 
 /* A thread beyond the base ends when one thread or more has been waiting
- * all this time (one at a time). */
+ * all this time. */
 #define IDLE_MS 10000
 
 /* Ready sessions taken from the set at once before a queued one runs. */
@@ -362,7 +362,6 @@ static struct session *next_step(struct loops *l)
 		 * while the rest are blocked would leave none to wait.) */
 		if (l->threads > l->base && l->waiting > 0 && now - l->all_busy_ms >= IDLE_MS) {
 			l->threads--;
-			l->all_busy_ms = now; /* the next one, if still not needed */
 			pthread_mutex_unlock(&l->lock);
 			return NULL;
 		}
