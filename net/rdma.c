@@ -1008,12 +1008,14 @@ static int rdma_take(struct stg_listener *sl, stg_admit_fn *admit, void *admit_a
 	/* No descriptor to evict it by: an RDMA connection closes itself. */
 	int slot = e < 0 ? -1 : admit(admit_arg, h, peer, -1, why, sizeof(why));
 	if (slot < 0) {
-		if (e < 0)
+		if (e == -ENOMEM)
+			stg_log(STG_LOG_WARN, "%s: refused: out of memory", peer);
+		else if (e < 0)
 			stg_log(STG_LOG_WARN, "%s: refused: not a stagehand RDMA client", peer);
 		rdma_reject(id, NULL, 0);
 		rdma_destroy_id(id);
 		free(r);
-		return e < 0 ? e : -EBUSY;
+		return e == -ENOMEM ? -ECONNABORTED : e < 0 ? e : -EBUSY;
 	}
 	if (!(r->ch = rdma_create_event_channel()) || set_nonblock(r->ch->fd) < 0 ||
 	    rdma_migrate_id(id, r->ch)) {
