@@ -76,13 +76,20 @@ int stg_catalog_lock(struct stg_cache *c, const char *path, bool create,
 		close(fd);
 		return r;
 	}
-	if (create && faccessat(fd, PATH_FILE, F_OK, 0) < 0) {
-		int r = stg_write_file_atomic(fd, PATH_FILE, path, strlen(path), false);
+	bool created = false;
+	char held[PATH_MAX];
+	int pr = create ? stg_catalog_read_path(fd, held, sizeof(held)) : 0;
+	/* Missing, or left empty by a power cut before it reached the disk:
+	 * written now (the entry's name is the hash of this path). */
+	if (pr == -ENOENT || pr == -ENODATA) {
+		int r = stg_write_file_atomic(fd, PATH_FILE, path, strlen(path), STG_WRITE_ORDERED);
 		if (r < 0) {
 			close(fd);
 			return r;
 		}
+		created = true;
 	}
+	ret->created = created;
 	ret->cache = c;
 	ret->dirfd = fd;
 	memcpy(ret->id, id, sizeof(id));
@@ -168,7 +175,18 @@ static int write_tombstone(int filedirfd, const struct stg_tombstone *t, bool sy
 {
 	uint8_t buf[STG_TOMBSTONE_SIZE];
 	stg_tombstone_encode(t, buf);
-	return stg_write_file_atomic(filedirfd, TOMBSTONE_FILE, buf, sizeof(buf), sync);
+	return stg_write_file_atomic(filedirfd, TOMBSTONE_FILE, buf, sizeof(buf),
+				     sync ? STG_WRITE_SYNCED : STG_WRITE_ORDERED);
+}
+
+/* The entry's name in files/: its `path` file was written ordered and the
+ * publish syncs the entry's own directory. */
+static int sync_entry(struct stg_catalog_file *f)
+{
+	if (f->cache && fsync(f->cache->files_fd) < 0)
+		return -errno;
+	f->created = false;
+	return 0;
 }
 
 int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
@@ -189,9 +207,21 @@ int stg_catalog_publish(struct stg_catalog_file *f, const char *path,
 	if (!buf)
 		return -ENOMEM;
 	stg_manifest_encode(m, buf);
+	/* A durable manifest in an entry whose path is not would be refused
+	 * whole after a power cut: the entry's name goes to disk first, once. */
+	if (sync && f->created) {
+		r = sync_entry(f);
+		if (r < 0) {
+			free(buf);
+			return r;
+		}
+	}
 	char name[40];
 	stg_catalog_manifest_name(m->version, name);
-	r = stg_write_file_atomic(f->dirfd, name, buf, len, sync);
+	/* Not synced (async): still ordered, so that a power cut never leaves
+	 * an older version's manifest empty under a newer one's. */
+	r = stg_write_file_atomic(f->dirfd, name, buf, len,
+				  sync ? STG_WRITE_SYNCED : STG_WRITE_ORDERED);
 	free(buf);
 	if (r < 0)
 		return r;
@@ -298,7 +328,7 @@ int stg_catalog_note_seen(struct stg_cache *c, const char *path, uint64_t id)
 	if (id > read_seen(f.dirfd)) {
 		char buf[32];
 		int n = snprintf(buf, sizeof(buf), "%" PRIu64, id);
-		r = stg_write_file_atomic(f.dirfd, SEEN_FILE, buf, (size_t)n, false);
+		r = stg_write_file_atomic(f.dirfd, SEEN_FILE, buf, (size_t)n, STG_WRITE_ORDERED);
 	}
 	stg_catalog_unlock(&f);
 	return r;
@@ -519,7 +549,8 @@ int stg_catalog_delete(struct stg_catalog_file *f, const struct stg_tombstone *t
 	 * deletion to this stagehand, which reads the tombstone. */
 	int r = write_tombstone(f->dirfd, &now, sync);
 	if (r == 0 && newest_version(f->dirfd) <= now.upto)
-		r = stg_write_file_atomic(f->dirfd, DELETED_FILE, "", 0, sync);
+		r = stg_write_file_atomic(f->dirfd, DELETED_FILE, "", 0,
+					  sync ? STG_WRITE_SYNCED : STG_WRITE_ORDERED);
 	if (r == 0 && sync && fsync(f->dirfd) < 0)
 		r = -errno;
 	/* Queued after, as a version is: shipped once the versions are. */
@@ -537,6 +568,12 @@ int stg_catalog_read_path(int filedirfd, char *out, size_t outlen)
 	int r = stg_read_file(filedirfd, PATH_FILE, PATH_MAX, &data, &len);
 	if (r < 0)
 		return r;
+	/* Empty: written but never synced when the power went (its first
+	 * durable version syncs it), not damage. */
+	if (len == 0) {
+		free(data);
+		return -ENODATA;
+	}
 	/* A restore writes where this says: nothing but a normalized,
 	 * absolute path (no ".." to climb out of --to, no NUL) is one. */
 	if (len >= outlen || !stg_path_valid((const char *)data, len)) {
@@ -626,8 +663,9 @@ int stg_catalog_scan(struct stg_cache *c, int (*fn)(void *arg, const char *path,
 			/* An entry whose path does not hash to its name is a leftover. */
 			if (strcmp(id, de->d_name) == 0)
 				r = fn(arg, path, ffd);
-		} else if (pr != -ENOENT && bad) {
-			/* (without a path file: one being created, or a leftover) */
+		} else if (pr != -ENOENT && pr != -ENODATA && bad) {
+			/* (without a path file: one being created, or a leftover;
+			 * with an empty one: one whose creation a power cut undid) */
 			bad(arg, de->d_name, pr);
 		}
 		close(ffd);
@@ -931,7 +969,7 @@ int stg_catalog_remint(struct stg_cache *c, const char *path, uint64_t old, uint
 	char name[40];
 	stg_catalog_manifest_name(id, name);
 	if (!written)
-		r = stg_write_file_atomic(f.dirfd, name, buf, len, true);
+		r = stg_write_file_atomic(f.dirfd, name, buf, len, STG_WRITE_SYNCED);
 	if (r == 0 && fsync(f.dirfd) < 0)
 		r = -errno;
 	/* The new id is durable before the old one goes (a crash in between

@@ -16,6 +16,9 @@ struct stg_catalog_file {
 	struct stg_cache *cache;
 	int dirfd;
 	char id[STG_HASH_HEX_LEN + 1];
+	/* This lock wrote the entry's `path` file: the entry's name in files/
+	 * is not durable until a synced publish makes it so. */
+	bool created;
 };
 
 /* The file id of a path: XXH3-128 of its absolute, normalized text, in hex. */

@@ -207,7 +207,7 @@ int stg_index_rewrite(struct stg_cache *c, const struct stg_manifest_entry *entr
 		size_t len = encode_run(v, n, &i, buf, name);
 		live[bucket_of(name)] = true;
 		if (!bucket_is(c, name, buf, len))
-			r = stg_write_file_atomic(c->index_fd, name, buf, len, false);
+			r = stg_write_file_atomic(c->index_fd, name, buf, len, STG_WRITE_CACHED);
 	}
 	/* Buckets with no live record go, and what a crash left. */
 	DIR *d = r == 0 ? stg_opendir_at(c->index_fd, ".") : NULL;

@@ -159,7 +159,7 @@ int stg_node_stats_write_state(struct stg_cache *c, const struct stg_node_stats 
 		free(buf);
 		return -ENOMEM;
 	}
-	int r = stg_write_file_atomic(c->dirfd, "flusher.state", buf, len, false);
+	int r = stg_write_file_atomic(c->dirfd, "flusher.state", buf, len, STG_WRITE_CACHED);
 	free(buf);
 	return r;
 }

@@ -119,7 +119,7 @@ int stg_pending_write(struct stg_cache *c, int shadowfd, const struct stg_pendin
 			return r;
 		}
 	}
-	int r = stg_write_file_atomic(c->tmp_fd, record, buf, (size_t)len, true);
+	int r = stg_write_file_atomic(c->tmp_fd, record, buf, (size_t)len, STG_WRITE_SYNCED);
 	/* Both names durable: the record's rename and the content's link. (A
 	 * content left without its record is collected.) */
 	if (r == 0 && fsync(c->tmp_fd) < 0)

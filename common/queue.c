@@ -126,7 +126,7 @@ int stg_queue_mark(int filedirfd, uint64_t version, const char *servers)
 {
 	char name[40];
 	mark_name(version, name);
-	return stg_write_file_atomic(filedirfd, name, servers, strlen(servers), false);
+	return stg_write_file_atomic(filedirfd, name, servers, strlen(servers), STG_WRITE_ORDERED);
 }
 
 int stg_queue_read_mark(int filedirfd, uint64_t version, char *servers, size_t len)

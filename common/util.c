@@ -191,7 +191,8 @@ int stg_fsync_dir(int dirfd, const char *path)
 	return r;
 }
 
-int stg_write_file_atomic(int dirfd, const char *name, const void *data, size_t len, bool sync)
+int stg_write_file_atomic(int dirfd, const char *name, const void *data, size_t len,
+			  enum stg_write_mode mode)
 {
 	/* The temporary name is unpredictable, so that nobody who may write to
 	 * the directory can block us by planting it. (Cleanups find leftovers
@@ -212,7 +213,15 @@ int stg_write_file_atomic(int dirfd, const char *name, const void *data, size_t 
 	if (fd < 0)
 		return -EEXIST;
 	int r = stg_write_all(fd, data, len);
-	if (r == 0 && sync && fsync(fd) < 0)
+	if (r == 0 && mode == STG_WRITE_SYNCED && fsync(fd) < 0)
+		r = -errno;
+	/* Written back and waited for: the blocks allocated and the size set
+	 * in the journal before the rename is (no disk flush: the journal's
+	 * next commit makes both durable together). */
+	if (r == 0 && mode == STG_WRITE_ORDERED &&
+	    sync_file_range(fd, 0, 0,
+			    SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+				    SYNC_FILE_RANGE_WAIT_AFTER) < 0)
 		r = -errno;
 	if (close(fd) < 0 && r == 0)
 		r = -errno;
@@ -254,7 +263,7 @@ int stg_format_write(int dirfd, const char *kind, unsigned version)
 {
 	char text[64];
 	int n = snprintf(text, sizeof(text), "%s %u\n", kind, version);
-	int r = stg_write_file_atomic(dirfd, FORMAT_FILE, text, (size_t)n, true);
+	int r = stg_write_file_atomic(dirfd, FORMAT_FILE, text, (size_t)n, STG_WRITE_SYNCED);
 	if (r == 0 && fsync(dirfd) < 0)
 		r = -errno;
 	return r;

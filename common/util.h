@@ -80,9 +80,25 @@ int stg_flock(int fd, int op);
 /* fsync()s the directory at path (relative to dirfd). Returns 0 or -errno. */
 int stg_fsync_dir(int dirfd, const char *path);
 
+/* How far stg_write_file_atomic takes the data before its rename. */
+enum stg_write_mode {
+	/* Nothing waited for: after a power cut the new name may be there,
+	 * empty (for files that are rewritten whole when wrong). */
+	STG_WRITE_CACHED,
+	/* The data written to the disk and waited for, without a flush: on a
+	 * journaling file system (ext4, XFS) the rename reaches the disk after
+	 * it, so a power cut leaves the old content or the new, whole, and such
+	 * files in the order they were written (tests/crash/). */
+	STG_WRITE_ORDERED,
+	/* fsync'ed: durable once the caller fsyncs the directory. */
+	STG_WRITE_SYNCED,
+};
+
 /* Writes data to dirfd/name atomically: a temporary file of an unpredictable
- * name (name.tmp.<random>), optional fsync, rename. Returns 0 or -errno. */
-int stg_write_file_atomic(int dirfd, const char *name, const void *data, size_t len, bool sync);
+ * name (name.tmp.<random>), written as mode says, renamed. Returns 0 or
+ * -errno. */
+int stg_write_file_atomic(int dirfd, const char *name, const void *data, size_t len,
+			  enum stg_write_mode mode);
 
 /* Reads dirfd/name whole into a malloc'ed buffer, refusing files over max bytes
  * (-EFBIG). Returns 0 or -errno. */

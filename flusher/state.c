@@ -73,7 +73,7 @@ static void metrics_write(struct flusher *fl, struct stg_node_stats *st)
 	if (r == 0 && dirfd < 0)
 		r = -errno;
 	if (r == 0)
-		r = stg_write_file_atomic(dirfd, strrchr(file, '/') + 1, buf, len, false);
+		r = stg_write_file_atomic(dirfd, strrchr(file, '/') + 1, buf, len, STG_WRITE_CACHED);
 	if (dirfd >= 0)
 		close(dirfd);
 	free(buf);

@@ -239,7 +239,7 @@ static int open_file(struct stg_files *f, uint32_t uid, const char *path, bool c
 	} while (st.st_nlink == 0);
 	r = same_path(fd, path);
 	if (r == -ENOENT && create) {
-		r = stg_write_file_atomic(fd, PATH_FILE, path, strlen(path), true);
+		r = stg_write_file_atomic(fd, PATH_FILE, path, strlen(path), STG_WRITE_SYNCED);
 		if (r == 0 && fsync(fd) < 0)
 			r = -errno;
 		if (r == 0)
@@ -349,7 +349,7 @@ static int put_held(int filedirfd, uint64_t version, const uint8_t *mf, size_t l
 	stg_heldmap_encode(version, nchunks, held, buf);
 	char name[40];
 	held_name(version, name);
-	r = stg_write_file_atomic(filedirfd, name, buf, n, true);
+	r = stg_write_file_atomic(filedirfd, name, buf, n, STG_WRITE_SYNCED);
 	free(buf);
 	return r;
 }
@@ -474,7 +474,7 @@ int stg_files_put(struct stg_files *f, uint32_t uid, const char *path, const uin
 	r = put_held(fd, version, mf, len, held);
 	bool held_written = r == 0;
 	if (r == 0)
-		r = stg_write_file_atomic(fd, name, mf, len, true);
+		r = stg_write_file_atomic(fd, name, mf, len, STG_WRITE_SYNCED);
 	if (r == 0 && fsync(fd) < 0)
 		r = -errno;
 	/* What counts is what is on disk now, even after a failure: the new
@@ -530,7 +530,7 @@ int stg_files_delete(struct stg_files *f, uint32_t uid, const char *path,
 		now = stg_tombstone_merge(&held, t);
 	uint8_t buf[STG_TOMBSTONE_SIZE];
 	stg_tombstone_encode(&now, buf);
-	int r = stg_write_file_atomic(fd, DELETED_FILE, buf, sizeof(buf), true);
+	int r = stg_write_file_atomic(fd, DELETED_FILE, buf, sizeof(buf), STG_WRITE_SYNCED);
 	if (r == 0 && fsync(fd) < 0)
 		r = -errno;
 	/* Without it in the heap, the next start finds it again. */
@@ -1097,7 +1097,7 @@ static int save_uid(void *arg, uint32_t uid, int ufd)
 	if (r == 0) {
 		char name[24];
 		pathfile_name(uid, name);
-		r = stg_write_file_atomic(f->fd, name, buf, len, true);
+		r = stg_write_file_atomic(f->fd, name, buf, len, STG_WRITE_SYNCED);
 	}
 	free(buf);
 	free(p);

@@ -121,7 +121,7 @@ static int write_metrics(struct server *srv, bool up)
 	if (r == 0 && dirfd < 0)
 		r = -errno;
 	if (r == 0)
-		r = stg_write_file_atomic(dirfd, name, buf, len, false);
+		r = stg_write_file_atomic(dirfd, name, buf, len, STG_WRITE_CACHED);
 	if (dirfd >= 0)
 		close(dirfd);
 	free(buf);

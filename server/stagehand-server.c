@@ -244,7 +244,7 @@ int main(int argc, char **argv)
 	if (o.port_file) {
 		char text[16];
 		int n = snprintf(text, sizeof(text), "%d\n", srv.listeners[0]->port);
-		if (stg_write_file_atomic(AT_FDCWD, o.port_file, text, (size_t)n, false) < 0) {
+		if (stg_write_file_atomic(AT_FDCWD, o.port_file, text, (size_t)n, STG_WRITE_CACHED) < 0) {
 			stg_log(STG_LOG_ERROR, "cannot write the port file '%s'", o.port_file);
 			return 1;
 		}

@@ -62,7 +62,7 @@ static void set_format(struct stg_cache *c, const char *path, uint16_t format, b
 	CHECK_EQ(stg_read_file(f.dirfd, name, 1 << 20, &mf, &len), 0);
 	stg_put_le16(mf + 4, format);
 	stg_put_le64(mf + len - 8, stg_hash64(mf, len - 8) ^ damaged);
-	CHECK_EQ(stg_write_file_atomic(f.dirfd, name, mf, len, false), 0);
+	CHECK_EQ(stg_write_file_atomic(f.dirfd, name, mf, len, STG_WRITE_CACHED), 0);
 	free(mf);
 	stg_catalog_unlock(&f);
 }

@@ -228,7 +228,7 @@ static void settling(void)
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 	CHECK(stg_pending_settle(c, P, &rule) > 0);
 	CHECK_EQ(versions(c), 2);
-	CHECK_EQ(stg_write_file_atomic(c->tmp_fd, name, saved, len, false), 0);
+	CHECK_EQ(stg_write_file_atomic(c->tmp_fd, name, saved, len, STG_WRITE_CACHED), 0);
 	CHECK_EQ(linkat(AT_FDCWD, link, c->tmp_fd, content, AT_SYMLINK_FOLLOW), 0);
 	CHECK_EQ(stg_pending_settle(c, P, &rule), 0);
 	CHECK_EQ(versions(c), 2);
@@ -320,7 +320,7 @@ static void settling(void)
 	close(fd);
 	CHECK_EQ(stg_read_file(c->tmp_fd, name, STG_PENDING_MAX, &saved, &len), 0);
 	saved[10] ^= 1;
-	CHECK_EQ(stg_write_file_atomic(c->tmp_fd, name, saved, len, false), 0);
+	CHECK_EQ(stg_write_file_atomic(c->tmp_fd, name, saved, len, STG_WRITE_CACHED), 0);
 	free(saved);
 	CHECK_EQ(stg_pending_settle(c, P, &rule), -EBADMSG);
 	CHECK_EQ(pending_files(c), 2);
