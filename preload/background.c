@@ -73,6 +73,7 @@ struct spawn {
 	const char *exe;
 	char **argv;
 	int shadow, done_w, in, err; /* shadow: any descriptor, for the helper's 3 */
+	int lock; /* the path's open lock for the helper's 5, or -1 */
 	char *helper_stack; /* the top of the helper's stack until it execs */
 	int failed; /* the helper could not be started */
 };
@@ -99,21 +100,26 @@ static int helper_main(void *arg)
 	/* Out of the way first: a source may sit where another one goes (the
 	 * shadow at 4, /dev/null at 3), and dup2 onto itself would keep its
 	 * close-on-exec flag. */
-	long shadow = -1, done_w = -1;
+	long shadow = -1, done_w = -1, lock = -1;
 	if (sp->shadow >= 0) {
 		shadow = real_syscall(SYS_fcntl, sp->shadow, F_DUPFD, 10);
 		done_w = real_syscall(SYS_fcntl, sp->done_w, F_DUPFD, 10);
 	}
+	if (sp->lock >= 0)
+		lock = real_syscall(SYS_fcntl, sp->lock, F_DUPFD, 10);
 	long in = real_syscall(SYS_fcntl, sp->in, F_DUPFD, 10);
 	long err = real_syscall(SYS_fcntl, sp->err, F_DUPFD, 10);
 	if (sp->shadow >= 0) {
 		real_syscall(SYS_dup2, shadow, 3);
 		real_syscall(SYS_dup2, done_w, 4);
 	}
+	/* The lock's description, shared: held until the helper exits. */
+	if (lock >= 0)
+		real_syscall(SYS_dup2, lock, 5);
 	real_syscall(SYS_dup2, in, 0);
 	real_syscall(SYS_dup2, in, 1);
 	real_syscall(SYS_dup2, err, 2);
-	real_syscall(SYS_close_range, sp->shadow >= 0 ? 5 : 3, ~0u, 0);
+	real_syscall(SYS_close_range, lock >= 0 ? 6 : sp->shadow >= 0 ? 5 : 3, ~0u, 0);
 	real_syscall(SYS_execve, sp->exe, sp->argv, environ);
 	real_syscall(SYS_exit_group, 127);
 	return 0;
@@ -219,10 +225,13 @@ static int open_log(const char *name)
 	return real_open(lf && *lf ? lf : own, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
 }
 
-/* Starts the helper with argv, handing it fd3 as its descriptor 3; with
- * track, remembers it for background_wait(path) (which costs this process a
- * descriptor until then). Returns 0 or -errno (not started). */
-static int hand_off(const char *exe, char **argv, int fd3, const char *path, bool track)
+/* Starts the helper with argv, handing it fd3 as its descriptor 3 and, when
+ * not -1, lock (the path's open lock, which it then holds until it exits) as
+ * its 5; with track, remembers it for background_wait(path) (which costs
+ * this process a descriptor until then). Returns 0 or -errno (not
+ * started). */
+static int hand_off(const char *exe, char **argv, int fd3, int lock, const char *path,
+		    bool track)
 {
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
@@ -232,7 +241,7 @@ static int hand_off(const char *exe, char **argv, int fd3, const char *path, boo
 	if (err < 0 && in >= 0)
 		err = real_fcntl(in, F_DUPFD_CLOEXEC, 0);
 	struct spawn sp = {.exe = exe, .argv = argv, .shadow = fd3, .done_w = p[1], .in = in,
-			   .err = err};
+			   .err = err, .lock = lock};
 	int r = in < 0 || err < 0 ? -EIO : spawn_detached(&sp);
 	if (in >= 0)
 		real_close(in);
@@ -282,7 +291,9 @@ int background_commit(struct session *s, int fd, uint32_t mode, int64_t mtime_ns
 	snprintf(ssince, sizeof(ssince), "%lld", (long long)since);
 	char *argv[] = {"stagehand", "__commit", s->path, smode, smtime,
 			replaces || since > 0 ? sreplaces : NULL, since > 0 ? ssince : NULL, NULL};
-	int r = hand_off(exe, argv, rfd, s->path, true);
+	/* It keeps the path's open lock until the version is published: a
+	 * later version, from any process, opens after it and is newer. */
+	int r = hand_off(exe, argv, rfd, s->commit_lock, s->path, true);
 	real_close(rfd);
 	if (r == 0)
 		shim_log(STG_LOG_DEBUG, "committing '%s' in the background", s->path);
@@ -296,7 +307,7 @@ int background_pack(struct session *s, int lockfd)
 		return -ENOSYS;
 	char *argv[] = {"stagehand", "__commit", "--pending", s->path, NULL};
 	/* Untracked: waiting for it is waiting for the lock. */
-	int r = hand_off(exe, argv, lockfd, s->path, false);
+	int r = hand_off(exe, argv, lockfd, -1, s->path, false);
 	if (r == 0)
 		shim_log(STG_LOG_DEBUG, "packing '%s' in the background", s->path);
 	return r;

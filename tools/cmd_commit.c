@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* stagehand __commit: the shim's background committer (not for people).
- * With durability = async, it gets the shadow file on descriptor 3 and a pipe
+ * With durability = async, it gets the shadow file on descriptor 3, a pipe
  * on 4 whose closing tells the application's process that the version is
- * there; OPEN_VERSION is the version an fsync of the same writing published,
+ * there, and on 5 the path's open lock, held until it exits; OPEN_VERSION is the version an fsync of the same writing published,
  * which the new one supersedes. With --pending PATH, it packs PATH's pending
  * commit (common/pending.h): descriptor 3 holds the path's open lock, taken
  * for it by the closing process, until it exits. */
