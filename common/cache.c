@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hash.h"
 #include "util.h"
 
 #define FORMAT_KIND "stagehand-cache"
@@ -131,6 +132,58 @@ const char *stg_cache_strerror(int r)
 	}
 }
 
+int stg_cache_lock_packs(struct stg_cache *c, int op)
+{
+	int fd = openat(c->dirfd, "gc.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	int r = stg_flock(fd, op);
+	if (r < 0) {
+		close(fd);
+		return r == -EWOULDBLOCK ? -EAGAIN : r;
+	}
+	return fd;
+}
+
+/* The file system instance the cache is on (this boot, this mount): `usage`
+ * is updated in place, unsynced, and a power cut (a new boot, a new mount)
+ * may leave it short of the packs that reached the disk. 0: unknown. */
+static uint64_t mount_stamp(int dirfd)
+{
+	struct statx stx;
+	if (statx(dirfd, "", AT_EMPTY_PATH, STATX_MNT_ID, &stx) < 0 || !(stx.stx_mask & STATX_MNT_ID))
+		return 0;
+	char boot[40] = "";
+	int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t n = read(fd, boot, sizeof(boot) - 1);
+		boot[n > 0 ? n : 0] = '\0';
+		close(fd);
+	}
+	char text[80];
+	int n = snprintf(text, sizeof(text), "%s %llu", boot, (unsigned long long)stx.stx_mnt_id);
+	return stg_hash64(text, (size_t)n) | 1;
+}
+
+/* The first opener after a mount counts the packs again, unless a version
+ * is being built (gc.lock held; the collection that follows its commit, or
+ * the next opener, counts them). */
+static void recount_after_mount(struct stg_cache *c)
+{
+	uint64_t stamp = mount_stamp(c->dirfd);
+	uint8_t b[8];
+	if (!stamp || (pread(c->usage_fd, b, sizeof(b), 8) == (ssize_t)sizeof(b) &&
+		       stg_get_le64(b) == stamp))
+		return;
+	int lk = stg_cache_lock_packs(c, LOCK_EX | LOCK_NB);
+	if (lk < 0)
+		return;
+	uint64_t n, bytes;
+	stg_cache_count_packs(c, &n, &bytes);
+	stg_cache_set_usage(c, bytes);
+	close(lk);
+}
+
 int stg_cache_open(const char *dir, struct stg_cache **ret_cache)
 {
 	int r = stg_mkdir_p(dir, 0700);
@@ -175,6 +228,7 @@ int stg_cache_open(const char *dir, struct stg_cache **ret_cache)
 		r = -errno;
 		goto out_free;
 	}
+	recount_after_mount(c);
 	*ret_cache = c;
 	return 0;
 out_free:
@@ -260,7 +314,18 @@ int stg_cache_set_usage(struct stg_cache *c, uint64_t bytes)
 {
 	uint64_t old;
 	int r = lock_usage(c, &old);
-	return r < 0 ? r : store_usage(c, bytes);
+	if (r < 0)
+		return r;
+	/* After the count, 8 bytes an older stagehand does not read: the mount
+	 * this count is exact for (recount_after_mount). */
+	uint8_t b[8];
+	stg_put_le64(b, mount_stamp(c->dirfd));
+	if (pwrite(c->usage_fd, b, sizeof(b), 8) != (ssize_t)sizeof(b)) {
+		flock(c->usage_fd, LOCK_UN);
+		pthread_mutex_unlock(&usage_mutex);
+		return -EIO;
+	}
+	return store_usage(c, bytes);
 }
 
 void stg_cache_hold_name(dev_t dev, ino_t ino, char out[64])

@@ -63,8 +63,15 @@ void stg_cache_reserve_undo(struct stg_cache *c, uint64_t bytes);
 /* Bytes of packs in the cache, as accounted. */
 uint64_t stg_cache_usage(struct stg_cache *c);
 
-/* Replaces the accounted usage (the collector counts it exactly). */
+/* Replaces the accounted usage with an exact count (the collector's, made
+ * with gc.lock held exclusively), exact as of this mount of the cache's
+ * file system. Returns 0 or -errno. */
 int stg_cache_set_usage(struct stg_cache *c, uint64_t bytes);
+
+/* Opens gc.lock and takes it (op: LOCK_SH while a version is built and
+ * while restoring, LOCK_EX to collect; | LOCK_NB). Returns the descriptor,
+ * closed to let go, or -errno (-EAGAIN: held, with LOCK_NB). */
+int stg_cache_lock_packs(struct stg_cache *c, int op);
 
 /* Bytes and number of the pack files, counted on disk. */
 void stg_cache_count_packs(struct stg_cache *c, uint64_t *ret_packs, uint64_t *ret_bytes);

@@ -22,29 +22,14 @@
 #include "pack.h"
 #include "util.h"
 
-#define LOCK_FILE "gc.lock"
 /* Compaction: only packs of at least this size, at most this much copied per
  * collection (it runs in the close() that pruned a version). */
 #define STG_COMPACT_MIN (1ull << 20)
 #define STG_COMPACT_BUDGET (256ull << 20)
 
-static int open_lock(struct stg_cache *c)
-{
-	int fd = openat(c->dirfd, LOCK_FILE, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	return fd < 0 ? -errno : fd;
-}
-
 int stg_gc_pin(struct stg_cache *c)
 {
-	int fd = open_lock(c);
-	if (fd < 0)
-		return fd;
-	int r = stg_flock(fd, LOCK_SH);
-	if (r < 0) {
-		close(fd);
-		return r;
-	}
-	return fd;
+	return stg_cache_lock_packs(c, LOCK_SH);
 }
 
 void stg_gc_unpin(int pinfd)
@@ -425,14 +410,9 @@ static void remove_pack(struct stg_cache *c, uint64_t id)
 int stg_gc_collect(struct stg_cache *c, int wait, struct stg_gc_result *ret)
 {
 	struct stg_gc_result res = {0};
-	int lockfd = open_lock(c);
+	int lockfd = stg_cache_lock_packs(c, LOCK_EX | (wait ? 0 : LOCK_NB));
 	if (lockfd < 0)
 		return lockfd;
-	int locked = stg_flock(lockfd, LOCK_EX | (wait ? 0 : LOCK_NB));
-	if (locked < 0) {
-		close(lockfd);
-		return locked == -EWOULDBLOCK ? -EAGAIN : locked;
-	}
 	struct live live = {0};
 	struct stg_manifest_entry *entries = NULL;
 	uint64_t *ids = NULL, *sizes = NULL, *emptied = NULL;
