@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Runs every test: the unit tests and the bats integration tests on a release
 # build (the latter twice: with and without the write fast path), the cluster
-# tests over RDMA in a guest, then the unit tests again under AddressSanitizer
-# and UBSan.
+# tests over RDMA in a guest, power cuts replayed in a guest, then the unit
+# tests again under AddressSanitizer and UBSan.
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/deps.sh
@@ -15,6 +15,9 @@ STAGEHAND_FAST=0 meson test -C build --suite bats --print-errorlogs --num-proces
 # The cluster tests over RDMA, in a QEMU guest with soft-RoCE (minutes under
 # software emulation; a skip where the guest cannot run).
 meson test -C build --suite rdma --print-errorlogs
+# Power cuts replayed at a sample of each workload's flushes, on ext4 and
+# XFS, in the same kind of guest (tests/crash/run.sh --full: every flush).
+meson test -C build --suite crash --print-errorlogs
 [ -f build-asan/build.ninja ] ||
 	meson setup build-asan -Db_sanitize=address,undefined -Dbats=disabled >/dev/null
 meson compile -C build-asan >/dev/null

@@ -3,7 +3,8 @@
 # Runs a command as root inside a throw-away QEMU guest that boots Debian's
 # own kernel (linux-image-amd64 ships rdma_rxe) over the host's file system,
 # with two soft-RoCE devices up, and returns the command's exit status: how
-# stagehand's RDMA transport is tested on machines without RDMA hardware.
+# stagehand's RDMA transport is tested on machines without RDMA hardware,
+# and its power cuts (tests/crash: Debian's device-mapper modules).
 #
 #   scripts/rdma-vm.sh [OPTIONS] [--] COMMAND [ARGS...]
 #
@@ -61,7 +62,7 @@ set -euo pipefail
 VNG_VERSION="${RDMA_VM_VNG_VERSION:-1.42}"
 APT_PKGS=(linux-image-amd64 qemu-system-x86 ibverbs-providers ibverbs-utils
 	rdma-core iproute2 kmod busybox-static e2fsprogs python3 python3-venv
-	procps coreutils)
+	procps coreutils dmsetup xfsprogs)
 UNAVAILABLE=98
 SELF="$(readlink -f "${BASH_SOURCE[0]}")"
 

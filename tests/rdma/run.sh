@@ -12,13 +12,17 @@
 #                   the tests has a deadline of its own, generous for a slow
 #                   or busy machine, and the emulation is slow)
 #   GUEST OPTIONS   passed to tests/rdma/guest.sh: --transport rdma|tcp|auto,
-#                   --filter REGEX, bats files (see its --help); the build
-#                   directory is $STAGEHAND_BUILD, else <repo>/build
+#                   --filter REGEX, --filter-tags TAGS, bats files (see its
+#                   --help); the build directory is $STAGEHAND_BUILD, else
+#                   <repo>/build
 #
 # Exit status: the tests' (0 all passed); 77, meson's skip, with a line
 # "SKIP: reason" when this host cannot run the guest (no QEMU or kernel with
 # rdma_rxe and no way to install them, ...); with STAGEHAND_RDMA_REQUIRED=1
 # that is a failure (1) instead, for machines that must run these tests.
+#
+# tests/crash/run.sh runs its own guest script through this one
+# (STAGEHAND_GUEST_SCRIPT, STAGEHAND_GUEST_SCRATCH, STAGEHAND_GUEST_TESTS).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -37,9 +41,11 @@ case "${1:-}" in
 	;;
 esac
 build="${STAGEHAND_BUILD:-$repo/build}"
+guest="${STAGEHAND_GUEST_SCRIPT:-tests/rdma/guest.sh}"
+what="${STAGEHAND_GUEST_TESTS:-RDMA tests}"
 
 # The guest runs the host's own bats; without it there is nothing to run.
-if ! command -v bats >/dev/null; then
+if [ "$guest" = tests/rdma/guest.sh ] && ! command -v bats >/dev/null; then
 	reason="bats is not installed (scripts/deps.sh installs it)"
 else
 	reason=""
@@ -50,10 +56,10 @@ if [ -z "$reason" ]; then
 	reason_file=$(mktemp)
 	trap 'rm -f "$reason_file"' EXIT
 	cd "$repo"
-	# The guest writes only to its scratch disk: the checkout stays
-	# read-only to it.
-	scripts/rdma-vm.sh --timeout "$timeout" --scratch 4G --no-cwd-rw \
-		--reason-file "$reason_file" -- tests/rdma/guest.sh --build "$build" "$@" || rc=$?
+	# The guest writes only to its scratch disk (sparse: what is written):
+	# the checkout stays read-only to it.
+	scripts/rdma-vm.sh --timeout "$timeout" --scratch "${STAGEHAND_GUEST_SCRATCH:-4G}" \
+		--no-cwd-rw --reason-file "$reason_file" -- "$guest" --build "$build" "$@" || rc=$?
 	if [ "$rc" -eq 98 ]; then
 		reason=$(cat "$reason_file")
 		reason=${reason:-"scripts/rdma-vm.sh exited 98 without saying why"}
@@ -61,10 +67,10 @@ if [ -z "$reason" ]; then
 fi
 if [ -n "$reason" ]; then
 	if [ "${STAGEHAND_RDMA_REQUIRED:-0}" = 1 ]; then
-		echo "FAIL: cannot run the RDMA tests here (STAGEHAND_RDMA_REQUIRED=1): $reason"
+		echo "FAIL: cannot run the $what here (STAGEHAND_RDMA_REQUIRED=1): $reason"
 		exit 1
 	fi
-	echo "SKIP: cannot run the RDMA tests here: $reason"
+	echo "SKIP: cannot run the $what here: $reason"
 	exit 77
 fi
 # 77 is meson's skip: a failure must not read as one.
