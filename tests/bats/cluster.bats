@@ -280,6 +280,7 @@ servers_hold_all() {
 	cmp -s "$T/want.md5" "$T/got.md5" || fail "the $n versions restored are not the $# written"
 }
 
+# bats test_tags=long
 @test "two nodes write one path in rounds started together (shared = node): every round's version stays in its node's cache, and the servers hold each, byte for byte" {
 	local rounds i node pids
 	rounds=$(lockstep_rounds)
@@ -311,6 +312,7 @@ servers_hold_all() {
 	servers_hold_all "$T/c.conf" "$CKPT/f" "$T"/want/*
 }
 
+# bats test_tags=long
 @test "two nodes write one path in rounds started together (shared = job): every round is one complete version on the servers, byte for byte" {
 	local rounds k a
 	rounds=$(lockstep_rounds)
@@ -765,6 +767,7 @@ flusher_stops_at() {
 	cmp "$REF/big" "$BACK$CKPT/big"
 }
 
+# bats test_tags=long
 @test "kill -9 of the flusher at random points: resumed, everything replicated once" {
 	start_servers 3
 	cluster_default_policy

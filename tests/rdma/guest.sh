@@ -13,6 +13,9 @@
 #   --build DIR     the build directory (default $STAGEHAND_BUILD, else
 #                   <repo>/build)
 #   --filter REGEX  only the tests whose name matches (bats --filter)
+#   --filter-tags T only the tests whose tags match (bats --filter-tags;
+#                   '!long' leaves out the long runs of the cluster logic,
+#                   which the host runs over TCP: test.sh does)
 #   BATS_FILE       default tests/bats/cluster.bats tests/bats/transport.bats
 #                   tests/bats/delta.bats
 set -euo pipefail
@@ -32,12 +35,13 @@ build="${STAGEHAND_BUILD:-$repo/build}"
 filter=()
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--transport | --build | --filter)
+	--transport | --build | --filter | --filter-tags)
 		[ $# -ge 2 ] || die "$1 needs a value"
 		case "$1" in
 		--transport) transport=$2 ;;
 		--build) build=$2 ;;
-		--filter) filter=(--filter "$2") ;;
+		--filter) filter+=(--filter "$2") ;;
+		--filter-tags) filter+=(--filter-tags "$2") ;;
 		esac
 		shift 2
 		;;
