@@ -201,6 +201,9 @@ static int same_path(int filedirfd, const char *path)
 {
 	char stored[PATH_MAX];
 	int r = stg_catalog_read_path(filedirfd, stored, sizeof(stored));
+	/* Empty: a path file that never reached the disk whole, as if absent. */
+	if (r == -ENODATA)
+		return -ENOENT;
 	if (r < 0)
 		return r;
 	return strcmp(stored, path) == 0;
@@ -814,7 +817,7 @@ static int open_entry(int uidfd, const char *name, char path[PATH_MAX])
 	close(ffd);
 	/* No path (a put cut short before its first version), or not its
 	 * own: never an entry with versions of this path. */
-	return r == 0 || r == -ENOENT || r == -EBADMSG ? -ENOENT : r;
+	return r == 0 || r == -ENOENT || r == -ENODATA || r == -EBADMSG ? -ENOENT : r;
 }
 
 /* The walk of every entry of a user (the counting at the start), its
