@@ -42,6 +42,7 @@ int stg_materialize(struct stg_cache *c, const struct stg_manifest *m, int fd,
 				if (err) {
 					err->chunk = i;
 					err->entry = *e;
+					err->error = r;
 				}
 				goto out_free;
 			}

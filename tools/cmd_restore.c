@@ -176,8 +176,9 @@ static int refetch_chunk(void *arg, uint32_t i, const struct stg_materialize_err
 	char rel[48], name[TOOL_ESCAPED_SIZE(PATH_MAX)];
 	stg_pack_relpath(why->entry.pack, rel);
 	fprintf(stderr, "stagehand: restore: warning: '%s' version %" PRIu64 ": chunk %" PRIu32
-		" is corrupt in the cache (%s at offset %" PRIu64 "); fetched it from the servers\n",
-		tool_escape(rf->path, name, sizeof(name)), rf->version, i, rel, why->entry.offset);
+		" %s in the cache (%s at offset %" PRIu64 "); fetched it from the servers\n",
+		tool_escape(rf->path, name, sizeof(name)), rf->version, i,
+		why->error == -EIO ? "could not be read" : "is corrupt", rel, why->entry.offset);
 	return 0;
 }
 
@@ -188,7 +189,7 @@ static int fill(const struct source *src, const char *path, uint64_t version,
 {
 	struct progress pr = {.path = path, .last = -1,
 			      .on = isatty(STDERR_FILENO) && m->size >= PROGRESS_MIN_BYTES};
-	struct stg_materialize_error me;
+	struct stg_materialize_error me = {0};
 	uint64_t bad_chunk = 0;
 	struct refetch rf = {.path = path, .version = version, .m = m};
 	if (src->replicas)
@@ -206,11 +207,13 @@ static int fill(const struct source *src, const char *path, uint64_t version,
 	if (r < 0 && src->cache) {
 		char rel[48];
 		stg_pack_relpath(me.entry.pack, rel);
-		if (r == -EBADMSG || r == -ENOENT)
+		/* (a chunk the cache failed on, else the file written) */
+		if (me.error && r == me.error)
 			tool_error("restore: '%s' version %" PRIu64 ": chunk %" PRIu64
 				   " is %s (%s at offset %" PRIu64 ")%s; nothing was written",
-				   path, version, me.chunk, r == -EBADMSG ? "corrupt" : "missing", rel,
-				   me.entry.offset,
+				   path, version, me.chunk,
+				   r == -EBADMSG ? "corrupt" : r == -ENOENT ? "missing" : "unreadable",
+				   rel, me.entry.offset,
 				   src->replicas ? ", and no server has a good copy" : "");
 		else
 			tool_error("restore: writing '%s': %s", dest, strerror(-r));

@@ -270,9 +270,10 @@ static void *decoder(void *p)
 			pthread_cond_signal(&d->ahead->cond);
 			pthread_mutex_unlock(&d->ahead->lock);
 		}
-		struct stg_materialize_error why = {.chunk = i, .entry = *e};
-		/* (r stays the cache's error when the refetch fails too) */
-		if ((r == -EBADMSG || r == -ENOENT) && d->refetch) {
+		struct stg_materialize_error why = {.chunk = i, .entry = *e, .error = r};
+		/* (r stays the cache's error when the refetch fails too; a disk
+		 * that fails to read is what the replicas are for) */
+		if ((r == -EBADMSG || r == -ENOENT || r == -EIO) && d->refetch) {
 			pthread_mutex_lock(&d->refetch_lock);
 			if (d->refetch(d->refetch_arg, i, &why, s->buf) == 0)
 				r = 0;
