@@ -23,7 +23,9 @@
 #                  flushes more: more than 200 flushes each, on either file
 #                  system)
 #   --keep-logs    keep the logs and images (in $TMPDIR/crash.*) to look into
-#   WORKLOAD       shim-local, shim-async, flusher, server (default: all)
+#   WORKLOAD       shim-local, shim-async, flusher, server, and
+#                  disk-errors: tests/crash/disk-errors.sh, failing disks
+#                  (default: all)
 #
 # The workloads:
 #   shim-local   the shim writes successive versions of a file with
@@ -92,12 +94,15 @@ while [ $# -gt 0 ]; do
 	esac
 done
 workloads=("$@")
-[ ${#workloads[@]} -gt 0 ] || workloads=(shim-local shim-async flusher server)
+[ ${#workloads[@]} -gt 0 ] || workloads=(shim-local shim-async flusher server disk-errors)
 [[ "$marks" =~ ^[0-9]+$ ]] || die "--marks must be a whole number"
 [[ "$versions_asked" =~ ^[0-9]*$ ]] && [ "${versions_asked:-1}" -ge 1 ] ||
 	die "--versions must be 1 or more"
 for w in "${workloads[@]}"; do
-	case "$w" in shim-local | shim-async | flusher | server) ;; *) die "unknown workload '$w'" ;; esac
+	case "$w" in
+	shim-local | shim-async | flusher | server | disk-errors) ;;
+	*) die "unknown workload '$w'" ;;
+	esac
 done
 IFS=, read -r -a filesystems <<<"$fs_list"
 for fs in "${filesystems[@]}"; do
@@ -525,6 +530,10 @@ run_one() {
 : "${TMPDIR:=/tmp}"
 status=0
 for workload in "${workloads[@]}"; do
+	if [ "$workload" = disk-errors ]; then
+		"$repo/tests/crash/disk-errors.sh" --build "$build" || status=1
+		continue
+	fi
 	for fs in "${filesystems[@]}"; do
 		run_one "$workload" "$fs" || status=1
 	done

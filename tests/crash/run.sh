@@ -11,8 +11,9 @@
 #   --timeout SECS  bound on the whole guest run, only to stop a guest that
 #                   hangs (default $RDMA_VM_TIMEOUT, else 14400)
 #   GUEST OPTIONS   passed to tests/crash/guest.sh: --full, --marks N,
-#                   --fs LIST, workloads (see its --help); the build
-#                   directory is $STAGEHAND_BUILD, else <repo>/build
+#                   --fs LIST, workloads and disk-errors (failing disks:
+#                   tests/crash/disk-errors.sh; see their --help); the
+#                   build directory is $STAGEHAND_BUILD, else <repo>/build
 #
 # Exit status: the tests' (0 no violation); 77, meson's skip, with a line
 # "SKIP: reason" when this host cannot run the guest; with
