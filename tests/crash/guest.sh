@@ -263,9 +263,9 @@ wait_evicted() {
 	done
 }
 
-# The versions, each marked once its close returned (shim-*) or once the
-# server held it (server).
-workload_versions() { # DURABILITY
+# The versions, each marked once its close returned (shim-*) or once its
+# server held it (flusher, server).
+workload_versions() {
 	local v
 	for ((v = 1; v <= versions; v++)); do
 		shim_write "$v" || return 1
