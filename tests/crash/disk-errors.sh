@@ -227,8 +227,14 @@ case_cache_write() { # error_writes | drop_writes
 	elif [[ "$got" == *differs* || "$got" == *"past"* ]]; then
 		say "the shim reads wrong bytes: $got"
 	fi
-	# And the cache goes on.
-	shim_write 4 && restores_as 3 4 || true
+	# And the cache goes on: a new version is the newest, whole.
+	if shim_write 4 2>"$work/write.log"; then
+		local n
+		n=$(STAGEHAND_POLICY="$policy" "$STAGEHAND" ls "$ckpt" 2>/dev/null | awk 'END { print $2 }')
+		restores_as "$n" 4
+	else
+		say "a new version once the disk is good failed: $(tail -n 2 "$work/write.log")"
+	fi
 }
 
 case_restore_read_error() {

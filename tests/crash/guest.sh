@@ -351,6 +351,9 @@ check_versions() { # local|async
 # server, each is shipped to it first.
 check_goes_on() {
 	local v=$((newest + 1)) last=$((newest + 1 + (count < keep ? keep - count : 0)))
+	# The application's directory, made again where the power cut took
+	# its creation: the application would.
+	mkdir -p "${ckpt%/*}"
 	for ((; v <= last; v++)); do
 		shim_write "$v" seq $((64 << 10)) 2>"$work/write.log" ||
 			violation "a new version after recovery failed: $(tail -n 3 "$work/write.log")"
