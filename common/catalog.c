@@ -601,6 +601,18 @@ uint64_t stg_catalog_ino(const char *path)
 	return ino_of_id(id);
 }
 
+static void fill_state(struct stg_file_state *st, int fd, const char *id,
+		       const struct stg_manifest *m)
+{
+	st->exists = true;
+	st->deleted = stg_catalog_is_deleted(fd);
+	st->latest = m->version;
+	st->size = m->size;
+	st->mode = m->mode;
+	st->mtime_ns = m->mtime_ns;
+	st->ino = ino_of_id(id);
+}
+
 static int state_of(int fd, const char *id, struct stg_file_state *st)
 {
 	uint64_t *v;
@@ -614,14 +626,19 @@ static int state_of(int fd, const char *id, struct stg_file_state *st)
 	}
 	struct stg_manifest m;
 	r = stg_catalog_read(fd, v[n - 1], &m);
-	if (r == 0) {
-		st->exists = true;
-		st->deleted = stg_catalog_is_deleted(fd);
-		st->latest = m.version;
-		st->size = m.size;
-		st->mode = m.mode;
-		st->mtime_ns = m.mtime_ns;
-		st->ino = ino_of_id(id);
+	if (r == -EBADMSG || r == -EIO) {
+		/* A disk that lost the newest version's writes: the state is that
+		 * of the newest one that reads, for a caller that can do without
+		 * the damaged one (a whole new version), and r says the damage. */
+		st->damaged = v[n - 1];
+		for (size_t i = n - 1; i-- > 0;)
+			if (stg_catalog_read(fd, v[i], &m) == 0) {
+				fill_state(st, fd, id, &m);
+				stg_manifest_done(&m);
+				break;
+			}
+	} else if (r == 0) {
+		fill_state(st, fd, id, &m);
 		stg_manifest_done(&m);
 	}
 	free(v);

@@ -130,10 +130,13 @@ struct stg_file_state {
 	uint32_t mode;
 	int64_t mtime_ns;
 	uint64_t ino;      /* a stable number for st_ino */
+	uint64_t damaged;  /* the newest version, when its manifest does not read */
 };
 
 /* Reads the state of path without locking. Returns 0 (state->exists may be
- * false) or -errno; a corrupt newest manifest is -EBADMSG. */
+ * false) or -errno. A newest manifest that is corrupt (-EBADMSG) or cannot
+ * be read (-EIO) sets state->damaged to its id, and the rest of the state
+ * to that of the newest version that reads (exists false if none does). */
 int stg_catalog_state(struct stg_cache *c, const char *path, struct stg_file_state *ret);
 
 /* Calls fn for every path in the catalog (deleted ones too); stops when fn

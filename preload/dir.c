@@ -64,7 +64,7 @@ static int collect_one(void *arg, const char *path, int filedirfd)
 	if (!*name || strchr(name, '/'))
 		return 0;
 	struct stg_file_state st;
-	if (stg_catalog_state(shim.cache, path, &st) < 0 || !st.exists)
+	if ((stg_catalog_state(shim.cache, path, &st) < 0 && !st.damaged) || !st.exists)
 		return 0;
 	if (st.deleted)
 		return push(&c->l->hidden, &c->l->nhidden, name) < 0 ? -ENOMEM : 0;

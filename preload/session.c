@@ -679,6 +679,27 @@ static int open_committed(const char *path, const struct stg_path_rule *rule, in
 	return r;
 }
 
+/* The newest version's manifest does not read (a disk that dropped its
+ * writes): a new whole version does not need it and replaces it; anything
+ * that would read it fails, and says how to go on. */
+static int open_past_damage(const char *path, int flags, const struct stg_file_state *state,
+			    int r)
+{
+	unsigned long long seq = stg_version_seq(state->damaged);
+	const char *why = r == -EBADMSG ? "its manifest is corrupt" : strerror(-r);
+	if (flags & O_DIRECTORY)
+		return 0; /* a probe, which fails with ENOTDIR: nothing read */
+	if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) {
+		shim_log(STG_LOG_WARN, "version %llu of '%s' is damaged in the cache (%s); "
+			 "the new version replaces it", seq, path, why);
+		return 0;
+	}
+	shim_log(STG_LOG_ERROR, "version %llu of '%s' is damaged in the cache (%s): it cannot "
+		 "be read or written on; an open with O_TRUNC writes a new version, and "
+		 "`stagehand restore --version` gets an older one", seq, path, why);
+	return r;
+}
+
 static int open_locked(const char *path, const struct stg_path_rule *rule, int flags, mode_t mode,
 		       bool allow_fast)
 {
@@ -700,6 +721,8 @@ static int open_locked(const char *path, const struct stg_path_rule *rule, int f
 		}
 		struct stg_file_state state;
 		int r = stg_catalog_state(shim.cache, path, &state);
+		if (state.damaged)
+			r = open_past_damage(path, flags, &state, r);
 		int live = r < 0 ? r : share_open_live(path, reading ? O_RDONLY : O_RDWR);
 		if (r == 0 && live < 0 && reading && state.exists && !state.deleted) {
 			share_unlock(lk);

@@ -31,7 +31,9 @@ int view_stat(const char *abspath, struct stat *st)
 {
 	struct stg_file_state state;
 	int r = stg_catalog_state(shim.cache, abspath, &state);
-	if (r < 0)
+	/* A damaged newest version still names a file (what it was before),
+	 * which an application may replace whole; its reads fail. */
+	if (r < 0 && !state.damaged)
 		return r == -EBADMSG ? -EIO : r;
 	/* Written by another process of the node right now: a file system
 	 * shows what it has written so far. */

@@ -151,6 +151,31 @@ sys.exit(0)"
 	[ "$status" -ne 0 ]
 }
 
+# A disk that dropped the writes of the newest version (its manifest
+# reads back as zeros) must not wedge the path: what does not need the
+# damaged bytes goes on, what needs them fails.
+@test "a damaged newest manifest: a new whole version is taken, an append or a read fails" {
+	random_file "$REF/a" 100000
+	shim cp "$REF/a" "$CKPT/f"
+	random_file "$REF/b" 100000
+	shim cp "$REF/b" "$CKPT/f"
+	mf=$(find "$CACHE/files" -name 'v*.mf' | sort | tail -n 1)
+	dd if=/dev/zero of="$mf" bs="$(stat -c %s "$mf")" count=1 conv=notrunc status=none
+	run shim sh -c "echo more >> '$CKPT/f'"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"version 2 of '$CKPT/f' is damaged in the cache"* ]]
+	run shim cat "$CKPT/f"
+	[ "$status" -ne 0 ]
+	random_file "$REF/c" 100000
+	run shim cp "$REF/c" "$CKPT/f"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"version 2 of '$CKPT/f' is damaged in the cache (its manifest is corrupt); the new version replaces it"* ]]
+	assert_restores "$REF/c" "$CKPT/f" 3
+	assert_restores "$REF/a" "$CKPT/f" 1
+	# and the path reads again, as the new version
+	shim cmp "$REF/c" "$CKPT/f"
+}
+
 @test "a malformed policy: file:line named, everything passed through, commands fail" {
 	printf '[cache]\ndir = %s\n[path %s/*]\nchunk_size = 3M\n' "$CACHE" "$CKPT" >"$POLICY"
 	run shim sh -c "echo data > '$CKPT/f'"

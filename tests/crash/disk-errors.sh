@@ -16,10 +16,12 @@
 #     cache-write-error    the cache's writes fail while the application
 #                          writes a version: its close (or a write) fails,
 #                          never a silent success; the versions before
-#                          restore byte for byte
+#                          restore byte for byte; once the disk is good,
+#                          new versions are taken
 #     cache-write-dropped  the cache's disk drops writes and says they were
 #                          done: the versions before restore byte for byte,
-#                          and no restore or read serves a wrong byte
+#                          no restore or read serves a wrong byte, and new
+#                          versions are taken once the disk is good
 #     restore-read-error   a version's pack cannot be read back: the restore
 #                          takes its chunks from the servers, with a warning
 #     server-write-error   the disk of the server a path prefers fails its
@@ -227,17 +229,20 @@ case_cache_write() { # error_writes | drop_writes
 	elif [[ "$got" == *differs* || "$got" == *"past"* ]]; then
 		say "the shim reads wrong bytes: $got"
 	fi
-	# And the cache goes on: a new version is the newest, whole. Not yet
-	# after dropped writes: the damaged newest version then fails every
-	# open of the path with EIO, a new version too (issue 32, open).
-	[ "$1" = error_writes ] || return 0
-	if shim_write 4 2>"$work/write.log"; then
-		local n
-		n=$(STAGEHAND_POLICY="$policy" "$STAGEHAND" ls "$ckpt" 2>/dev/null | awk 'END { print $2 }')
-		restores_as "$n" 4
-	else
-		say "a new version once the disk is good failed: $(tail -n 2 "$work/write.log")"
-	fi
+	# And the cache goes on: a new version is the newest, whole, even one
+	# of version 3's bytes, whose chunks the disk may have lost (nothing
+	# may take them as already held); and then another.
+	local v
+	for v in 3 4; do
+		if shim_write "$v" 2>"$work/write.log"; then
+			local n
+			n=$(STAGEHAND_POLICY="$policy" "$STAGEHAND" ls "$ckpt" 2>/dev/null |
+				awk 'END { print $2 }')
+			restores_as "$n" "$v"
+		else
+			say "a new version once the disk is good failed: $(tail -n 2 "$work/write.log")"
+		fi
+	done
 }
 
 case_restore_read_error() {

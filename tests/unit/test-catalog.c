@@ -80,6 +80,35 @@ static uint8_t *read_version(struct stg_cache *c, const char *path, uint64_t ver
 }
 
 /* The flusher re-mints a version whose id a server holds for another node. */
+/* The newest manifest zeroed, as a disk that dropped its writes leaves it:
+ * the state says so, and is the version's before it. */
+static void check_damaged_state(struct stg_cache *c, const char *path, uint64_t before,
+				uint64_t newest)
+{
+	char id[STG_HASH_HEX_LEN + 1], name[40];
+	stg_catalog_file_id(path, id);
+	stg_catalog_manifest_name(newest, name);
+	int dirfd = openat(c->files_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	CHECK(dirfd >= 0);
+	int fd = openat(dirfd, name, O_RDWR | O_CLOEXEC);
+	CHECK(fd >= 0);
+	uint8_t saved[4096], zeros[4096] = {0};
+	ssize_t len = pread(fd, saved, sizeof(saved), 0);
+	CHECK(len > 0 && len < (ssize_t)sizeof(saved));
+	CHECK_EQ(pwrite(fd, zeros, (size_t)len, 0), len);
+	struct stg_file_state s;
+	CHECK_EQ(stg_catalog_state(c, path, &s), -EBADMSG);
+	CHECK_EQ(s.damaged, newest);
+	CHECK(s.exists);
+	CHECK_EQ(s.latest, before);
+	CHECK_EQ(pwrite(fd, saved, (size_t)len, 0), len);
+	close(fd);
+	close(dirfd);
+	CHECK_EQ(stg_catalog_state(c, path, &s), 0);
+	CHECK_EQ(s.damaged, 0);
+	CHECK_EQ(s.latest, newest);
+}
+
 static void test_remint(struct stg_cache *c, const uint8_t *data, size_t n)
 {
 	const uint64_t step = UINT64_C(1) << STG_VERSION_SEQ_BITS;
@@ -398,6 +427,7 @@ int main(void)
 	CHECK_EQ(s.ino, stg_catalog_ino("/ckpt/a"));
 	CHECK_EQ(stg_catalog_state(c, "/ckpt/none", &s), 0);
 	CHECK(!s.exists);
+	check_damaged_state(c, "/ckpt/a", (uint64_t)a1, (uint64_t)a2);
 
 	/* Rename onto a fresh name moves every version... */
 	struct stg_catalog_moved mv;
