@@ -100,6 +100,8 @@ static int read_version(struct flusher *fl, const char *id, uint64_t version, in
 	int r = stg_catalog_read_path(dirfd, path, pathlen);
 	if (r == 0)
 		r = stg_catalog_read(dirfd, version, m);
+	else
+		path[0] = '\0'; /* (which tells the two failures apart) */
 	if (r < 0) {
 		close(dirfd);
 		return r;
@@ -214,6 +216,16 @@ static int ship_once(struct flusher *fl, const char *id, uint64_t version, char 
 		 * has an entry of its own. */
 		stg_debug("version %llu of %s is gone; dropped from the queue",
 			  (unsigned long long)stg_version_seq(version), id);
+		stg_queue_remove(fl->cache, id, version);
+		return 0;
+	}
+	if (r == -EBADMSG && *path) {
+		/* A disk that lost its writes: the version can never be shipped,
+		 * and waiting for it would hold up every flush --wait. ls and
+		 * restore still name it damaged. */
+		stg_log(STG_LOG_ERROR, "version %llu of '%s' is damaged in the cache (its manifest "
+			"is corrupt): it cannot be shipped; dropped from the queue",
+			(unsigned long long)stg_version_seq(version), path);
 		stg_queue_remove(fl->cache, id, version);
 		return 0;
 	}

@@ -887,6 +887,39 @@ EOP
 	! grep -q corrupt "$T/srv1.log" "$T/srv2.log"
 }
 
+# A disk that dropped the newest version's writes (its manifest reads back
+# as zeros) while it waited to be shipped: the flusher says so and goes on,
+# a new version ships, and flush --wait does not wait for the lost one.
+@test "a queued version whose manifest the disk lost: the flusher says so, ships the rest, flush --wait ends" {
+	start_servers 1
+	cluster_default_policy cluster.replicas=1
+	random_file "$REF/a" 200000
+	shim cp "$REF/a" "$CKPT/f"
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	stop_flusher "$CACHE"
+	stop_server 0
+	random_file "$REF/b" 200000
+	shim cp "$REF/b" "$CKPT/f"
+	mf=$(find "$CACHE/files" -name 'v*.mf' | sort | tail -n 1)
+	dd if=/dev/zero of="$mf" bs="$(stat -c %s "$mf")" count=1 conv=notrunc status=none
+	random_file "$REF/c" 200000
+	shim cp "$REF/c" "$CKPT/f"
+	start_server 0
+	run "$STAGEHAND" flush --wait --timeout "$WAIT"
+	[ "$status" -eq 0 ] || fail "flush: $output"
+	grep -q "version 2 of .* is damaged in the cache" "$CACHE/flusher.log" ||
+		fail "flusher log: $(cat "$CACHE/flusher.log")"
+	stop_flusher "$CACHE"
+	rm -rf "$CACHE"
+	rm -rf "$BACK"
+	"$STAGEHAND" restore --to "$BACK" "$CKPT/f"
+	cmp "$REF/c" "$BACK$CKPT/f"
+	rm -rf "$BACK"
+	"$STAGEHAND" restore --version 1 --to "$BACK" "$CKPT/f"
+	cmp "$REF/a" "$BACK$CKPT/f"
+}
+
 @test "security: a wrong secret is refused" {
 	start_servers 2
 	cluster_default_policy
