@@ -6,7 +6,7 @@
 # tests again under AddressSanitizer and UBSan.
 set -euo pipefail
 cd "$(dirname "$0")"
-scripts/deps.sh
+scripts/deps.sh --tests
 scripts/build.sh
 meson test -C build --print-errorlogs --num-processes 2
 # The integration tests again with the write fast path off: every file then

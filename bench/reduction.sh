@@ -43,7 +43,7 @@ SERVER="$build/server/stagehand-server"
 SHIM="$build/preload/libstagehand.so"
 PY=/usr/bin/python3
 [ -x "$S" ] || { echo "reduction.sh: build first (meson compile -C build)" >&2; exit 1; }
-command -v restic >/dev/null || { echo "reduction.sh: restic is missing (scripts/deps.sh installs it)" >&2; exit 1; }
+command -v restic >/dev/null || { echo "reduction.sh: restic is missing (scripts/deps.sh --tests installs it)" >&2; exit 1; }
 [ -n "$dir" ] || dir="$root/bench/work"
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)/reduction

@@ -22,7 +22,7 @@ teardown() {
 
 # A FUSE mount of a directory (bindfs) at $FUSE, which has no O_TMPFILE.
 mount_fuse() {
-	command -v bindfs >/dev/null || skip "bindfs is not installed (scripts/deps.sh)"
+	command -v bindfs >/dev/null || skip "bindfs is not installed (scripts/deps.sh --tests)"
 	[ -c /dev/fuse ] || skip "no /dev/fuse"
 	mkdir -p "$T/under" "$T/fuse"
 	bindfs "$T/under" "$T/fuse" || skip "cannot mount a FUSE file system here"

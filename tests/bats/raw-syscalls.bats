@@ -9,7 +9,7 @@
 load lib/common
 load lib/capture
 
-# Debian 12 has no safetensors: scripts/deps.sh installs it in this venv,
+# Debian 12 has no safetensors: scripts/deps.sh --tests installs it in this venv,
 # over Debian's numpy.
 VENV_PYTHON=/opt/stagehand-test-venv/bin/python
 RAWFS_SRC="$BATS_TEST_DIRNAME/../rust/rawfs"
@@ -28,7 +28,7 @@ need_rawsys() {
 # locked crates the first time); a later run finds it up to date.
 build_rawfs() {
 	local -a vars=(CARGO_TARGET_DIR="$RAWFS_TARGET")
-	command -v cargo >/dev/null || skip "cargo not found (scripts/deps.sh installs it)"
+	command -v cargo >/dev/null || skip "cargo not found (scripts/deps.sh --tests installs it)"
 	# Debian 12's cargo (1.65) reads crates.io's git index, which is not
 	# reachable here, unless told to use the sparse one (stable from 1.68).
 	case "$(cargo -V)" in
@@ -122,7 +122,7 @@ no_real_files() {
 }
 
 @test "safetensors save_file (a .tmp file persisted with a raw renameat), then load_file" {
-	[ -x "$VENV_PYTHON" ] || fail "no $VENV_PYTHON: run scripts/deps.sh"
+	[ -x "$VENV_PYTHON" ] || fail "no $VENV_PYTHON: run scripts/deps.sh --tests"
 	twice "$VENV_PYTHON" -c '
 import sys
 import numpy as np
@@ -137,7 +137,7 @@ assert np.array_equal(load_file(path)["w"], w)
 }
 
 @test "a Go program (cgo, so the shim is loaded) runs: the dispatch is off for Go, whose raw calls stay unseen" {
-	command -v go >/dev/null || skip "go not found (scripts/deps.sh installs golang-go)"
+	command -v go >/dev/null || skip "go not found (scripts/deps.sh --tests installs golang-go)"
 	local bin="$STAGEHAND_BUILD/tests/go/cgowrite"
 	(cd "$BATS_TEST_DIRNAME/../go/cgowrite" &&
 		GOTOOLCHAIN=local GOFLAGS=-mod=mod GOCACHE="$STAGEHAND_BUILD/tests/go/cache" \

@@ -464,7 +464,7 @@ mpi() {
 	local prog="$PROGS/$1"
 	shift
 	[ -x "$prog" ] && command -v mpiexec.mpich >/dev/null ||
-		skip "$prog or mpiexec.mpich is missing (scripts/deps.sh installs mpich, libhdf5-mpich-dev)"
+		skip "$prog or mpiexec.mpich is missing (scripts/deps.sh --tests installs mpich, libhdf5-mpich-dev)"
 	twice mpiexec.mpich -launcher fork -n 4 "$prog" "$@"
 }
 

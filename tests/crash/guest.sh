@@ -122,7 +122,7 @@ for m in dm-log-writes dm-snapshot loop xfs; do
 	modprobe "$m" 2>/dev/null || [ "$m" = xfs ] || die "the kernel $(uname -r) cannot load $m"
 done
 for c in dmsetup losetup mkfs.ext4 mkfs.xfs; do
-	command -v "$c" >/dev/null || die "$c is not installed (scripts/deps.sh)"
+	command -v "$c" >/dev/null || die "$c is not installed (scripts/deps.sh --tests)"
 done
 
 # The file system under test: 512 MiB (XFS wants 300 MiB at least).

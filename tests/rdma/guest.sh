@@ -60,8 +60,8 @@ case "$transport" in rdma | tcp | auto) ;; *) die "--transport must be rdma, tcp
 	[ -n "${RXE_IP2:-}" ] ||
 	die "runs inside the guest of scripts/rdma-vm.sh (tests/rdma/run.sh boots it)"
 [ "$(id -u)" -eq 0 ] || die "needs root (the guest runs it as root)"
-command -v bats >/dev/null || die "bats is not installed (scripts/deps.sh)"
-command -v tc >/dev/null || die "tc is not installed (iproute2, scripts/deps.sh)"
+command -v bats >/dev/null || die "bats is not installed (scripts/deps.sh --tests)"
+command -v tc >/dev/null || die "tc is not installed (iproute2, scripts/deps.sh --tests)"
 [ -x "$build/server/stagehand-server" ] ||
 	die "no stagehand-server in '$build' (build first, or --build)"
 build="$(cd "$build" && pwd)"

@@ -46,7 +46,7 @@ what="${STAGEHAND_GUEST_TESTS:-RDMA tests}"
 
 # The guest runs the host's own bats; without it there is nothing to run.
 if [ "$guest" = tests/rdma/guest.sh ] && ! command -v bats >/dev/null; then
-	reason="bats is not installed (scripts/deps.sh installs it)"
+	reason="bats is not installed (scripts/deps.sh --tests installs it)"
 else
 	reason=""
 fi
