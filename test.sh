@@ -9,14 +9,16 @@ cd "$(dirname "$0")"
 scripts/deps.sh --tests
 scripts/build.sh
 meson test -C build --print-errorlogs --num-processes 2
-# The integration tests again with the write fast path off: every file then
-# goes through its shadow file, the path the fast path falls back to.
-STAGEHAND_FAST=0 meson test -C build --suite bats --print-errorlogs --num-processes 2
+# The integration tests of the shim again with the write fast path off:
+# every file then goes through its shadow file, the path the fast path
+# falls back to.
+STAGEHAND_FAST=0 meson test -C build --suite shim --print-errorlogs --num-processes 2
 # The cluster tests over RDMA, in a QEMU guest with soft-RoCE (minutes under
 # software emulation; a skip where the guest cannot run).
 meson test -C build --suite rdma --print-errorlogs
 # Power cuts replayed at a sample of each workload's flushes, on ext4 and
-# XFS, in the same kind of guest (tests/crash/run.sh --full: every flush).
+# XFS, and failing disks, in the same kind of guest (tests/crash/run.sh
+# --full: every flush).
 meson test -C build --suite crash --print-errorlogs
 [ -f build-asan/build.ninja ] ||
 	meson setup build-asan -Db_sanitize=address,undefined -Dbats=disabled >/dev/null
