@@ -4,7 +4,7 @@
 # float64 particles, fp32 and bf16 weights, a process image and random
 # bytes: speeds and their ratio, the chunk-size distribution at 64 KiB and
 # 1 MiB averages, and what survives an insertion near the head (fixed vs
-# cdc). Prints a markdown table (README.md, "Content-defined chunking").
+# cdc). Prints a markdown table (bench/RESULTS.md, "Content-defined chunking").
 #
 #   bench/cdc.sh [--mib N] [--trials N] [--portable]
 set -euo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The save time of ML checkpoint writers under stagehand, side by side with
-# the same saves without it, in one run (docs: README.md, "ML checkpoints").
+# the same saves without it, in one run (bench/RESULTS.md, "ML checkpoint writers").
 #
 #   bench/mlsave.sh [--writers LIST] [--mib MIB] [--steps N] [--trials N] [--dir DIR]
 #                   [--rule 'KEY = VALUE']...

@@ -13,7 +13,7 @@
 # (medians of 3, alternating). Then
 # the first version of a large file of float64 noise (cdc, compress = auto)
 # against plain write + fsync. Ratios > 1 favour stagehand; targets as in
-# README.md.
+# bench/RESULTS.md.
 #
 #   bench/reduction.sh [--quick] [--only SET] [--dir DIR]
 #     --quick: small data sets (a check that it runs, not a measurement)
