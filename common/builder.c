@@ -62,22 +62,15 @@ static int load_base(struct stg_builder *b)
 		return 0;
 	if (r < 0)
 		return r;
-	uint64_t *v;
-	size_t n;
-	r = stg_catalog_versions(f.dirfd, &v, &n);
-	if (r == 0 && n > 0) {
-		/* A damaged previous version only costs the dedup. */
-		if (stg_catalog_read(f.dirfd, v[n - 1], &b->base) == 0) {
-			b->has_base = b->base.chunk_size == b->rule.chunk_size &&
-				      b->base.chunking == b->rule.chunking;
-			if (!b->has_base)
-				stg_manifest_done(&b->base);
-		}
+	/* None, or a damaged one, only costs the dedup against it. */
+	if (stg_catalog_read_newest(f.dirfd, &b->base, NULL) == 0) {
+		b->has_base = b->base.chunk_size == b->rule.chunk_size &&
+			      b->base.chunking == b->rule.chunking;
+		if (!b->has_base)
+			stg_manifest_done(&b->base);
 	}
-	if (r == 0)
-		free(v);
 	stg_catalog_unlock(&f);
-	return r;
+	return 0;
 }
 
 int stg_builder_new(struct stg_cache *c, const char *path, const struct stg_path_rule *rule,

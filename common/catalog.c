@@ -171,6 +171,21 @@ int stg_catalog_read(int filedirfd, uint64_t version, struct stg_manifest *ret)
 	return stg_catalog_read_encoded(filedirfd, version, ret, NULL, NULL);
 }
 
+int stg_catalog_read_newest(int filedirfd, struct stg_manifest *ret, uint64_t *ret_id)
+{
+	uint64_t *v = NULL, id = 0;
+	size_t n = 0;
+	int r = stg_catalog_versions(filedirfd, &v, &n);
+	if (r == 0 && n)
+		id = v[n - 1];
+	if (r == 0)
+		r = id ? stg_catalog_read(filedirfd, id, ret) : -ENOENT;
+	free(v);
+	if (ret_id)
+		*ret_id = id;
+	return r;
+}
+
 static int write_tombstone(int filedirfd, const struct stg_tombstone *t, bool sync)
 {
 	uint8_t buf[STG_TOMBSTONE_SIZE];
@@ -257,14 +272,8 @@ int stg_catalog_amend(struct stg_cache *c, const char *path, const uint32_t *mod
 	int r = stg_catalog_lock(c, path, false, &f);
 	if (r < 0)
 		return r;
-	uint64_t *v = NULL;
-	size_t n = 0;
-	r = stg_catalog_versions(f.dirfd, &v, &n);
-	if (r == 0 && (n == 0 || stg_catalog_is_deleted(f.dirfd)))
-		r = -ENOENT;
 	struct stg_manifest m;
-	if (r == 0)
-		r = stg_catalog_read(f.dirfd, v[n - 1], &m);
+	r = stg_catalog_is_deleted(f.dirfd) ? -ENOENT : stg_catalog_read_newest(f.dirfd, &m, NULL);
 	if (r == 0) {
 		if (mode)
 			m.mode = *mode & 07777;
@@ -273,7 +282,6 @@ int stg_catalog_amend(struct stg_cache *c, const char *path, const uint32_t *mod
 		r = stg_catalog_publish(&f, path, &m, sync);
 		stg_manifest_done(&m);
 	}
-	free(v);
 	stg_catalog_unlock(&f);
 	return r;
 }

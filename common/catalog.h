@@ -41,6 +41,12 @@ int stg_catalog_versions(int filedirfd, uint64_t **ret_versions, size_t *ret_n);
  * -ENOENT, -EBADMSG (corrupt) or -errno. */
 int stg_catalog_read(int filedirfd, uint64_t version, struct stg_manifest *ret);
 
+/* Reads the newest version (under the path's lock, or a version pruned
+ * meanwhile reads as -ENOENT); its id goes to *ret_id (when not NULL; 0
+ * when there is none), even when it does not read. Returns 0, -ENOENT when
+ * there is none, or as stg_catalog_read. */
+int stg_catalog_read_newest(int filedirfd, struct stg_manifest *ret, uint64_t *ret_id);
+
 /* The same, also keeping the manifest's bytes as stored (malloc'ed). */
 int stg_catalog_read_encoded(int filedirfd, uint64_t version, struct stg_manifest *ret,
 			     uint8_t **ret_bytes, size_t *ret_len);

@@ -60,16 +60,9 @@ static int export_pinned(const char *from, const char *to)
 	int r = stg_catalog_lock(shim.cache, from, false, &f);
 	if (r < 0)
 		return r;
-	uint64_t *v = NULL;
-	size_t n = 0;
 	struct stg_manifest m = {0};
-	r = stg_catalog_versions(f.dirfd, &v, &n);
-	if (r == 0 && n == 0)
-		r = -ENOENT;
-	if (r == 0)
-		r = stg_catalog_read(f.dirfd, v[n - 1], &m);
+	r = stg_catalog_read_newest(f.dirfd, &m, NULL);
 	stg_catalog_unlock(&f);
-	free(v);
 	if (r < 0)
 		return r == -EBADMSG ? -EIO : r;
 	char tmp[PATH_MAX + 32];

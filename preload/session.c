@@ -80,11 +80,15 @@ static int copy_real_file(const char *path, int to)
 	return r;
 }
 
-/* Do the parts in the cache (v, n of them) of the job's version that part
- * belongs to hold every rank of the job? Only then is this node's view of
- * the file the whole file. */
-static bool parts_complete(int filedirfd, const uint64_t *v, size_t n, const struct stg_part *part)
+/* Do the parts in the cache of the job's version that part belongs to hold
+ * every rank of the job? Only then is this node's view of the file the
+ * whole file. */
+static bool parts_complete(int filedirfd, const struct stg_part *part)
 {
+	uint64_t *v = NULL;
+	size_t n = 0;
+	if (stg_catalog_versions(filedirfd, &v, &n) < 0)
+		return false;
 	uint8_t *have = calloc(part->nranks_job, 1);
 	uint32_t count = 0;
 	for (size_t i = 0; have && i < n; i++) {
@@ -102,6 +106,7 @@ static bool parts_complete(int filedirfd, const uint64_t *v, size_t n, const str
 		stg_manifest_done(&m);
 	}
 	free(have);
+	free(v);
 	return count == part->nranks_job;
 }
 
@@ -114,37 +119,28 @@ static int materialize_latest(const char *path, int fd, bool reading)
 	int r = stg_catalog_lock(shim.cache, path, false, &f);
 	if (r < 0)
 		return r;
-	uint64_t *v = NULL;
-	size_t n = 0;
-	r = stg_catalog_versions(f.dirfd, &v, &n);
-	if (r == 0 && n == 0)
-		r = -ENOENT;
-	if (r == 0) {
-		struct stg_manifest m;
-		uint64_t latest = v[n - 1];
-		r = stg_catalog_read(f.dirfd, latest, &m);
-		if (r == 0 && reading && m.part && !parts_complete(f.dirfd, v, n, m.part)) {
-			shim_log(STG_LOG_ERROR,
-				 "cannot read '%s': it is shared = job, and this node holds only "
-				 "its part of version %llu (job %s); stagehand restore merges "
-				 "the nodes' parts",
-				 path, (unsigned long long)stg_version_seq(latest), m.part->job);
-			stg_manifest_done(&m);
-			free(v);
-			stg_catalog_unlock(&f);
-			return -EIO;
-		}
-		if (r == 0) {
-			struct stg_materialize_error e;
-			r = stg_materialize(shim.cache, &m, fd, NULL, NULL, &e);
-			stg_manifest_done(&m);
-		}
-		if (r < 0)
-			shim_log(STG_LOG_ERROR, "cannot read version %llu of '%s': %s",
-				 (unsigned long long)stg_version_seq(latest), path,
-				 r == -EBADMSG ? "its data in the cache is corrupt" : strerror(-r));
+	struct stg_manifest m;
+	uint64_t latest;
+	r = stg_catalog_read_newest(f.dirfd, &m, &latest);
+	if (r == 0 && reading && m.part && !parts_complete(f.dirfd, m.part)) {
+		shim_log(STG_LOG_ERROR,
+			 "cannot read '%s': it is shared = job, and this node holds only "
+			 "its part of version %llu (job %s); stagehand restore merges "
+			 "the nodes' parts",
+			 path, (unsigned long long)stg_version_seq(latest), m.part->job);
+		stg_manifest_done(&m);
+		stg_catalog_unlock(&f);
+		return -EIO;
 	}
-	free(v);
+	if (r == 0) {
+		struct stg_materialize_error e;
+		r = stg_materialize(shim.cache, &m, fd, NULL, NULL, &e);
+		stg_manifest_done(&m);
+	}
+	if (r < 0 && latest)
+		shim_log(STG_LOG_ERROR, "cannot read version %llu of '%s': %s",
+			 (unsigned long long)stg_version_seq(latest), path,
+			 r == -EBADMSG ? "its data in the cache is corrupt" : strerror(-r));
 	stg_catalog_unlock(&f);
 	return r;
 }

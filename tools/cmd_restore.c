@@ -452,20 +452,13 @@ static void early_start(struct stg_cache *cache, const char *path, const struct 
 {
 	*e = (struct early){.path = path, .pin = stg_gc_pin(cache)};
 	struct stg_catalog_file f;
-	uint64_t *ids = NULL;
-	size_t n = 0;
 	if (stg_catalog_lock(cache, path, false, &f) < 0)
 		return;
-	int r = stg_catalog_versions(f.dirfd, &ids, &n);
-	if (r == 0 && n > 0)
-		r = stg_catalog_read(f.dirfd, ids[n - 1], &e->m);
+	int r = stg_catalog_read_newest(f.dirfd, &e->m, NULL);
 	stg_catalog_unlock(&f);
-	if (r < 0 || n == 0) {
-		free(ids);
+	if (r < 0)
 		return;
-	}
-	e->id = ids[n - 1];
-	free(ids);
+	e->id = e->m.version;
 	/* A job's part is merged with the others; a bad chunk is fetched from
 	 * the servers: both wait for what the servers say. So do messages. */
 	const struct source src = {.cache = cache};
