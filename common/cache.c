@@ -145,13 +145,21 @@ int stg_cache_lock_packs(struct stg_cache *c, int op)
 	return fd;
 }
 
+#ifndef STATX_MNT_ID_UNIQUE
+#define STATX_MNT_ID_UNIQUE 0x4000U /* Linux 6.8 */
+#endif
+
 /* The file system instance the cache is on (this boot, this mount): `usage`
  * is updated in place, unsynced, and a power cut (a new boot, a new mount)
- * may leave it short of the packs that reached the disk. 0: unknown. */
+ * may leave it short of the packs that reached the disk. The boot tells a
+ * power cut; the mount, a file system mounted again within a boot, where
+ * the kernel gives ids never reused (6.8): older ones reuse a mount's id
+ * once it is unmounted. 0: unknown. */
 static uint64_t mount_stamp(int dirfd)
 {
 	struct statx stx;
-	if (statx(dirfd, "", AT_EMPTY_PATH, STATX_MNT_ID, &stx) < 0 || !(stx.stx_mask & STATX_MNT_ID))
+	if (statx(dirfd, "", AT_EMPTY_PATH, STATX_MNT_ID | STATX_MNT_ID_UNIQUE, &stx) < 0 ||
+	    !(stx.stx_mask & (STATX_MNT_ID | STATX_MNT_ID_UNIQUE)))
 		return 0;
 	char boot[40] = "";
 	int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
