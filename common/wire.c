@@ -2,6 +2,7 @@
 /* The wire protocol: frame headers and message bodies, encoded and validated
  * (docs/PROTOCOL.md describes every field). */
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "chunk.h"
@@ -12,45 +13,6 @@
 
 #define LIST_ENTRY_FIXED 54 /* 5 x u64, 3 x u32, u16 path length */
 #define LIST_ENTRY_FLAGGED 58 /* and u32 flags before the path length */
-
-static const char *const type_names[] = {
-	[STG_MSG_CHALLENGE] = "CHALLENGE",       [STG_MSG_AUTH] = "AUTH",
-	[STG_MSG_AUTH_OK] = "AUTH_OK",           [STG_MSG_ERROR] = "ERROR",
-	[STG_MSG_HAVE] = "HAVE",                 [STG_MSG_HAVE_REPLY] = "HAVE_REPLY",
-	[STG_MSG_PUT_CHUNK] = "PUT_CHUNK",       [STG_MSG_OK] = "OK",
-	[STG_MSG_PUT_MANIFEST] = "PUT_MANIFEST", [STG_MSG_MISSING] = "MISSING",
-	[STG_MSG_LIST] = "LIST",                 [STG_MSG_LIST_REPLY] = "LIST_REPLY",
-	[STG_MSG_LIST_REPLY_FLAGS] = "LIST_REPLY_FLAGS",
-	[STG_MSG_AUTH_MUNGE] = "AUTH_MUNGE",     [STG_MSG_MUNGE_HELLO] = "MUNGE_HELLO",
-	[STG_MSG_MUNGE_SERVER] = "MUNGE_SERVER", [STG_MSG_MUNGE_AUTH] = "MUNGE_AUTH",
-	[STG_MSG_GET_MANIFEST] = "GET_MANIFEST", [STG_MSG_MANIFEST] = "MANIFEST",
-	[STG_MSG_GET_CHUNK] = "GET_CHUNK",       [STG_MSG_CHUNK] = "CHUNK",
-	[STG_MSG_STAT] = "STAT",                 [STG_MSG_STAT_REPLY] = "STAT_REPLY",
-	[STG_MSG_PUT_CHUNK_REF] = "PUT_CHUNK_REF", [STG_MSG_GET_CHUNK_REF] = "GET_CHUNK_REF",
-	[STG_MSG_CHUNK_REF] = "CHUNK_REF",       [STG_MSG_DELETE_PATH] = "DELETE_PATH",
-	[STG_MSG_WITHDRAW] = "WITHDRAW",
-};
-
-/* A MUNGE credential: 1..STG_WIRE_MAX_MUNGE_CRED printable ASCII bytes, the
- * rest of a body. */
-static int decode_cred(const uint8_t *b, uint32_t len, const char **ret, uint32_t *ret_len)
-{
-	if (len == 0 || len > STG_WIRE_MAX_MUNGE_CRED)
-		return -EBADMSG;
-	for (uint32_t i = 0; i < len; i++)
-		if (b[i] < 0x21 || b[i] > 0x7e)
-			return -EBADMSG;
-	*ret = (const char *)b;
-	*ret_len = len;
-	return 0;
-}
-
-const char *stg_msg_type_name(uint8_t type)
-{
-	if (type == 0 || type > STG_MSG_TYPE_MAX)
-		return "unknown";
-	return type_names[type];
-}
 
 void stg_wire_header_encode(uint8_t *out, const struct stg_wire_header *h)
 {
@@ -151,326 +113,395 @@ static bool bitmap_tail_clear(const uint8_t *map, uint32_t len, uint32_t nbits)
 	return true;
 }
 
-static int decode_list_reply(const uint8_t *b, uint32_t len, bool flagged,
-			     struct stg_msg_list_reply *r)
+/* A MUNGE credential is printable ASCII without spaces. */
+static bool cred_valid(const char *s, uint32_t len)
 {
-	if (len < 4)
-		return -EBADMSG;
-	r->count = stg_get_le32(b);
-	r->entries = b + 4;
-	r->len = len - 4;
-	r->flagged = flagged;
-	uint32_t fixed = flagged ? LIST_ENTRY_FLAGGED : LIST_ENTRY_FIXED;
-	/* Walk every entry now, so that stg_wire_list_next cannot meet a bad one. */
+	for (uint32_t i = 0; i < len; i++)
+		if ((unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e)
+			return false;
+	return true;
+}
+
+static bool chunk_object_len_valid(uint32_t len)
+{
+	return len >= STG_CHUNK_HEADER_SIZE && len <= stg_chunk_bound(64u << 20);
+}
+
+/* What a decoded body must satisfy beyond its layout (wire.def's check):
+ * true when it does. They may complete what follows from the type. */
+
+static bool check_challenge(struct stg_msg *m)
+{
+	return m->challenge.min_version != 0 && m->challenge.min_version <= m->challenge.max_version;
+}
+
+static bool check_error(struct stg_msg *m)
+{
+	return m->error.code != 0 && m->error.code <= STG_WERR_MAX &&
+	       text_valid(m->error.text, m->error.text_len);
+}
+
+static bool check_have(struct stg_msg *m)
+{
+	return m->have.count != 0 && m->have.count <= STG_WIRE_MAX_HAVE;
+}
+
+static bool check_have_reply(struct stg_msg *m)
+{
+	const struct stg_msg_have_reply *r = &m->have_reply;
+	return r->count != 0 && r->count <= STG_WIRE_MAX_HAVE &&
+	       bitmap_tail_clear(r->bitmap, (r->count + 7) / 8, r->count);
+}
+
+/* The object's own header and hash are checked by the receiver, which knows
+ * what to expect; here only its size. */
+static bool check_chunk_object(struct stg_msg *m)
+{
+	return chunk_object_len_valid(m->put_chunk.len);
+}
+
+static bool check_put_manifest(struct stg_msg *m)
+{
+	const struct stg_msg_put_manifest *p = &m->put_manifest;
+	return p->keep != 0 && p->manifest_len != 0 && stg_wire_path_valid(p->path, p->path_len);
+}
+
+static bool check_missing(struct stg_msg *m)
+{
+	return m->missing.count != 0;
+}
+
+static bool check_list(struct stg_msg *m)
+{
+	uint16_t flags = m->list.flags;
+	return !(flags & ~(STG_LIST_FLAGS | STG_LIST_DELETED)) &&
+	       (!(flags & STG_LIST_DELETED) || (flags & STG_LIST_FLAGS)) &&
+	       prefix_valid(m->list.prefix, m->list.prefix_len);
+}
+
+/* Walks every entry now, so that stg_wire_list_next cannot meet a bad one. */
+static bool check_list_reply(struct stg_msg *m)
+{
+	struct stg_msg_list_reply *r = &m->list_reply;
+	r->flagged = m->type == STG_MSG_LIST_REPLY_FLAGS;
+	uint32_t fixed = r->flagged ? LIST_ENTRY_FLAGGED : LIST_ENTRY_FIXED;
 	uint32_t off = 0;
 	for (uint32_t i = 0; i < r->count; i++) {
 		if (r->len - off < fixed)
-			return -EBADMSG;
+			return false;
 		const uint8_t *e = r->entries + off;
 		uint16_t plen = stg_get_le16(e + fixed - 2);
 		if (r->len - off - fixed < plen)
-			return -EBADMSG;
+			return false;
 		if (stg_get_le64(e) == 0 || stg_get_le32(e + 48) > stg_get_le32(e + 44) ||
-		    (flagged && (stg_get_le32(e + 52) & ~(uint32_t)(STG_MANIFEST_KNOWN_FLAGS |
-								     STG_LIST_ENTRY_DELETED))) ||
+		    (r->flagged && (stg_get_le32(e + 52) & ~(uint32_t)(STG_MANIFEST_KNOWN_FLAGS |
+									STG_LIST_ENTRY_DELETED))) ||
 		    !stg_wire_path_valid((const char *)e + fixed, plen))
-			return -EBADMSG;
+			return false;
 		off += fixed + plen;
 	}
-	return off == r->len ? 0 : -EBADMSG;
+	return off == r->len;
+}
+
+static bool check_get_manifest(struct stg_msg *m)
+{
+	return stg_wire_path_valid(m->get_manifest.path, m->get_manifest.path_len);
+}
+
+static bool check_manifest(struct stg_msg *m)
+{
+	return m->manifest.len != 0;
+}
+
+static bool check_put_chunk_ref(struct stg_msg *m)
+{
+	return chunk_object_len_valid(m->put_chunk_ref.len);
+}
+
+static bool check_get_chunk_ref(struct stg_msg *m)
+{
+	return m->get_chunk_ref.cap >= STG_CHUNK_HEADER_SIZE;
+}
+
+static bool check_chunk_ref(struct stg_msg *m)
+{
+	return chunk_object_len_valid(m->chunk_ref.len);
+}
+
+static bool check_auth_munge(struct stg_msg *m)
+{
+	return cred_valid(m->auth_munge.cred, m->auth_munge.cred_len);
+}
+
+static bool check_munge_server(struct stg_msg *m)
+{
+	return cred_valid(m->munge_server.cred, m->munge_server.cred_len);
+}
+
+static bool check_munge_auth(struct stg_msg *m)
+{
+	return cred_valid(m->munge_auth.cred, m->munge_auth.cred_len);
+}
+
+static bool check_delete_path(struct stg_msg *m)
+{
+	const struct stg_msg_delete_path *d = &m->delete_path;
+	return d->upto != 0 && d->at_ns > 0 && !(d->flags & ~STG_TOMBSTONE_RENAMED) &&
+	       stg_wire_path_valid(d->path, d->path_len);
+}
+
+static bool check_withdraw(struct stg_msg *m)
+{
+	return m->withdraw.version != 0 &&
+	       stg_wire_path_valid(m->withdraw.path, m->withdraw.path_len);
+}
+
+/* wire.def's fields, as a table each message's encoder and decoder walk. */
+enum field_kind { F_END, F_INT, F_ZERO, F_BYTES, F_DATA, F_ARRAY, F_BITS, F_REST };
+
+struct field {
+	uint8_t kind;   /* enum field_kind */
+	uint8_t wire;   /* F_INT, F_ZERO: bytes on the wire */
+	uint8_t width;  /* F_INT: bytes of its member; the others: of their length's */
+	uint16_t at;    /* its member's offset in struct stg_msg */
+	uint16_t n_at;  /* F_DATA, F_ARRAY, F_BITS, F_REST: its length's (or count's) */
+	uint32_t size;  /* F_BYTES: its bytes; F_ARRAY: an element's */
+	uint32_t min;   /* F_REST: the fewest bytes */
+	uint32_t max;   /* F_INT, F_REST: the most (0: no bound) */
+};
+
+#define AT(m, f) offsetof(struct stg_msg, m.f)
+#define WIDTH(m, f) sizeof(((struct stg_msg *)0)->m.f)
+#define F_U16(m, f) {.kind = F_INT, .wire = 2, .width = WIDTH(m, f), .at = AT(m, f)},
+#define F_U32(m, f) {.kind = F_INT, .wire = 4, .width = WIDTH(m, f), .at = AT(m, f)},
+#define F_U64(m, f) {.kind = F_INT, .wire = 8, .width = WIDTH(m, f), .at = AT(m, f)},
+#define F_LEN16(m, f, mx) \
+	{.kind = F_INT, .wire = 2, .width = WIDTH(m, f), .at = AT(m, f), .max = (mx)},
+#define F_LEN32(m, f) F_U32(m, f)
+#define F_ZERO16(m, ...) {.kind = F_ZERO, .wire = 2},
+#define F_ZERO64(m, ...) {.kind = F_ZERO, .wire = 8},
+#define F_BYTES(m, f) {.kind = F_BYTES, .size = WIDTH(m, f), .at = AT(m, f)},
+#define F_DATA(m, p, n) {.kind = F_DATA, .width = WIDTH(m, n), .at = AT(m, p), .n_at = AT(m, n)},
+#define F_ARRAY(m, p, c, sz) \
+	{.kind = F_ARRAY, .width = WIDTH(m, c), .at = AT(m, p), .n_at = AT(m, c), .size = (sz)},
+#define F_BITS(m, p, c) {.kind = F_BITS, .width = WIDTH(m, c), .at = AT(m, p), .n_at = AT(m, c)},
+#define F_REST(m, p, n, mn, mx)                                                            \
+	{.kind = F_REST, .width = WIDTH(m, n), .at = AT(m, p), .n_at = AT(m, n), .min = (mn), \
+	 .max = (mx)},
+#define F_NONE(m, ...)
+
+/* FOR_EACH_FIELD(m, (KIND, args...), ...): F_KIND(m, args...) for each. */
+#define UNPAREN(...) __VA_ARGS__
+#define FIELD_(m, kind, ...) F_##kind(m, __VA_ARGS__)
+#define FIELD_CALL(...) FIELD_(__VA_ARGS__)
+#define FIELD(m, x) FIELD_CALL(m, UNPAREN x)
+#define FE_1(m, x) FIELD(m, x)
+#define FE_2(m, x, ...) FIELD(m, x) FE_1(m, __VA_ARGS__)
+#define FE_3(m, x, ...) FIELD(m, x) FE_2(m, __VA_ARGS__)
+#define FE_4(m, x, ...) FIELD(m, x) FE_3(m, __VA_ARGS__)
+#define FE_5(m, x, ...) FIELD(m, x) FE_4(m, __VA_ARGS__)
+#define FE_6(m, x, ...) FIELD(m, x) FE_5(m, __VA_ARGS__)
+#define FE_7(m, x, ...) FIELD(m, x) FE_6(m, __VA_ARGS__)
+#define FE_8(m, x, ...) FIELD(m, x) FE_7(m, __VA_ARGS__)
+#define FE_PICK(_1, _2, _3, _4, _5, _6, _7, _8, name, ...) name
+#define FOR_EACH_FIELD(m, ...) \
+	FE_PICK(__VA_ARGS__, FE_8, FE_7, FE_6, FE_5, FE_4, FE_3, FE_2, FE_1, )(m, __VA_ARGS__)
+
+#define MSG(type, number, member, since, check, ...) \
+	static const struct field fields_##type[] = {FOR_EACH_FIELD(member, __VA_ARGS__){0}};
+#include "wire.def"
+#undef MSG
+
+struct message {
+	const char *name;
+	uint8_t since; /* the oldest frame version that carries it */
+	bool (*check)(struct stg_msg *m);
+	const struct field *fields;
+};
+
+static const struct message messages[STG_MSG_TYPE_MAX + 1] = {
+#define MSG(type, number, member, since, check, ...) \
+	[number] = {#type, since, check, fields_##type},
+#include "wire.def"
+#undef MSG
+};
+
+/* The description of a message type, or NULL. */
+static const struct message *message_of(uint8_t type)
+{
+	return type <= STG_MSG_TYPE_MAX && messages[type].name ? &messages[type] : NULL;
+}
+
+const char *stg_msg_type_name(uint8_t type)
+{
+	const struct message *d = message_of(type);
+	return d ? d->name : "unknown";
+}
+
+/* Integer members of 1 to 8 bytes, and pointers, at an offset of a message. */
+static uint64_t get_member(const struct stg_msg *m, uint16_t at, uint8_t width)
+{
+	const uint8_t *p = (const uint8_t *)m + at;
+	uint8_t u8;
+	uint16_t u16;
+	uint32_t u32;
+	uint64_t u64;
+	switch (width) {
+	case 1: memcpy(&u8, p, 1); return u8;
+	case 2: memcpy(&u16, p, 2); return u16;
+	case 4: memcpy(&u32, p, 4); return u32;
+	default: memcpy(&u64, p, 8); return u64;
+	}
+}
+
+static void set_member(struct stg_msg *m, uint16_t at, uint8_t width, uint64_t v)
+{
+	uint8_t *p = (uint8_t *)m + at;
+	uint8_t u8 = (uint8_t)v;
+	uint16_t u16 = (uint16_t)v;
+	uint32_t u32 = (uint32_t)v;
+	switch (width) {
+	case 1: memcpy(p, &u8, 1); break;
+	case 2: memcpy(p, &u16, 2); break;
+	case 4: memcpy(p, &u32, 4); break;
+	default: memcpy(p, &v, 8); break;
+	}
+}
+
+static const void *get_pointer(const struct stg_msg *m, uint16_t at)
+{
+	const void *v;
+	memcpy(&v, (const uint8_t *)m + at, sizeof(v));
+	return v;
+}
+
+static void set_pointer(struct stg_msg *m, uint16_t at, const void *v)
+{
+	memcpy((uint8_t *)m + at, &v, sizeof(v));
+}
+
+static uint64_t get_le(const uint8_t *p, uint8_t wire)
+{
+	return wire == 2 ? stg_get_le16(p) : wire == 4 ? stg_get_le32(p) : stg_get_le64(p);
+}
+
+static void put_le(uint8_t *p, uint8_t wire, uint64_t v)
+{
+	if (wire == 2)
+		stg_put_le16(p, (uint16_t)v);
+	else if (wire == 4)
+		stg_put_le32(p, (uint32_t)v);
+	else
+		stg_put_le64(p, v);
+}
+
+/* The bytes of a variable field (F_DATA, F_ARRAY, F_BITS, F_REST) as m says;
+ * F_REST's are its length. */
+static uint64_t data_bytes(const struct field *f, const struct stg_msg *m)
+{
+	uint64_t n = get_member(m, f->n_at, f->width);
+	switch ((enum field_kind)f->kind) {
+	case F_ARRAY: return n * f->size;
+	case F_BITS: return (n + 7) / 8;
+	case F_DATA:
+	case F_REST: return n;
+	case F_END:
+	case F_INT:
+	case F_ZERO:
+	case F_BYTES: break;
+	}
+	return 0;
+}
+
+/* A bounded reader of a body: every take checks what is left. */
+struct reader {
+	const uint8_t *p;
+	uint64_t len, off;
+};
+
+static const uint8_t *take(struct reader *r, uint64_t n)
+{
+	if (r->len - r->off < n)
+		return NULL;
+	const uint8_t *p = r->p + r->off;
+	r->off += n;
+	return p;
 }
 
 int stg_wire_decode(const struct stg_wire_header *h, const uint8_t *b, struct stg_msg *ret)
 {
-	uint32_t len = h->length;
+	const struct message *d = message_of(h->type);
+	if (!d || h->version < d->since)
+		return -EBADMSG;
 	struct stg_msg m;
 	memset(&m, 0, sizeof(m));
 	m.version = h->version;
 	m.type = h->type;
 	m.tag = h->tag;
-	switch (h->type) {
-	case STG_MSG_CHALLENGE:
-		if (len != 4 + STG_AUTH_NONCE_LEN)
-			return -EBADMSG;
-		m.challenge.min_version = stg_get_le16(b);
-		m.challenge.max_version = stg_get_le16(b + 2);
-		if (m.challenge.min_version == 0 ||
-		    m.challenge.min_version > m.challenge.max_version)
-			return -EBADMSG;
-		memcpy(m.challenge.nonce, b + 4, STG_AUTH_NONCE_LEN);
-		break;
-	case STG_MSG_AUTH:
-		if (len != 4 + STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN)
-			return -EBADMSG;
-		m.auth.uid = stg_get_le32(b);
-		memcpy(m.auth.nonce, b + 4, STG_AUTH_NONCE_LEN);
-		memcpy(m.auth.mac, b + 4 + STG_AUTH_NONCE_LEN, STG_AUTH_MAC_LEN);
-		break;
-	case STG_MSG_AUTH_MUNGE:
-		if (len <= STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN)
-			return -EBADMSG;
-		memcpy(m.auth_munge.nonce, b, STG_AUTH_NONCE_LEN);
-		memcpy(m.auth_munge.mac, b + STG_AUTH_NONCE_LEN, STG_AUTH_MAC_LEN);
-		if (decode_cred(b + STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN,
-				len - STG_AUTH_NONCE_LEN - STG_AUTH_MAC_LEN, &m.auth_munge.cred,
-				&m.auth_munge.cred_len) < 0)
-			return -EBADMSG;
-		break;
-	case STG_MSG_MUNGE_HELLO:
-		if (len != STG_AUTH_NONCE_LEN + STG_KX_PUB_LEN || h->version < 2)
-			return -EBADMSG;
-		memcpy(m.munge_hello.nonce, b, STG_AUTH_NONCE_LEN);
-		memcpy(m.munge_hello.pub, b + STG_AUTH_NONCE_LEN, STG_KX_PUB_LEN);
-		break;
-	case STG_MSG_MUNGE_SERVER:
-		if (len <= STG_KX_PUB_LEN || h->version < 2)
-			return -EBADMSG;
-		memcpy(m.munge_server.pub, b, STG_KX_PUB_LEN);
-		if (decode_cred(b + STG_KX_PUB_LEN, len - STG_KX_PUB_LEN, &m.munge_server.cred,
-				&m.munge_server.cred_len) < 0)
-			return -EBADMSG;
-		break;
-	case STG_MSG_MUNGE_AUTH:
-		if (len <= STG_AUTH_MAC_LEN || h->version < 2)
-			return -EBADMSG;
-		memcpy(m.munge_auth.mac, b, STG_AUTH_MAC_LEN);
-		if (decode_cred(b + STG_AUTH_MAC_LEN, len - STG_AUTH_MAC_LEN, &m.munge_auth.cred,
-				&m.munge_auth.cred_len) < 0)
-			return -EBADMSG;
-		break;
-	case STG_MSG_AUTH_OK:
-		if (len != STG_AUTH_MAC_LEN)
-			return -EBADMSG;
-		memcpy(m.auth_ok.mac, b, STG_AUTH_MAC_LEN);
-		break;
-	case STG_MSG_ERROR:
-		if (len < 6)
-			return -EBADMSG;
-		m.error.code = stg_get_le32(b);
-		m.error.text_len = stg_get_le16(b + 4);
-		m.error.text = (const char *)b + 6;
-		if (m.error.code == 0 || m.error.code > STG_WERR_MAX ||
-		    m.error.text_len > STG_WIRE_MAX_ERROR_TEXT || len != 6 + m.error.text_len ||
-		    !text_valid(m.error.text, m.error.text_len))
-			return -EBADMSG;
-		break;
-	case STG_MSG_HAVE:
-		if (len < 4)
-			return -EBADMSG;
-		m.have.count = stg_get_le32(b);
-		m.have.hashes = b + 4;
-		if (m.have.count == 0 || m.have.count > STG_WIRE_MAX_HAVE ||
-		    len != 4 + (uint64_t)m.have.count * 16)
-			return -EBADMSG;
-		break;
-	case STG_MSG_HAVE_REPLY:
-		if (len < 4)
-			return -EBADMSG;
-		m.have_reply.count = stg_get_le32(b);
-		m.have_reply.bitmap = b + 4;
-		if (m.have_reply.count == 0 || m.have_reply.count > STG_WIRE_MAX_HAVE ||
-		    len != 4 + (m.have_reply.count + 7) / 8 ||
-		    !bitmap_tail_clear(b + 4, len - 4, m.have_reply.count))
-			return -EBADMSG;
-		break;
-	case STG_MSG_PUT_CHUNK:
-	case STG_MSG_CHUNK:
-		/* The object's own header and hash are checked by the receiver,
-		 * which knows what to expect; here only its size. */
-		if (len < STG_CHUNK_HEADER_SIZE || len > stg_chunk_bound(64u << 20))
-			return -EBADMSG;
-		m.put_chunk.obj = b;
-		m.put_chunk.len = len;
-		break;
-	case STG_MSG_OK:
-	case STG_MSG_STAT:
-		if (len != 0)
-			return -EBADMSG;
-		break;
-	case STG_MSG_PUT_MANIFEST: {
-		if (len < 16)
-			return -EBADMSG;
-		struct stg_msg_put_manifest *p = &m.put_manifest;
-		p->keep = stg_get_le32(b);
-		p->path_len = stg_get_le16(b + 4);
-		uint16_t flags = stg_get_le16(b + 6);
-		p->manifest_len = stg_get_le32(b + 8);
-		p->held_len = stg_get_le32(b + 12);
-		if (p->keep == 0 || flags != 0 ||
-		    (uint64_t)16 + p->path_len + p->manifest_len + p->held_len != len)
-			return -EBADMSG;
-		p->path = (const char *)b + 16;
-		p->manifest = b + 16 + p->path_len;
-		p->held = p->manifest + p->manifest_len;
-		if (!stg_wire_path_valid(p->path, p->path_len) || p->manifest_len == 0)
-			return -EBADMSG;
-		break;
+	struct reader r = {.p = b, .len = h->length};
+	for (const struct field *f = d->fields; f->kind != F_END; f++) {
+		const uint8_t *p;
+		uint64_t v;
+		switch ((enum field_kind)f->kind) {
+		case F_INT:
+		case F_ZERO:
+			if (!(p = take(&r, f->wire)))
+				return -EBADMSG;
+			v = get_le(p, f->wire);
+			if (f->kind == F_ZERO ? v != 0 : f->max && v > f->max)
+				return -EBADMSG;
+			if (f->kind == F_INT)
+				set_member(&m, f->at, f->width, v);
+			break;
+		case F_BYTES:
+			if (!(p = take(&r, f->size)))
+				return -EBADMSG;
+			memcpy((uint8_t *)&m + f->at, p, f->size);
+			break;
+		case F_REST:
+			v = r.len - r.off;
+			if (v < f->min || (f->max && v > f->max))
+				return -EBADMSG;
+			set_member(&m, f->n_at, f->width, v);
+			/* fall through */
+		case F_DATA:
+		case F_ARRAY:
+		case F_BITS:
+			if (!(p = take(&r, data_bytes(f, &m))))
+				return -EBADMSG;
+			set_pointer(&m, f->at, p);
+			break;
+		case F_END:
+			break;
+		}
 	}
-	case STG_MSG_MISSING:
-		if (len < 4)
-			return -EBADMSG;
-		m.missing.count = stg_get_le32(b);
-		m.missing.entries = b + 4;
-		if (m.missing.count == 0 || len != 4 + (uint64_t)m.missing.count * 4)
-			return -EBADMSG;
-		break;
-	case STG_MSG_LIST:
-		if (len < 4)
-			return -EBADMSG;
-		m.list.prefix_len = stg_get_le16(b);
-		m.list.prefix = (const char *)b + 4;
-		m.list.flags = stg_get_le16(b + 2);
-		if ((m.list.flags & ~(STG_LIST_FLAGS | STG_LIST_DELETED)) ||
-		    ((m.list.flags & STG_LIST_DELETED) && !(m.list.flags & STG_LIST_FLAGS)) ||
-		    len != 4 + m.list.prefix_len ||
-		    !prefix_valid(m.list.prefix, m.list.prefix_len))
-			return -EBADMSG;
-		break;
-	case STG_MSG_LIST_REPLY:
-	case STG_MSG_LIST_REPLY_FLAGS:
-		if (decode_list_reply(b, len, h->type == STG_MSG_LIST_REPLY_FLAGS, &m.list_reply) < 0)
-			return -EBADMSG;
-		break;
-	case STG_MSG_GET_MANIFEST:
-		if (len < 12)
-			return -EBADMSG;
-		m.get_manifest.version = stg_get_le64(b);
-		m.get_manifest.path_len = stg_get_le16(b + 8);
-		m.get_manifest.path = (const char *)b + 12;
-		if (stg_get_le16(b + 10) != 0 || len != 12 + m.get_manifest.path_len ||
-		    !stg_wire_path_valid(m.get_manifest.path, m.get_manifest.path_len))
-			return -EBADMSG;
-		break;
-	case STG_MSG_WITHDRAW: {
-		struct stg_msg_withdraw *w = &m.withdraw;
-		if (len < 20)
-			return -EBADMSG;
-		w->version = stg_get_le64(b);
-		w->manifest_hash = stg_get_le64(b + 8);
-		w->path_len = stg_get_le16(b + 16);
-		w->path = (const char *)b + 20;
-		if (h->version < 2 || w->version == 0 || stg_get_le16(b + 18) != 0 ||
-		    len != 20 + w->path_len || !stg_wire_path_valid(w->path, w->path_len))
-			return -EBADMSG;
-		break;
-	}
-	case STG_MSG_DELETE_PATH: {
-		struct stg_msg_delete_path *d = &m.delete_path;
-		if (len < 28)
-			return -EBADMSG;
-		d->upto = stg_get_le64(b);
-		d->at_ns = (int64_t)stg_get_le64(b + 8);
-		d->retain_s = stg_get_le32(b + 16);
-		d->flags = stg_get_le32(b + 20);
-		d->path_len = stg_get_le16(b + 24);
-		d->path = (const char *)b + 28;
-		if (h->version < 2 || d->upto == 0 || d->at_ns <= 0 ||
-		    (d->flags & ~STG_TOMBSTONE_RENAMED) ||
-		    stg_get_le16(b + 26) != 0 || len != 28 + d->path_len ||
-		    !stg_wire_path_valid(d->path, d->path_len))
-			return -EBADMSG;
-		break;
-	}
-	case STG_MSG_MANIFEST:
-		if (len == 0)
-			return -EBADMSG;
-		m.manifest.manifest = b;
-		m.manifest.len = len;
-		break;
-	case STG_MSG_GET_CHUNK:
-		if (len != 16)
-			return -EBADMSG;
-		memcpy(m.get_chunk.hash.b, b, 16);
-		break;
-	case STG_MSG_STAT_REPLY:
-		if (len != 60)
-			return -EBADMSG;
-		m.stat_reply.chunks = stg_get_le64(b);
-		m.stat_reply.chunk_bytes = stg_get_le64(b + 8);
-		m.stat_reply.segments = stg_get_le64(b + 16);
-		m.stat_reply.segment_bytes = stg_get_le64(b + 24);
-		m.stat_reply.index_bytes = stg_get_le64(b + 32);
-		m.stat_reply.uptime_s = stg_get_le64(b + 40);
-		m.stat_reply.connections = stg_get_le32(b + 48);
-		if (stg_get_le64(b + 52) != 0)
-			return -EBADMSG;
-		break;
-	case STG_MSG_PUT_CHUNK_REF:
-		if (len != 16)
-			return -EBADMSG;
-		m.put_chunk_ref.addr = stg_get_le64(b);
-		m.put_chunk_ref.rkey = stg_get_le32(b + 8);
-		m.put_chunk_ref.len = stg_get_le32(b + 12);
-		if (m.put_chunk_ref.len < STG_CHUNK_HEADER_SIZE ||
-		    m.put_chunk_ref.len > stg_chunk_bound(64u << 20))
-			return -EBADMSG;
-		break;
-	case STG_MSG_GET_CHUNK_REF:
-		if (len != 32)
-			return -EBADMSG;
-		memcpy(m.get_chunk_ref.hash.b, b, 16);
-		m.get_chunk_ref.addr = stg_get_le64(b + 16);
-		m.get_chunk_ref.rkey = stg_get_le32(b + 24);
-		m.get_chunk_ref.cap = stg_get_le32(b + 28);
-		if (m.get_chunk_ref.cap < STG_CHUNK_HEADER_SIZE)
-			return -EBADMSG;
-		break;
-	case STG_MSG_CHUNK_REF:
-		if (len != 4)
-			return -EBADMSG;
-		m.chunk_ref.len = stg_get_le32(b);
-		if (m.chunk_ref.len < STG_CHUNK_HEADER_SIZE ||
-		    m.chunk_ref.len > stg_chunk_bound(64u << 20))
-			return -EBADMSG;
-		break;
-	default:
+	if (r.off != r.len || (d->check && !d->check(&m)))
 		return -EBADMSG;
-	}
 	*ret = m;
 	return 0;
 }
 
-static size_t body_size(const struct stg_msg *m)
+static size_t body_size(const struct message *d, const struct stg_msg *m)
 {
-	switch (m->type) {
-	case STG_MSG_CHALLENGE: return 4 + STG_AUTH_NONCE_LEN;
-	case STG_MSG_AUTH: return 4 + STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN;
-	case STG_MSG_AUTH_OK: return STG_AUTH_MAC_LEN;
-	case STG_MSG_AUTH_MUNGE:
-		return STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN + (size_t)m->auth_munge.cred_len;
-	case STG_MSG_MUNGE_HELLO: return STG_AUTH_NONCE_LEN + STG_KX_PUB_LEN;
-	case STG_MSG_MUNGE_SERVER: return STG_KX_PUB_LEN + (size_t)m->munge_server.cred_len;
-	case STG_MSG_MUNGE_AUTH: return STG_AUTH_MAC_LEN + (size_t)m->munge_auth.cred_len;
-	case STG_MSG_ERROR: return 6 + m->error.text_len;
-	case STG_MSG_HAVE: return 4 + (size_t)m->have.count * 16;
-	case STG_MSG_HAVE_REPLY: return 4 + ((size_t)m->have_reply.count + 7) / 8;
-	case STG_MSG_PUT_CHUNK: return m->put_chunk.len;
-	case STG_MSG_CHUNK: return m->chunk.len;
-	case STG_MSG_OK:
-	case STG_MSG_STAT: return 0;
-	case STG_MSG_PUT_MANIFEST:
-		return 16 + (size_t)m->put_manifest.path_len + m->put_manifest.manifest_len +
-		       m->put_manifest.held_len;
-	case STG_MSG_MISSING: return 4 + (size_t)m->missing.count * 4;
-	case STG_MSG_LIST: return 4 + (size_t)m->list.prefix_len;
-	case STG_MSG_LIST_REPLY:
-	case STG_MSG_LIST_REPLY_FLAGS: return 4 + (size_t)m->list_reply.len;
-	case STG_MSG_GET_MANIFEST: return 12 + (size_t)m->get_manifest.path_len;
-	case STG_MSG_DELETE_PATH: return 28 + (size_t)m->delete_path.path_len;
-	case STG_MSG_WITHDRAW: return 20 + (size_t)m->withdraw.path_len;
-	case STG_MSG_MANIFEST: return m->manifest.len;
-	case STG_MSG_GET_CHUNK: return 16;
-	case STG_MSG_STAT_REPLY: return 60;
-	case STG_MSG_PUT_CHUNK_REF: return 16;
-	case STG_MSG_GET_CHUNK_REF: return 32;
-	case STG_MSG_CHUNK_REF: return 4;
-	default: return SIZE_MAX;
-	}
+	uint64_t n = 0;
+	for (const struct field *f = d->fields; f->kind != F_END; f++)
+		switch ((enum field_kind)f->kind) {
+		case F_INT:
+		case F_ZERO: n += f->wire; break;
+		case F_BYTES: n += f->size; break;
+		case F_DATA:
+		case F_ARRAY:
+		case F_BITS:
+		case F_REST: n += data_bytes(f, m); break;
+		case F_END: break;
+		}
+	return n > SIZE_MAX ? SIZE_MAX : (size_t)n;
 }
 
 size_t stg_wire_encoded_size(const struct stg_msg *msg)
 {
-	size_t n = body_size(msg);
+	const struct message *d = message_of(msg->type);
+	size_t n = d ? body_size(d, msg) : SIZE_MAX;
 	return n > STG_WIRE_MAX_BODY ? 0 : STG_WIRE_HEADER_SIZE + n;
 }
 
@@ -479,164 +510,44 @@ size_t stg_wire_encode(const struct stg_msg *m, uint8_t *out, size_t cap)
 	size_t total = stg_wire_encoded_size(m);
 	if (total == 0 || total > cap)
 		return 0;
-	size_t n = total - STG_WIRE_HEADER_SIZE;
+	const struct message *d = message_of(m->type);
 	uint8_t *b = out + STG_WIRE_HEADER_SIZE;
-	struct stg_wire_header h = {.version = m->version, .type = m->type, .length = (uint32_t)n,
-				    .tag = m->tag};
+	for (const struct field *f = d->fields; f->kind != F_END; f++) {
+		uint64_t v;
+		switch ((enum field_kind)f->kind) {
+		case F_INT:
+			v = get_member(m, f->at, f->width);
+			if (f->max && v > f->max)
+				return 0;
+			put_le(b, f->wire, v);
+			b += f->wire;
+			break;
+		case F_ZERO:
+			put_le(b, f->wire, 0);
+			b += f->wire;
+			break;
+		case F_BYTES:
+			memcpy(b, (const uint8_t *)m + f->at, f->size);
+			b += f->size;
+			break;
+		case F_REST:
+		case F_DATA:
+		case F_ARRAY:
+		case F_BITS:
+			v = data_bytes(f, m);
+			if (f->kind == F_REST && (v < f->min || (f->max && v > f->max)))
+				return 0;
+			if (v)
+				memcpy(b, get_pointer(m, f->at), (size_t)v);
+			b += v;
+			break;
+		case F_END:
+			break;
+		}
+	}
+	struct stg_wire_header h = {.version = m->version, .type = m->type,
+				    .length = (uint32_t)(total - STG_WIRE_HEADER_SIZE), .tag = m->tag};
 	stg_wire_header_encode(out, &h);
-	switch (m->type) {
-	case STG_MSG_CHALLENGE:
-		stg_put_le16(b, m->challenge.min_version);
-		stg_put_le16(b + 2, m->challenge.max_version);
-		memcpy(b + 4, m->challenge.nonce, STG_AUTH_NONCE_LEN);
-		break;
-	case STG_MSG_AUTH:
-		stg_put_le32(b, m->auth.uid);
-		memcpy(b + 4, m->auth.nonce, STG_AUTH_NONCE_LEN);
-		memcpy(b + 4 + STG_AUTH_NONCE_LEN, m->auth.mac, STG_AUTH_MAC_LEN);
-		break;
-	case STG_MSG_AUTH_OK:
-		memcpy(b, m->auth_ok.mac, STG_AUTH_MAC_LEN);
-		break;
-	case STG_MSG_AUTH_MUNGE:
-		if (!m->auth_munge.cred_len || m->auth_munge.cred_len > STG_WIRE_MAX_MUNGE_CRED)
-			return 0;
-		memcpy(b, m->auth_munge.nonce, STG_AUTH_NONCE_LEN);
-		memcpy(b + STG_AUTH_NONCE_LEN, m->auth_munge.mac, STG_AUTH_MAC_LEN);
-		memcpy(b + STG_AUTH_NONCE_LEN + STG_AUTH_MAC_LEN, m->auth_munge.cred,
-		       m->auth_munge.cred_len);
-		break;
-	case STG_MSG_MUNGE_HELLO:
-		memcpy(b, m->munge_hello.nonce, STG_AUTH_NONCE_LEN);
-		memcpy(b + STG_AUTH_NONCE_LEN, m->munge_hello.pub, STG_KX_PUB_LEN);
-		break;
-	case STG_MSG_MUNGE_SERVER:
-		if (!m->munge_server.cred_len || m->munge_server.cred_len > STG_WIRE_MAX_MUNGE_CRED)
-			return 0;
-		memcpy(b, m->munge_server.pub, STG_KX_PUB_LEN);
-		memcpy(b + STG_KX_PUB_LEN, m->munge_server.cred, m->munge_server.cred_len);
-		break;
-	case STG_MSG_MUNGE_AUTH:
-		if (!m->munge_auth.cred_len || m->munge_auth.cred_len > STG_WIRE_MAX_MUNGE_CRED)
-			return 0;
-		memcpy(b, m->munge_auth.mac, STG_AUTH_MAC_LEN);
-		memcpy(b + STG_AUTH_MAC_LEN, m->munge_auth.cred, m->munge_auth.cred_len);
-		break;
-	case STG_MSG_ERROR:
-		if (m->error.text_len > STG_WIRE_MAX_ERROR_TEXT)
-			return 0;
-		stg_put_le32(b, m->error.code);
-		stg_put_le16(b + 4, (uint16_t)m->error.text_len);
-		memcpy(b + 6, m->error.text, m->error.text_len);
-		break;
-	case STG_MSG_HAVE:
-		stg_put_le32(b, m->have.count);
-		memcpy(b + 4, m->have.hashes, (size_t)m->have.count * 16);
-		break;
-	case STG_MSG_HAVE_REPLY:
-		stg_put_le32(b, m->have_reply.count);
-		memcpy(b + 4, m->have_reply.bitmap, n - 4);
-		break;
-	case STG_MSG_PUT_CHUNK:
-		memcpy(b, m->put_chunk.obj, m->put_chunk.len);
-		break;
-	case STG_MSG_CHUNK:
-		memcpy(b, m->chunk.obj, m->chunk.len);
-		break;
-	case STG_MSG_OK:
-	case STG_MSG_STAT:
-		break;
-	case STG_MSG_PUT_MANIFEST: {
-		const struct stg_msg_put_manifest *p = &m->put_manifest;
-		if (p->path_len > STG_WIRE_MAX_PATH)
-			return 0;
-		stg_put_le32(b, p->keep);
-		stg_put_le16(b + 4, (uint16_t)p->path_len);
-		stg_put_le16(b + 6, 0);
-		stg_put_le32(b + 8, p->manifest_len);
-		stg_put_le32(b + 12, p->held_len);
-		memcpy(b + 16, p->path, p->path_len);
-		memcpy(b + 16 + p->path_len, p->manifest, p->manifest_len);
-		memcpy(b + 16 + p->path_len + p->manifest_len, p->held, p->held_len);
-		break;
-	}
-	case STG_MSG_MISSING:
-		stg_put_le32(b, m->missing.count);
-		memcpy(b + 4, m->missing.entries, (size_t)m->missing.count * 4);
-		break;
-	case STG_MSG_LIST:
-		if (m->list.prefix_len > STG_WIRE_MAX_PATH)
-			return 0;
-		stg_put_le16(b, (uint16_t)m->list.prefix_len);
-		stg_put_le16(b + 2, m->list.flags);
-		memcpy(b + 4, m->list.prefix, m->list.prefix_len);
-		break;
-	case STG_MSG_LIST_REPLY:
-	case STG_MSG_LIST_REPLY_FLAGS:
-		stg_put_le32(b, m->list_reply.count);
-		memcpy(b + 4, m->list_reply.entries, m->list_reply.len);
-		break;
-	case STG_MSG_GET_MANIFEST:
-		if (m->get_manifest.path_len > STG_WIRE_MAX_PATH)
-			return 0;
-		stg_put_le64(b, m->get_manifest.version);
-		stg_put_le16(b + 8, (uint16_t)m->get_manifest.path_len);
-		stg_put_le16(b + 10, 0);
-		memcpy(b + 12, m->get_manifest.path, m->get_manifest.path_len);
-		break;
-	case STG_MSG_WITHDRAW:
-		if (m->withdraw.path_len > STG_WIRE_MAX_PATH)
-			return 0;
-		stg_put_le64(b, m->withdraw.version);
-		stg_put_le64(b + 8, m->withdraw.manifest_hash);
-		stg_put_le16(b + 16, (uint16_t)m->withdraw.path_len);
-		stg_put_le16(b + 18, 0);
-		memcpy(b + 20, m->withdraw.path, m->withdraw.path_len);
-		break;
-	case STG_MSG_DELETE_PATH:
-		if (m->delete_path.path_len > STG_WIRE_MAX_PATH)
-			return 0;
-		stg_put_le64(b, m->delete_path.upto);
-		stg_put_le64(b + 8, (uint64_t)m->delete_path.at_ns);
-		stg_put_le32(b + 16, m->delete_path.retain_s);
-		stg_put_le32(b + 20, m->delete_path.flags);
-		stg_put_le16(b + 24, (uint16_t)m->delete_path.path_len);
-		stg_put_le16(b + 26, 0);
-		memcpy(b + 28, m->delete_path.path, m->delete_path.path_len);
-		break;
-	case STG_MSG_MANIFEST:
-		memcpy(b, m->manifest.manifest, m->manifest.len);
-		break;
-	case STG_MSG_GET_CHUNK:
-		memcpy(b, m->get_chunk.hash.b, 16);
-		break;
-	case STG_MSG_STAT_REPLY:
-		stg_put_le64(b, m->stat_reply.chunks);
-		stg_put_le64(b + 8, m->stat_reply.chunk_bytes);
-		stg_put_le64(b + 16, m->stat_reply.segments);
-		stg_put_le64(b + 24, m->stat_reply.segment_bytes);
-		stg_put_le64(b + 32, m->stat_reply.index_bytes);
-		stg_put_le64(b + 40, m->stat_reply.uptime_s);
-		stg_put_le32(b + 48, m->stat_reply.connections);
-		stg_put_le64(b + 52, 0);
-		break;
-	case STG_MSG_PUT_CHUNK_REF:
-		stg_put_le64(b, m->put_chunk_ref.addr);
-		stg_put_le32(b + 8, m->put_chunk_ref.rkey);
-		stg_put_le32(b + 12, m->put_chunk_ref.len);
-		break;
-	case STG_MSG_GET_CHUNK_REF:
-		memcpy(b, m->get_chunk_ref.hash.b, 16);
-		stg_put_le64(b + 16, m->get_chunk_ref.addr);
-		stg_put_le32(b + 24, m->get_chunk_ref.rkey);
-		stg_put_le32(b + 28, m->get_chunk_ref.cap);
-		break;
-	case STG_MSG_CHUNK_REF:
-		stg_put_le32(b, m->chunk_ref.len);
-		break;
-	default:
-		return 0;
-	}
 	return total;
 }
 

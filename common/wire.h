@@ -30,47 +30,11 @@
 #define STG_WIRE_MAX_HAVE 8192
 #define STG_WIRE_MAX_ERROR_TEXT 512
 
+/* The message types, each described once in common/wire.def. */
 enum stg_msg_type {
-	STG_MSG_CHALLENGE = 1,    /* server -> client, first frame of a connection */
-	STG_MSG_AUTH = 2,         /* client -> server */
-	STG_MSG_AUTH_OK = 3,      /* server -> client */
-	STG_MSG_ERROR = 4,        /* server -> client, the reply to any failed request */
-	STG_MSG_HAVE = 5,         /* which of these chunks do you hold? */
-	STG_MSG_HAVE_REPLY = 6,
-	STG_MSG_PUT_CHUNK = 7,    /* a chunk object */
-	STG_MSG_OK = 8,           /* the reply to PUT_CHUNK and PUT_MANIFEST */
-	STG_MSG_PUT_MANIFEST = 9, /* a version of a path */
-	STG_MSG_MISSING = 10,     /* PUT_MANIFEST refused: these held chunks are absent */
-	STG_MSG_LIST = 11,        /* the versions of paths under a prefix */
-	STG_MSG_LIST_REPLY = 12,
-	STG_MSG_GET_MANIFEST = 13,
-	STG_MSG_MANIFEST = 14,
-	STG_MSG_GET_CHUNK = 15,
-	STG_MSG_CHUNK = 16,
-	STG_MSG_STAT = 17,        /* the server's state */
-	STG_MSG_STAT_REPLY = 18,
-	/* RDMA connections only: the data of a chunk travels one-sided. */
-	STG_MSG_PUT_CHUNK_REF = 19, /* pull this chunk object from my memory */
-	STG_MSG_GET_CHUNK_REF = 20, /* GET_CHUNK, and write it into my memory */
-	STG_MSG_CHUNK_REF = 21,     /* the reply: the object is in your memory */
-	/* LIST_REPLY whose entries carry their manifest's flags: the reply to a
-	 * LIST with STG_LIST_FLAGS (added within version 1). */
-	STG_MSG_LIST_REPLY_FLAGS = 22,
-	/* AUTH with a MUNGE credential carrying a key (added within version
-	 * 2): decoded still, refused by servers since the key exchange below. */
-	STG_MSG_AUTH_MUNGE = 23,
-	/* The MUNGE login with a key exchange (added within version 2;
-	 * docs/PROTOCOL.md, "MUNGE"). */
-	STG_MSG_MUNGE_HELLO = 24,  /* client -> server: its nonce and public key */
-	STG_MSG_MUNGE_SERVER = 25, /* server -> client: its public key and credential */
-	STG_MSG_MUNGE_AUTH = 26,   /* client -> server: its credential and proof */
-	/* A path's versions up to an id were deleted or renamed away (added
-	 * within version 2; docs/PROTOCOL.md, "Deletions"). */
-	STG_MSG_DELETE_PATH = 27,
-	/* Takes back one version the sender shipped, if the server holds it
-	 * as sent: its id was another node's elsewhere, and it is shipped
-	 * again under a new one (added within version 2). */
-	STG_MSG_WITHDRAW = 28,
+#define MSG(type, number, ...) STG_MSG_##type = number,
+#include "wire.def"
+#undef MSG
 };
 #define STG_MSG_TYPE_MAX 28
 

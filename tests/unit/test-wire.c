@@ -492,6 +492,45 @@ static void test_paths(void)
 	CHECK(!stg_wire_path_valid(longp, STG_WIRE_MAX_PATH + 1));
 }
 
+/* A length at its limit is sent and taken; one past it neither. */
+static void test_limits(void)
+{
+	static uint8_t frame[STG_WIRE_HEADER_SIZE + 8192];
+	char text[STG_WIRE_MAX_ERROR_TEXT + 1];
+	memset(text, 'e', sizeof(text));
+	struct stg_msg m = {.type = STG_MSG_ERROR};
+	m.error.code = STG_WERR_IO;
+	m.error.text = text;
+	m.error.text_len = STG_WIRE_MAX_ERROR_TEXT;
+	size_t n = stg_wire_encode(&m, frame, sizeof(frame));
+	CHECK(n > 0);
+	struct stg_wire_header h;
+	struct stg_msg back;
+	CHECK_EQ(stg_wire_header_decode(frame, STG_WIRE_MAX_BODY, &h), 0);
+	CHECK_EQ(stg_wire_decode(&h, frame + STG_WIRE_HEADER_SIZE, &back), 0);
+	CHECK_EQ(back.error.text_len, STG_WIRE_MAX_ERROR_TEXT);
+	m.error.text_len++;
+	CHECK_EQ(stg_wire_encode(&m, frame, sizeof(frame)), 0);
+	/* (the same frame made by hand) */
+	stg_put_le16(frame + STG_WIRE_HEADER_SIZE + 4, STG_WIRE_MAX_ERROR_TEXT + 1);
+	frame[n] = 'e';
+	h.length++;
+	CHECK_EQ(stg_wire_decode(&h, frame + STG_WIRE_HEADER_SIZE, &back), -EBADMSG);
+
+	char path[STG_WIRE_MAX_PATH + 1];
+	memset(path, 'p', sizeof(path));
+	path[0] = '/';
+	m = (struct stg_msg){.type = STG_MSG_GET_MANIFEST};
+	m.get_manifest.path = path;
+	m.get_manifest.path_len = STG_WIRE_MAX_PATH;
+	n = stg_wire_encode(&m, frame, sizeof(frame));
+	CHECK(n > 0);
+	CHECK_EQ(stg_wire_header_decode(frame, STG_WIRE_MAX_BODY, &h), 0);
+	CHECK_EQ(stg_wire_decode(&h, frame + STG_WIRE_HEADER_SIZE, &back), 0);
+	m.get_manifest.path_len++;
+	CHECK_EQ(stg_wire_encode(&m, frame, sizeof(frame)), 0);
+}
+
 static void test_errors(void)
 {
 	int errs[] = {-ENOENT, -EBADMSG, -EACCES, -ENOSPC, -EPROTO, -EIO, -EBUSY, -EEXIST};
@@ -689,6 +728,7 @@ int main(void)
 	test_header();
 	test_bodies();
 	test_paths();
+	test_limits();
 	test_errors();
 	test_auth_munge();
 	test_munge_kx();
