@@ -217,7 +217,9 @@ static void cm_events(struct rdma_conn *r)
 {
 	struct rdma_cm_event *ev;
 	while (rdma_get_cm_event(r->ch, &ev) == 0) {
-		switch (ev->event) {
+		/* (as an int: librdmacm's enum grows, and what is not named
+		 * here is nothing to this connection) */
+		switch ((int)ev->event) {
 		case RDMA_CM_EVENT_ESTABLISHED:
 			r->established = true;
 			break;

@@ -765,9 +765,11 @@ enum session_next session_expired(struct session *s)
 		stg_log(STG_LOG_WARN, "%s: dropped: uid %u did not read its reply for %d s",
 			s->conn.peer, s->uid, s->srv->timeout_ms / 1000);
 		break;
-	default:
+	case SESSION_NEW:
+	case SESSION_IDLE:
 		stg_log(STG_LOG_DEBUG, "%s: closed after %d s idle", s->conn.peer,
 			s->srv->idle_ms / 1000);
+		break;
 	}
 	return SESSION_CLOSE;
 }
