@@ -301,6 +301,29 @@ int stg_read_file(int dirfd, const char *name, size_t max, uint8_t **ret_data, s
 	return r;
 }
 
+int stg_grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+	if (need <= *cap)
+		return 0;
+	size_t most = SIZE_MAX / elem;
+	if (need > most) {
+		errno = ENOMEM; /* what realloc would say: callers in the shim read it */
+		return -ENOMEM;
+	}
+	/* Doubling keeps a run of appends linear in time. */
+	size_t n = *cap > most / 2 ? most : *cap * 2;
+	if (n < need)
+		n = need;
+	if (n < 16 && most >= 16)
+		n = 16;
+	void *np = realloc(*p, n * elem);
+	if (!np)
+		return -ENOMEM;
+	*p = np;
+	*cap = n;
+	return 0;
+}
+
 int64_t stg_now_ns(void)
 {
 	struct timespec ts;

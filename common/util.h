@@ -143,6 +143,18 @@ static inline void stg_fd_drop(int fd)
 		stg_fd_drop_hook(fd);
 }
 
+/* Makes room for need elements of elem bytes in the array *p, whose capacity
+ * is *cap elements. When need is more, the array is reallocated to twice its
+ * capacity, or to need if that is more, and to 16 elements at the least.
+ * Returns 0 or -ENOMEM (also when need * elem would overflow); on failure *p
+ * and *cap are unchanged and errno is ENOMEM, as after a failed realloc. On
+ * success errno is left as realloc leaves it. */
+int stg_grow(void **p, size_t *cap, size_t need, size_t elem);
+
+/* stg_grow for an array variable and its size_t capacity:
+ * if (STG_GROW(v, cap, n + 1) < 0) ... */
+#define STG_GROW(arr, cap, need) stg_grow((void **)&(arr), &(cap), (need), sizeof(*(arr)))
+
 /* Nanoseconds of CLOCK_REALTIME. */
 int64_t stg_now_ns(void);
 
