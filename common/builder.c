@@ -28,7 +28,7 @@ struct stg_builder {
 	bool has_base;
 	struct stg_manifest_entry *entries;
 	uint8_t *recorded; /* entries[i] is set */
-	uint64_t cap;
+	size_t cap;        /* of both */
 	struct stg_pack_writer *pack;
 	/* What this version stored, for the index, and to find repeats of a
 	 * chunk within the version: an open-addressing table of indexes into
@@ -203,18 +203,12 @@ static int reserve(struct stg_builder *b, uint64_t index)
 		return 0;
 	if (index >= UINT32_MAX)
 		return -EFBIG;
-	uint64_t cap = b->cap ? b->cap : 64;
-	while (cap <= index)
-		cap *= 2;
-	struct stg_manifest_entry *e = realloc(b->entries, cap * sizeof(*e));
-	if (!e)
+	/* recorded[] gets at least what entries[] got; b->cap moves only
+	 * once both have it. */
+	size_t cap = b->cap, reccap = b->cap;
+	if (STG_GROW(b->entries, cap, index + 1) < 0 || STG_GROW(b->recorded, reccap, cap) < 0)
 		return -ENOMEM;
-	b->entries = e;
-	uint8_t *rec = realloc(b->recorded, cap);
-	if (!rec)
-		return -ENOMEM;
-	memset(rec + b->cap, 0, cap - b->cap);
-	b->recorded = rec;
+	memset(b->recorded + b->cap, 0, cap - b->cap);
 	b->cap = cap;
 	return 0;
 }
@@ -245,14 +239,8 @@ static const struct stg_manifest_entry *find_stored(const struct stg_builder *b,
 
 static int remember_stored(struct stg_builder *b, const struct stg_manifest_entry *e)
 {
-	if (b->nstored == b->capstored) {
-		size_t cap = b->capstored ? b->capstored * 2 : 64;
-		struct stg_manifest_entry *s = realloc(b->stored, cap * sizeof(*s));
-		if (!s)
-			return -ENOMEM;
-		b->stored = s;
-		b->capstored = cap;
-	}
+	if (STG_GROW(b->stored, b->capstored, b->nstored + 1) < 0)
+		return -ENOMEM;
 	if ((b->nstored + 1) * 2 > b->tablecap) {
 		size_t cap = b->tablecap ? b->tablecap * 2 : 128;
 		uint32_t *t = calloc(cap, sizeof(*t));

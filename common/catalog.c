@@ -121,15 +121,10 @@ int stg_catalog_versions(int filedirfd, uint64_t **ret_versions, size_t *ret_n)
 		uint64_t ver;
 		if (!parse_manifest_name(de->d_name, &ver))
 			continue;
-		if (n == cap) {
-			cap = cap ? cap * 2 : 16;
-			uint64_t *nv = realloc(v, cap * sizeof(*v));
-			if (!nv) {
-				free(v);
-				closedir(d);
-				return -ENOMEM;
-			}
-			v = nv;
+		if (STG_GROW(v, cap, n + 1) < 0) {
+			free(v);
+			closedir(d);
+			return -ENOMEM;
 		}
 		v[n++] = ver;
 	}

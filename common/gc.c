@@ -365,7 +365,7 @@ static int list_packs(struct stg_cache *c, uint64_t **ret_ids, uint64_t **ret_si
 	if (!d)
 		return -errno;
 	uint64_t *ids = NULL, *sizes = NULL;
-	size_t n = 0, cap = 0;
+	size_t n = 0, capids = 0, capsizes = 0;
 	int r = 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
@@ -374,16 +374,9 @@ static int list_packs(struct stg_cache *c, uint64_t **ret_ids, uint64_t **ret_si
 		if (stg_pack_parse_name(de->d_name, &id) < 0 ||
 		    fstatat(c->packs_fd, de->d_name, &st, 0) < 0)
 			continue;
-		if (n == cap) {
-			cap = cap ? cap * 2 : 64;
-			uint64_t *a = realloc(ids, cap * sizeof(*a)), *b = a ? realloc(sizes, cap * sizeof(*b)) : NULL;
-			if (a)
-				ids = a;
-			if (!a || !b) {
-				r = -ENOMEM;
-				break;
-			}
-			sizes = b;
+		if (STG_GROW(ids, capids, n + 1) < 0 || STG_GROW(sizes, capsizes, n + 1) < 0) {
+			r = -ENOMEM;
+			break;
 		}
 		ids[n] = id;
 		sizes[n++] = (uint64_t)st.st_size;

@@ -48,15 +48,9 @@ static int scan_file(void *arg, const char *path, int filedirfd)
 			const struct stg_manifest_entry *e = &m.entries[k];
 			if (!e->pack)
 				continue; /* a zero chunk: nothing stored */
-			if (sc->n == sc->cap) {
-				size_t cap = sc->cap ? 2 * sc->cap : 4096;
-				struct record *r = realloc(sc->rec, cap * sizeof(*r));
-				if (!r) {
-					sc->err = -ENOMEM;
-					break;
-				}
-				sc->rec = r;
-				sc->cap = cap;
+			if (STG_GROW(sc->rec, sc->cap, sc->n + 1) < 0) {
+				sc->err = -ENOMEM;
+				break;
 			}
 			sc->rec[sc->n++] = (struct record){e->pack, e->offset, e->raw_len, e->stored_len};
 		}

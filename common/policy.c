@@ -387,13 +387,11 @@ static struct stg_path_rule *rule_new(struct parse_state *st, const char *glob)
 		fail(st, "[path %s]: the pattern must be an absolute path", glob);
 		return NULL;
 	}
-	struct stg_path_rule *r = realloc(p->rules, (p->nrules + 1) * sizeof(*r));
-	if (!r) {
+	if (STG_GROW(p->rules, p->caprules, p->nrules + 1) < 0) {
 		fail(st, "out of memory");
 		return NULL;
 	}
-	p->rules = r;
-	r = &p->rules[p->nrules];
+	struct stg_path_rule *r = &p->rules[p->nrules];
 	*r = (struct stg_path_rule){
 		.glob = strdup(glob),
 		.chunk_size = STG_CHUNK_DEFAULT,

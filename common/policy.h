@@ -67,7 +67,7 @@ struct stg_policy {
 	char *munge_server_user;
 	uint32_t timeout_s;  /* a server that does not answer within this is down */
 	struct stg_path_rule *rules;
-	size_t nrules;
+	size_t nrules, caprules;
 };
 
 #define STG_CHUNK_MIN (64u << 10)

@@ -86,15 +86,9 @@ int stg_queue_list(struct stg_cache *c, struct stg_queue_item **ret, size_t *ret
 		struct stg_queue_item it;
 		if (!parse_entry(de->d_name, &it))
 			continue;
-		if (n == cap) {
-			size_t ncap = cap ? cap * 2 : 64;
-			struct stg_queue_item *ni = realloc(items, ncap * sizeof(*ni));
-			if (!ni) {
-				r = -ENOMEM;
-				break;
-			}
-			items = ni;
-			cap = ncap;
+		if (STG_GROW(items, cap, n + 1) < 0) {
+			r = -ENOMEM;
+			break;
 		}
 		items[n++] = it;
 	}

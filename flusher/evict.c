@@ -14,6 +14,7 @@
 #include "internal.h"
 #include "log.h"
 #include "queue.h"
+#include "util.h"
 
 #define HIGH_WATER 0.80
 #define LOW_WATER 0.60
@@ -43,14 +44,8 @@ static int collect(void *arg, const char *path, int filedirfd)
 			continue;
 		int64_t when = m.commit_ns;
 		stg_manifest_done(&m);
-		if (cs->n == cs->cap) {
-			size_t cap = cs->cap ? cs->cap * 2 : 64;
-			struct candidate *nv = realloc(cs->v, cap * sizeof(*nv));
-			if (!nv)
-				break;
-			cs->v = nv;
-			cs->cap = cap;
-		}
+		if (STG_GROW(cs->v, cs->cap, cs->n + 1) < 0)
+			break;
 		cs->v[cs->n] = (struct candidate){.path = strdup(path), .version = v[i],
 						  .commit_ns = when};
 		if (cs->v[cs->n].path)

@@ -33,14 +33,8 @@ static struct stg_budget_user *user(struct stg_conn_budget *b, uint32_t uid)
 	for (size_t i = 0; i < b->nusers; i++)
 		if (b->users[i].uid == uid)
 			return &b->users[i];
-	if (b->nusers == b->users_cap) {
-		size_t cap = b->users_cap ? 2 * b->users_cap : 16;
-		struct stg_budget_user *u = realloc(b->users, cap * sizeof(*u));
-		if (!u)
-			return NULL;
-		b->users = u;
-		b->users_cap = cap;
-	}
+	if (STG_GROW(b->users, b->users_cap, b->nusers + 1) < 0)
+		return NULL;
 	b->users[b->nusers] = (struct stg_budget_user){.uid = uid};
 	return &b->users[b->nusers++];
 }

@@ -13,6 +13,7 @@
 
 #include "catalog.h"
 #include "hook.h"
+#include "util.h"
 
 /* The captured names of one open directory stream, served after the real
  * entries run out. */
@@ -20,10 +21,10 @@ struct listing {
 	DIR *dir;
 	char **names; /* visible captured files directly in the directory */
 	bool *deleted_real; /* parallel: hides a real entry of that name */
-	size_t n, next;
+	size_t n, cap, next;
 	bool real_done; /* a seekdir into the captured names: skip the real ones */
 	char **hidden; /* captured files that were deleted: hide real ones too */
-	size_t nhidden;
+	size_t nhidden, caphidden;
 	struct dirent64 ent;
 	struct listing *link;
 };
@@ -37,13 +38,11 @@ struct collect {
 	int err;
 };
 
-static int push(char ***arr, size_t *n, const char *name)
+static int push(char ***arr, size_t *n, size_t *cap, const char *name)
 {
-	char **a = realloc(*arr, (*n + 1) * sizeof(*a));
-	if (!a)
+	if (STG_GROW(*arr, *cap, *n + 1) < 0)
 		return -ENOMEM;
-	*arr = a;
-	if (!(a[*n] = strdup(name)))
+	if (!((*arr)[*n] = strdup(name)))
 		return -ENOMEM;
 	(*n)++;
 	return 0;
@@ -67,8 +66,8 @@ static int collect_one(void *arg, const char *path, int filedirfd)
 	if ((stg_catalog_state(shim.cache, path, &st) < 0 && !st.damaged) || !st.exists)
 		return 0;
 	if (st.deleted)
-		return push(&c->l->hidden, &c->l->nhidden, name) < 0 ? -ENOMEM : 0;
-	return push(&c->l->names, &c->l->n, name) < 0 ? -ENOMEM : 0;
+		return push(&c->l->hidden, &c->l->nhidden, &c->l->caphidden, name) < 0 ? -ENOMEM : 0;
+	return push(&c->l->names, &c->l->n, &c->l->cap, name) < 0 ? -ENOMEM : 0;
 }
 
 static void listing_free(struct listing *l)

@@ -9,6 +9,7 @@
 
 #include "internal.h"
 #include "real.h"
+#include "util.h"
 
 struct reserved {
 	int fd;
@@ -38,15 +39,7 @@ static void mark(int fd, bool on)
 void shim_reserve_fd(int fd, int *where)
 {
 	pthread_mutex_lock(&lock);
-	if (nres == capres) {
-		size_t cap = capres ? capres * 2 : 16;
-		struct reserved *r = realloc(res, cap * sizeof(*r));
-		if (r) {
-			res = r;
-			capres = cap;
-		}
-	}
-	if (nres < capres) {
+	if (STG_GROW(res, capres, nres + 1) == 0) {
 		res[nres++] = (struct reserved){fd, where};
 		mark(fd, true);
 	}

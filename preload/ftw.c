@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "hook.h"
+#include "util.h"
 
 struct walk {
 	char *path; /* the current path, as the callback gets it */
@@ -88,13 +89,10 @@ static char *read_names(DIR *d)
 		if (n[0] == '.' && (!n[1] || (n[1] == '.' && !n[2])))
 			continue;
 		size_t nl = strlen(n) + 1;
-		if (len + nl + 1 > cap) {
-			char *nb = realloc(buf, (cap = (len + nl + 1) * 2));
-			if (!nb)
-				free(buf);
-			buf = nb;
-			if (!buf)
-				break;
+		if (STG_GROW(buf, cap, len + nl + 1) < 0) {
+			free(buf);
+			buf = NULL;
+			break;
 		}
 		memcpy(buf + len, n, nl);
 		len += nl;
@@ -112,13 +110,8 @@ static int walk_dir(struct walk *w, const struct stat *st, DIR *parent);
 static int walk_entry(struct walk *w, DIR *parent, const char *name)
 {
 	size_t need = w->ftw.base + strlen(name) + 2;
-	if (need > w->size) {
-		char *p = realloc(w->path, need * 2);
-		if (!p)
-			return -1;
-		w->path = p;
-		w->size = need * 2;
-	}
+	if (STG_GROW(w->path, w->size, need) < 0)
+		return -1;
 	strcpy(w->path + w->ftw.base, name);
 	struct stat st;
 	int flag, r = 0;

@@ -8,6 +8,7 @@
 
 #include "internal.h"
 #include "real.h"
+#include "util.h"
 
 struct mapping {
 	uintptr_t start, end;
@@ -22,15 +23,7 @@ void mapping_add(int fd, void *addr, size_t len)
 	pthread_mutex_lock(&shim.lock);
 	struct session *s = fdtable_get(fd);
 	if (s && !s->readonly) {
-		if (nmaps == capmaps) {
-			size_t cap = capmaps ? capmaps * 2 : 8;
-			struct mapping *m = realloc(maps, cap * sizeof(*m));
-			if (m) {
-				maps = m;
-				capmaps = cap;
-			}
-		}
-		if (nmaps < capmaps) {
+		if (STG_GROW(maps, capmaps, nmaps + 1) == 0) {
 			maps[nmaps++] = (struct mapping){(uintptr_t)addr, (uintptr_t)addr + len, s};
 			s->nmaps++;
 		}

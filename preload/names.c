@@ -136,14 +136,8 @@ static int collect_under(void *arg, const char *path, int filedirfd)
 	struct move_ctx *c = arg;
 	if (strncmp(path, c->from, c->fromlen) != 0 || path[c->fromlen] != '/')
 		return 0;
-	if (c->n == c->cap) {
-		size_t cap = c->cap ? c->cap * 2 : 16;
-		void *p = realloc(c->paths, cap * sizeof(*c->paths));
-		if (!p)
-			return -ENOMEM;
-		c->paths = p;
-		c->cap = cap;
-	}
+	if (STG_GROW(c->paths, c->cap, c->n + 1) < 0)
+		return -ENOMEM;
 	snprintf(c->paths[c->n++], PATH_MAX, "%s", path);
 	return 0;
 }

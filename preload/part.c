@@ -132,14 +132,8 @@ static int add_locked(struct part *p, uint64_t off, uint64_t len)
 	if (p->n == p->cap) {
 		/* Strided writers leave many ranges: merge before growing. */
 		p->n = p->sorted = normalize(p->ext, p->n);
-		if (p->cap == 0 || p->n * 2 > p->cap) {
-			size_t cap = p->cap ? p->cap * 2 : 256;
-			struct stg_extent *e = realloc(p->ext, cap * sizeof(*e));
-			if (!e)
-				return -ENOMEM;
-			p->ext = e;
-			p->cap = cap;
-		}
+		if ((p->cap == 0 || p->n * 2 > p->cap) && STG_GROW(p->ext, p->cap, p->cap + 1) < 0)
+			return -ENOMEM;
 	}
 	p->ext[p->n++] = (struct stg_extent){off, len};
 	return 0;
@@ -270,23 +264,11 @@ static int gather_one(struct gather *g, uint32_t rank, uint32_t open,
 		g->mismatch = true;
 	if (!g->open)
 		g->open = open;
-	if (g->nranks == g->cap_ranks) {
-		size_t cap = g->cap_ranks ? g->cap_ranks * 2 : 16;
-		uint32_t *r = realloc(g->ranks, cap * sizeof(*r));
-		if (!r)
-			return -ENOMEM;
-		g->ranks = r;
-		g->cap_ranks = cap;
-	}
+	if (STG_GROW(g->ranks, g->cap_ranks, g->nranks + 1) < 0)
+		return -ENOMEM;
 	g->ranks[g->nranks++] = rank;
-	if (g->n + n > g->cap) {
-		size_t cap = (g->n + n) * 2;
-		struct stg_extent *e = realloc(g->ext, cap * sizeof(*e));
-		if (!e)
-			return -ENOMEM;
-		g->ext = e;
-		g->cap = cap;
-	}
+	if (STG_GROW(g->ext, g->cap, g->n + n) < 0)
+		return -ENOMEM;
 	memcpy(g->ext + g->n, ext, n * sizeof(*ext));
 	g->n += n;
 	return 0;

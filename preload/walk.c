@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "hook.h"
+#include "util.h"
 
 static void *glob_opendir(const char *path)
 {
@@ -77,14 +78,8 @@ static int scan(DIR *d, struct dirent64 ***ret, scan_filter filter, scan_compar 
 		if (filter && !filter(e))
 			continue;
 		errno = 0;
-		if (n == cap) {
-			size_t ncap = cap ? cap * 2 : 16;
-			struct dirent64 **nv = realloc(v, ncap * sizeof(*nv));
-			if (!nv)
-				break;
-			v = nv;
-			cap = ncap;
-		}
+		if (STG_GROW(v, cap, n + 1) < 0)
+			break; /* errno is ENOMEM */
 		struct dirent64 *copy = malloc(e->d_reclen);
 		if (!copy)
 			break;

@@ -116,16 +116,10 @@ static int pending_push(struct stg_files *f, uint32_t uid, const char *path, int
 	if (!copy)
 		return -ENOMEM;
 	pthread_mutex_lock(&f->lock);
-	if (f->nheap == f->capheap) {
-		size_t cap = f->capheap ? f->capheap * 2 : 64;
-		struct pending *v = realloc(f->heap, cap * sizeof(*v));
-		if (!v) {
-			pthread_mutex_unlock(&f->lock);
-			free(copy);
-			return -ENOMEM;
-		}
-		f->heap = v;
-		f->capheap = cap;
+	if (STG_GROW(f->heap, f->capheap, f->nheap + 1) < 0) {
+		pthread_mutex_unlock(&f->lock);
+		free(copy);
+		return -ENOMEM;
 	}
 	size_t i = f->nheap++;
 	struct pending p = {expiry_ns, uid, copy};
@@ -646,16 +640,15 @@ uint64_t stg_files_expire(struct stg_files *f, int64_t now_ns)
 {
 	uint64_t gone = 0;
 	struct pending p, *again = NULL;
-	size_t nagain = 0;
+	size_t nagain = 0, capagain = 0;
 	while (pending_pop(f, now_ns, &p)) {
 		int r = expire_entry(f, p.uid, p.path, now_ns, &gone);
-		struct pending *v = r < 0 ? realloc(again, (nagain + 1) * sizeof(*v)) : NULL;
+		bool kept = r < 0 && STG_GROW(again, capagain, nagain + 1) == 0;
 		if (r < 0)
 			stg_log_errno(STG_LOG_WARN, r, "files: the deletion of '%s' (uid %" PRIu32 ") "
 				      "cannot be applied now%s", p.path, p.uid,
-				      v ? ": tried again at the next collection" : "");
-		if (v) {
-			again = v;
+				      kept ? ": tried again at the next collection" : "");
+		if (kept) {
 			again[nagain++] = p;
 			continue;
 		}

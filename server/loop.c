@@ -123,14 +123,8 @@ static void sift_down(struct loops *l, size_t i)
 /* Called with the lock held. Returns 0 or -ENOMEM. */
 static int heap_add(struct loops *l, struct session *s)
 {
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 1024;
-		struct session **h = realloc(l->heap, cap * sizeof(*h));
-		if (!h)
-			return -ENOMEM;
-		l->heap = h;
-		l->cap = cap;
-	}
+	if (STG_GROW(l->heap, l->cap, l->n + 1) < 0)
+		return -ENOMEM;
 	place(l, l->n++, s);
 	sift_up(l, l->n - 1);
 	return 0;

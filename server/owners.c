@@ -106,15 +106,9 @@ static void candidate(struct stg_owners *o, uint32_t uid, const struct stg_hash 
 {
 	if (!o->counted || o->broken)
 		return; /* listed from the table once counted */
-	if (o->nzeros == o->capzeros) {
-		size_t cap = o->capzeros ? o->capzeros * 2 : 256;
-		struct key *v = realloc(o->zeros, cap * sizeof(*v));
-		if (!v) {
-			o->zeros_incomplete = true;
-			return;
-		}
-		o->zeros = v;
-		o->capzeros = cap;
+	if (STG_GROW(o->zeros, o->capzeros, o->nzeros + 1) < 0) {
+		o->zeros_incomplete = true;
+		return;
 	}
 	o->zeros[o->nzeros++] = (struct key){*h, uid};
 }

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
+
 /* Each level holds a quarter of the one below: 16 levels reach 4^16 paths
  * per user before searches slow down. */
 #define MAX_LEVEL 16
@@ -27,7 +29,7 @@ struct user {
 struct stg_pathindex {
 	pthread_mutex_t lock;
 	struct user *users; /* sorted by uid */
-	size_t nusers;
+	size_t nusers, capusers;
 	size_t count;
 	uint64_t rng; /* xorshift64 state, for node levels */
 };
@@ -73,10 +75,9 @@ static struct user *user_of(struct stg_pathindex *x, uint32_t uid, bool create)
 	if (!create)
 		return NULL;
 	/* Users are few (one per account that checkpoints): a sorted array. */
-	struct user *u = realloc(x->users, (x->nusers + 1) * sizeof(*u));
-	if (!u)
+	if (STG_GROW(x->users, x->capusers, x->nusers + 1) < 0)
 		return NULL;
-	x->users = u;
+	struct user *u = x->users;
 	memmove(&u[lo + 1], &u[lo], (x->nusers - lo) * sizeof(*u));
 	memset(&u[lo], 0, sizeof(*u));
 	u[lo].uid = uid;

@@ -305,14 +305,10 @@ static int list_one(void *arg, const char *path, const struct stg_manifest *m, b
 		int r = stg_wire_list_add(ls->buf, ls->cap, &ls->len, &e, ls->flagged);
 		if (r != -ENOSPC)
 			return r;
-		size_t ncap = ls->cap * 2;
-		if (ncap > STG_WIRE_MAX_BODY - 4)
+		if (ls->cap * 2 > STG_WIRE_MAX_BODY - 4)
 			return -E2BIG;
-		uint8_t *nb = realloc(ls->buf, ncap);
-		if (!nb)
+		if (STG_GROW(ls->buf, ls->cap, ls->cap * 2) < 0)
 			return -ENOMEM;
-		ls->buf = nb;
-		ls->cap = ncap;
 	}
 }
 

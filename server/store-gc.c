@@ -46,14 +46,8 @@ struct collect {
 
 static int collect_push(struct collect *c, const struct stg_chunkindex_entry *e, struct seg *from)
 {
-	if (c->n == c->cap) {
-		size_t cap = c->cap ? c->cap * 2 : 256;
-		struct move *v = realloc(c->v, cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		c->v = v;
-		c->cap = cap;
-	}
+	if (STG_GROW(c->v, c->cap, c->n + 1) < 0)
+		return -ENOMEM;
 	c->v[c->n++] = (struct move){e->hash, from, e->offset, e->len};
 	return 0;
 }
@@ -346,14 +340,8 @@ static int find_orphan(void *arg, const struct stg_hash *h, const struct stg_has
 	struct orphans *o = arg;
 	if (stg_chunkindex_get(o->s->index, base, NULL))
 		return 0;
-	if (o->n == o->cap) {
-		size_t cap = o->cap ? o->cap * 2 : 16;
-		struct stg_hash *v = realloc(o->v, cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		o->v = v;
-		o->cap = cap;
-	}
+	if (STG_GROW(o->v, o->cap, o->n + 1) < 0)
+		return -ENOMEM;
 	o->v[o->n++] = *h;
 	return 0;
 }

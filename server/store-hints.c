@@ -59,14 +59,8 @@ void store_reopen_hint_log(struct stg_store *s, struct seg *g, size_t logged)
 int store_entries_push(struct stg_hint_entry **v, size_t *n, size_t *cap,
 		       const struct stg_hint_entry *e)
 {
-	if (*n == *cap) {
-		size_t c = *cap ? *cap * 2 : 64;
-		struct stg_hint_entry *nv = realloc(*v, c * sizeof(*nv));
-		if (!nv)
-			return -ENOMEM;
-		*v = nv;
-		*cap = c;
-	}
+	if (STG_GROW(*v, *cap, *n + 1) < 0)
+		return -ENOMEM;
 	(*v)[(*n)++] = *e;
 	return 0;
 }

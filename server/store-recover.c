@@ -34,14 +34,8 @@ struct ids {
 
 static int ids_push(struct ids *x, uint64_t id)
 {
-	if (x->n == x->cap) {
-		size_t cap = x->cap ? x->cap * 2 : 64;
-		uint64_t *v = realloc(x->v, cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		x->v = v;
-		x->cap = cap;
-	}
+	if (STG_GROW(x->v, x->cap, x->n + 1) < 0)
+		return -ENOMEM;
 	x->v[x->n++] = id;
 	return 0;
 }

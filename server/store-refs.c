@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "util.h"
 
 struct extra {
 	struct stg_hash h;
@@ -102,16 +103,10 @@ static void candidate(struct stg_store *s, const struct stg_hash *h)
 	 * the list is made from the index. */
 	if (!s->refs_counted || s->refs_broken)
 		return;
-	if (s->nzeros == s->capzeros) {
-		size_t cap = s->capzeros ? s->capzeros * 2 : 256;
-		struct stg_hash *v = realloc(s->zeros, cap * sizeof(*v));
-		if (!v) {
-			/* The next pass finds the candidates in the index. */
-			s->zeros_incomplete = true;
-			return;
-		}
-		s->zeros = v;
-		s->capzeros = cap;
+	if (STG_GROW(s->zeros, s->capzeros, s->nzeros + 1) < 0) {
+		/* The next pass finds the candidates in the index. */
+		s->zeros_incomplete = true;
+		return;
 	}
 	s->zeros[s->nzeros++] = *h;
 }

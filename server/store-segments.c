@@ -39,15 +39,7 @@ struct seg *store_seg_find(const struct stg_store *s, uint64_t id)
 /* Makes room for one more segment in the table (memory only). */
 int store_table_reserve(struct stg_store *s)
 {
-	if (s->nsegs < s->capsegs)
-		return 0;
-	size_t cap = s->capsegs ? s->capsegs * 2 : 16;
-	struct seg **n = realloc(s->segs, cap * sizeof(*n));
-	if (!n)
-		return -ENOMEM;
-	s->segs = n;
-	s->capsegs = cap;
-	return 0;
+	return STG_GROW(s->segs, s->capsegs, s->nsegs + 1);
 }
 
 /* Appends g (ids only grow); table_reserve made room. */

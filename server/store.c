@@ -41,16 +41,8 @@ int store_reserve(struct stg_store *s, uint32_t len, bool compaction, struct seg
 			break;
 		}
 		if (fits && g->log_fd >= 0 && !g->log_failed &&
-		    g->ninflight == g->capinflight) {
-			size_t cap = g->capinflight ? g->capinflight * 2 : 16;
-			uint64_t *v = realloc(g->inflight, cap * sizeof(*v));
-			if (v) {
-				g->inflight = v;
-				g->capinflight = cap;
-			} else {
-				g->log_failed = true; /* the start scans past the log */
-			}
-		}
+		    STG_GROW(g->inflight, g->capinflight, g->ninflight + 1) < 0)
+			g->log_failed = true; /* the start scans past the log */
 		if (fits) {
 			if (g->log_fd >= 0 && !g->log_failed)
 				g->inflight[g->ninflight++] = at;

@@ -14,6 +14,7 @@
 #include "queue.h"
 #include "remote.h"
 #include "tool.h"
+#include "util.h"
 #include "version.h"
 
 /* Servers did not answer: the listing may lack versions. */
@@ -83,14 +84,8 @@ static bool under(const char *path, const char *prefix)
 
 static int add_row(struct listing *l, const struct row *r)
 {
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		struct row *n = realloc(l->rows, cap * sizeof(*n));
-		if (!n)
-			return -ENOMEM;
-		l->rows = n;
-		l->cap = cap;
-	}
+	if (STG_GROW(l->rows, l->cap, l->n + 1) < 0)
+		return -ENOMEM;
 	l->rows[l->n] = *r;
 	if (!(l->rows[l->n].path = strdup(r->path)))
 		return -ENOMEM;

@@ -87,14 +87,8 @@ static int find_paths(void *arg, const char *path, int filedirfd)
 	/* A file the application deleted comes back only when named. */
 	if (filedirfd >= 0 && strcmp(path, f->prefix) != 0 && stg_catalog_is_deleted(filedirfd))
 		return 0;
-	if (f->n == f->cap) {
-		size_t cap = f->cap ? f->cap * 2 : 16;
-		char **p = realloc(f->paths, cap * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		f->paths = p;
-		f->cap = cap;
-	}
+	if (STG_GROW(f->paths, f->cap, f->n + 1) < 0)
+		return -ENOMEM;
 	if (!(f->paths[f->n] = strdup(path)))
 		return -ENOMEM;
 	f->n++;

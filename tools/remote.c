@@ -218,15 +218,9 @@ static void *list_server(void *arg)
 	uint32_t off = 0;
 	struct stg_list_entry e;
 	while (stg_wire_list_next(&rep.list_reply, &off, &e)) {
-		if (l->n == cap) {
-			size_t ncap = cap ? cap * 2 : 64;
-			struct remote_version *nv = realloc(l->v, ncap * sizeof(*nv));
-			if (!nv) {
-				l->r = -ENOMEM;
-				break;
-			}
-			l->v = nv;
-			cap = ncap;
+		if (STG_GROW(l->v, cap, l->n + 1) < 0) {
+			l->r = -ENOMEM;
+			break;
 		}
 		l->v[l->n].path = strndup(e.path, e.path_len);
 		if (!l->v[l->n].path) {
