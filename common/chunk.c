@@ -20,7 +20,7 @@
 /* Compressing a sample first keeps incompressible data (the common case for
  * float fields) from paying for a full pass. */
 #define PROBE_BYTES (64u << 10)
-/* zstd's default level: bench/codecs measures the levels (README, "Codecs"). */
+/* zstd's default level: bench/codecs measures the levels (bench/RESULTS.md, "Codecs"). */
 #define ZSTD_LEVEL 1
 
 /* Format 1 knows raw and lz4; format 2 adds codecs and filters; format 3 is
@@ -132,7 +132,7 @@ static const struct codec {
 	size_t (*bound)(size_t raw_len);
 	size_t (*compress)(const uint8_t *in, size_t n, uint8_t *out, size_t cap, int level);
 	int (*decompress)(const uint8_t *in, size_t n, uint8_t *out, size_t raw_len);
-	/* Slower than a disk writes (README, "Codecs"): never where a writer
+	/* Slower than a disk writes (bench/RESULTS.md, "Codecs"): never where a writer
 	 * waits. The capture path encodes with lz4 instead, the flusher
 	 * recodes before shipping (stg_chunk_codec_capture, stg_chunk_recode). */
 	bool background;
@@ -469,7 +469,7 @@ static size_t encode_with(const uint8_t *data, size_t n, const struct stg_hash *
 /* compress = auto, where the writer waits: an encoding is kept only when it
  * saves an eighth of the sample. lz4 after a shuffle runs at about 1 GB/s a
  * core on fp32 weights, below the disk, for 7%: the chunk is stored raw, and
- * the flusher encodes it in the background (README, "Codecs"). */
+ * the flusher encodes it in the background (bench/RESULTS.md, "Codecs"). */
 #define AUTO_CAPTURE_SAVING 8
 
 /* compress = auto: the smallest of lz4 with and without a shuffle on the

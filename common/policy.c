@@ -613,7 +613,7 @@ static int read_whole(const char *path, char **ret, size_t *ret_len)
 static int check_cluster(struct stg_policy *p, const char *path, char *err, size_t errlen);
 
 /* The chunking of a rule that names none: content-defined, which finds data
- * again after it shifts and stored the least (README.md, "The defaults"),
+ * again after it shifts and stored the least (bench/RESULTS.md, "The defaults"),
  * unless the rule asks what only fixed chunks do (a delta pairs chunks at
  * the same offset; content-defined averages stop at 4M). */
 static void chunking_default(struct stg_policy *p)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The policy file: which paths are captured and how (INI, see README.md). */
+/* The policy file: which paths are captured and how (INI, docs/POLICY.md). */
 #pragma once
 
 #include <stdbool.h>
@@ -76,17 +76,17 @@ struct stg_policy {
 #define STG_CHUNK_MAX (64u << 20)
 /* The largest fixed chunk_size: a writer holds a few chunks (the pack
  * writer's buffer, the chunk encoded, a filter's scratch) within the shim's
- * memory bound (README.md). */
+ * memory bound (bench/RESULTS.md). */
 #define STG_CHUNK_SIZE_MAX (16u << 20)
 /* The largest average of content-defined chunks: they reach 4 x the
  * average, and the shim's staging holds a few of the largest (its memory
- * bound, README.md). */
+ * bound, bench/RESULTS.md). */
 #define STG_CDC_AVERAGE_MAX (4u << 20)
 #define STG_CHUNK_DEFAULT (1u << 20)
 #define STG_KEEP_DEFAULT 3u
 /* An hour: a job that deletes old steps as it goes holds at most an hour of
  * them, and a mistaken rm can be undone while the job is restarted
- * (README.md, "Deletions"). */
+ * (docs/POLICY.md, `keep_deleted`). */
 #define STG_KEEP_DELETED_DEFAULT 3600u
 
 /* Finds the policy file: $STAGEHAND_POLICY, ./stagehand.conf, /etc/stagehand/policy.conf.

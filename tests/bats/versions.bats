@@ -668,7 +668,7 @@ os.close(fd)
 EOF
 	twice "$PYTHON" "$T/threads.py" @D@/f
 	# Other processes see the previous version until the background commit
-	# lands (README, durability).
+	# lands (docs/POLICY.md, `durability`).
 	reads_last() { [ "$(shim cat "$CKPT/f")" = last ]; }
 	wait_for "$WAIT" reads_last || fail "read back: $(shim cat "$CKPT/f" | head -c 40)"
 	# the newest committed version is the last content
