@@ -57,13 +57,21 @@ if [ -z "$reason" ]; then
 	trap 'rm -f "$reason_file"' EXIT
 	cd "$repo"
 	# The guest writes only to its scratch disk (sparse: what is written):
-	# the checkout stays read-only to it.
-	scripts/rdma-vm.sh --timeout "$timeout" --scratch "${STAGEHAND_GUEST_SCRATCH:-4G}" \
-		--no-cwd-rw --reason-file "$reason_file" -- "$guest" --build "$build" "$@" || rc=$?
-	if [ "$rc" -eq 98 ]; then
+	# the checkout stays read-only to it. A guest that did not start is
+	# tried once more: QEMU's emulation has been seen to abort at start-up
+	# (an assertion in its MSI-X table) and boot the next time.
+	for attempt in 1 2; do
+		rc=0
+		scripts/rdma-vm.sh --timeout "$timeout" --scratch "${STAGEHAND_GUEST_SCRATCH:-4G}" \
+			--no-cwd-rw --reason-file "$reason_file" -- "$guest" --build "$build" "$@" ||
+			rc=$?
+		[ "$rc" -eq 98 ] || break
 		reason=$(cat "$reason_file")
 		reason=${reason:-"scripts/rdma-vm.sh exited 98 without saying why"}
-	fi
+		[[ "$reason" == "the guest did not start"* ]] && [ "$attempt" = 1 ] || break
+		echo "$what: $reason; trying once more" >&2
+		reason=""
+	done
 fi
 if [ -n "$reason" ]; then
 	if [ "${STAGEHAND_RDMA_REQUIRED:-0}" = 1 ]; then
