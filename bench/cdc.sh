@@ -10,7 +10,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
-case "${1:-}" in -h|--help) sed -n '3,9p' "$0"; exit 0 ;; esac
+. "$here/lib.sh"
+case "${1:-}" in -h | --help) bench_help ;; esac
 B="$root/build/bench/cdc"
 [ -x "$B" ] || { echo "cdc.sh: build first (./demo.sh or meson compile -C build)" >&2; exit 1; }
 exec "$B" "$@"

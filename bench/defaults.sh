@@ -17,16 +17,17 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
+. "$here/lib.sh"
 mib=64
 versions=4
 dir=""
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--mib) mib=$2; shift 2 ;;
-	--versions) versions=$2; shift 2 ;;
-	--dir) dir=$2; shift 2 ;;
-	-h|--help) sed -n '3,16p' "$0"; exit 0 ;;
-	*) echo "defaults.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+	--mib) mib=$(bench_value "$@"); shift 2 ;;
+	--versions) versions=$(bench_value "$@"); shift 2 ;;
+	--dir) dir=$(bench_value "$@"); shift 2 ;;
+	-h | --help) bench_help ;;
+	*) bench_unknown "$1" ;;
 	esac
 done
 SHIM="$root/build/preload/libstagehand.so"

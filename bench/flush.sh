@@ -13,18 +13,19 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
+. "$here/lib.sh"
 size=2048
 trials=3
 dir=""
 rules=""
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--size) size=$2; shift 2 ;;
-	--trials) trials=$2; shift 2 ;;
-	--dir) dir=$2; shift 2 ;;
+	--size) size=$(bench_value "$@"); shift 2 ;;
+	--trials) trials=$(bench_value "$@"); shift 2 ;;
+	--dir) dir=$(bench_value "$@"); shift 2 ;;
 	--rule) rules+="$2"$'\n'; shift 2 ;;
-	-h|--help) sed -n '3,12p' "$0"; exit 0 ;;
-	*) echo "flush.sh: unknown argument '$1'" >&2; exit 2 ;;
+	-h | --help) bench_help ;;
+	*) bench_unknown "$1" ;;
 	esac
 done
 build="$root/build"
@@ -45,14 +46,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-drop_caches() {
-	sync
-	[ -w /proc/sys/vm/drop_caches ] && echo 3 >/proc/sys/vm/drop_caches || true
-}
-median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", b - a}'; }
 
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/secret"
 chmod 600 "$dir/secret"

@@ -22,6 +22,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
+. "$here/lib.sh"
 writers="orbax safetensors h5py"
 mib=256
 steps=3
@@ -31,13 +32,13 @@ rules=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--writers) writers=${2//,/ }; shift 2 ;;
-	--mib) mib=$2; shift 2 ;;
-	--steps) steps=$2; shift 2 ;;
-	--trials) trials=$2; shift 2 ;;
-	--dir) dir=$2; shift 2 ;;
+	--mib) mib=$(bench_value "$@"); shift 2 ;;
+	--steps) steps=$(bench_value "$@"); shift 2 ;;
+	--trials) trials=$(bench_value "$@"); shift 2 ;;
+	--dir) dir=$(bench_value "$@"); shift 2 ;;
 	--rule) rules+="$2"$'\n'; shift 2 ;;
-	-h|--help) sed -n '3,22p' "$0"; exit 0 ;;
-	*) echo "mlsave.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+	-h | --help) bench_help ;;
+	*) bench_unknown "$1" ;;
 	esac
 done
 SHIM="$root/build/preload/libstagehand.so"
@@ -87,8 +88,6 @@ run() {
 	echo "$out" | awk '/^[0-9.]+$/ { s += $1; n++ } END { printf "%.4f\n", s / n }'
 }
 
-median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 
 modes=(plain fsync async local)
 printf '%-12s %8s %8s %8s %8s %14s %14s\n' writer plain fsync async local async/plain local/fsync

@@ -15,16 +15,17 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
+. "$here/lib.sh"
 size=1024
 trials=3
 dir=""
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--size) size=$2; shift 2 ;;
-	--trials) trials=$2; shift 2 ;;
-	--dir) dir=$2; shift 2 ;;
-	-h|--help) sed -n '3,10p' "$0"; exit 0 ;;
-	*) echo "n1.sh: unknown argument '$1'" >&2; exit 2 ;;
+	--size) size=$(bench_value "$@"); shift 2 ;;
+	--trials) trials=$(bench_value "$@"); shift 2 ;;
+	--dir) dir=$(bench_value "$@"); shift 2 ;;
+	-h | --help) bench_help ;;
+	*) bench_unknown "$1" ;;
 	esac
 done
 build="$root/build"
@@ -47,12 +48,6 @@ durability = local
 keep = 3
 EOP
 
-drop_caches() {
-	sync
-	[ -w /proc/sys/vm/drop_caches ] && echo 3 >/proc/sys/vm/drop_caches || true
-}
-# The median of column k (default 1) of the lines read.
-median() { awk -v k="${1:-1}" '{print $k}' | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 plain() { rm -f "$dir/n1/plain/f"; drop_caches; "$W" "$dir/n1/plain/f" "$@"; }
 # Prints the writers' seconds and CPU seconds, then the seconds until the
 # version was packed too: a file of 32 MiB or more is packed in the
@@ -75,7 +70,6 @@ check() {
 	cmp "$dir/n1/plain/f" <(LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/n1/policy.conf" cat "$dir/n1/ckpt/f")
 	[ "$(STAGEHAND_POLICY="$dir/n1/policy.conf" "$S" ls "$dir/n1/ckpt/f" | tail -n +2 | wc -l)" -eq 1 ]
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 
 printf '\n| writers | stripe | plain pwrite+fsync | stagehand, same program | ratio | stagehand, no fsync | ratio | target | CPU s: plain, same, no fsync | packed after: same, no fsync |\n|---|---|---|---|---|---|---|---|---|---|\n'
 for cfg in "4 65536" "4 1048576" "16 65536" "16 1048576"; do

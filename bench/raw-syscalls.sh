@@ -11,16 +11,17 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
+. "$here/lib.sh"
 calls=200000
 trials=5
 dir=""
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--calls) calls=$2; shift 2 ;;
-	--trials) trials=$2; shift 2 ;;
-	--dir) dir=$2; shift 2 ;;
-	-h|--help) sed -n '3,10p' "$0"; exit 0 ;;
-	*) echo "raw-syscalls.sh: unknown argument '$1'" >&2; exit 2 ;;
+	--calls) calls=$(bench_value "$@"); shift 2 ;;
+	--trials) trials=$(bench_value "$@"); shift 2 ;;
+	--dir) dir=$(bench_value "$@"); shift 2 ;;
+	-h | --help) bench_help ;;
+	*) bench_unknown "$1" ;;
 	esac
 done
 build="$root/build"

@@ -12,14 +12,15 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
+. "$here/lib.sh"
 size=128
 chunk=1M
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--size) size=$2; shift 2 ;;
-	--chunk) chunk=$2; shift 2 ;;
-	-h|--help) sed -n '3,12p' "$0"; exit 0 ;;
-	*) echo "rdma.sh: unknown argument '$1'" >&2; exit 2 ;;
+	--size) size=$(bench_value "$@"); shift 2 ;;
+	--chunk) chunk=$(bench_value "$@"); shift 2 ;;
+	-h | --help) bench_help ;;
+	*) bench_unknown "$1" ;;
 	esac
 done
 build="$root/build"
@@ -38,7 +39,6 @@ head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/secret"
 chmod 600 "$work/secret"
 head -c "$((size << 20))" /dev/urandom >"$work/src"
 
-now() { date +%s.%N; }
 # CPU seconds (user + system) a process has used.
 cpu_of() { awk -v t="$(getconf CLK_TCK)" '{ printf "%.3f", ($14 + $15) / t }' "/proc/$1/stat"; }
 

@@ -21,20 +21,21 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
+. "$here/lib.sh"
 quick=0
 only=""
 dir=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--quick) quick=1; shift ;;
-	--dir) dir=$2; shift 2 ;;
+	--dir) dir=$(bench_value "$@"); shift 2 ;;
 	--only)
 		case "$2" in
-		images|particles|tensors|noise) only=$2; shift 2 ;;
+		images|particles|tensors|noise) only=$(bench_value "$@"); shift 2 ;;
 		*) echo "reduction.sh: --only '$2': images, particles, tensors or noise" >&2; exit 2 ;;
 		esac ;;
-	-h|--help) sed -n '3,18p' "$0"; exit 0 ;;
-	*) echo "reduction.sh: unknown argument '$1'" >&2; exit 2 ;;
+	-h | --help) bench_help ;;
+	*) bench_unknown "$1" ;;
 	esac
 done
 build="$root/build"
@@ -67,12 +68,6 @@ fi
 put() { "$PY" "$here/put.py" "$@"; }
 shim_put() { LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/policy.conf" "$PY" "$here/put.py" "$@"; }
 
-drop_caches() {
-	sync
-	[ -w /proc/sys/vm/drop_caches ] && echo 3 >/proc/sys/vm/drop_caches || true
-}
-median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 add() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.4f", a + b}'; }
 seconds() { local s; s=$(date +%s.%N); "$@" >/dev/null; awk -v a="$s" -v b="$(date +%s.%N)" 'BEGIN {printf "%.4f", b - a}'; }
 bytes() { du -sb --apparent-size "$@" | awk '{s += $1} END {print s + 0}'; }

@@ -27,18 +27,19 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
+. "$here/lib.sh"
 clients="100,1000"
 size=256
 dir=""
 wave=0
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--clients) clients=$2; shift 2 ;;
-	--wave) wave=$2; shift 2 ;;
-	--size) size=$2; shift 2 ;;
-	--dir) dir=$2; shift 2 ;;
-	-h|--help) sed -n '3,26p' "$0"; exit 0 ;;
-	*) echo "restart.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+	--clients) clients=$(bench_value "$@"); shift 2 ;;
+	--wave) wave=$(bench_value "$@"); shift 2 ;;
+	--size) size=$(bench_value "$@"); shift 2 ;;
+	--dir) dir=$(bench_value "$@"); shift 2 ;;
+	-h | --help) bench_help ;;
+	*) bench_unknown "$1" ;;
 	esac
 done
 build="${STAGEHAND_BUILD:-$root/build}"

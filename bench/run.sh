@@ -9,16 +9,17 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
+. "$here/lib.sh"
 size=2048
 trials=3
 dir=""
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--size) size=$2; shift 2 ;;
-	--trials) trials=$2; shift 2 ;;
-	--dir) dir=$2; shift 2 ;;
-	-h|--help) sed -n '3,9p' "$0"; exit 0 ;;
-	*) echo "run.sh: unknown argument '$1'" >&2; exit 2 ;;
+	--size) size=$(bench_value "$@"); shift 2 ;;
+	--trials) trials=$(bench_value "$@"); shift 2 ;;
+	--dir) dir=$(bench_value "$@"); shift 2 ;;
+	-h | --help) bench_help ;;
+	*) bench_unknown "$1" ;;
 	esac
 done
 build="$root/build"
@@ -30,11 +31,6 @@ SHIM="$build/preload/libstagehand.so"
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 trap 'rm -rf "$dir/plain" "$dir/ckpt" "$dir/cache" "$dir/restored" "$dir/copy" "$dir/other"' EXIT
-
-drop_caches() {
-	sync
-	[ -w /proc/sys/vm/drop_caches ] && echo 3 >/proc/sys/vm/drop_caches || true
-}
 
 policy() {
 	cat >"$dir/policy.conf" <<EOP
@@ -48,8 +44,6 @@ keep = 3
 EOP
 }
 
-median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 
 shimmed() { LD_PRELOAD="$SHIM" STAGEHAND_POLICY="$dir/policy.conf" "$@"; }
 

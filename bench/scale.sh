@@ -41,6 +41,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
+. "$here/lib.sh"
 files="1000,10000,100000"
 chunks="100000,1000000"
 connections="1000,5000,10000"
@@ -51,16 +52,16 @@ trials=7
 dir=""
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--files) files=$2; shift 2 ;;
-	--chunks) chunks=$2; shift 2 ;;
-	--connections) connections=$2; shift 2 ;;
-	--clients) clients=$2; shift 2 ;;
-	--wave) wave=$2; shift 2 ;;
-	--parts) parts=$2; shift 2 ;;
-	--trials) trials=$2; shift 2 ;;
-	--dir) dir=$2; shift 2 ;;
-	-h|--help) sed -n '3,40p' "$0"; exit 0 ;;
-	*) echo "scale.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+	--files) files=$(bench_value "$@"); shift 2 ;;
+	--chunks) chunks=$(bench_value "$@"); shift 2 ;;
+	--connections) connections=$(bench_value "$@"); shift 2 ;;
+	--clients) clients=$(bench_value "$@"); shift 2 ;;
+	--wave) wave=$(bench_value "$@"); shift 2 ;;
+	--parts) parts=$(bench_value "$@"); shift 2 ;;
+	--trials) trials=$(bench_value "$@"); shift 2 ;;
+	--dir) dir=$(bench_value "$@"); shift 2 ;;
+	-h | --help) bench_help ;;
+	*) bench_unknown "$1" ;;
 	esac
 done
 build="${STAGEHAND_BUILD:-$root/build}"
@@ -83,7 +84,6 @@ cleanup() {
 	rm -rf "$dir"
 }
 trap cleanup EXIT
-median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 seconds() {
 	local t0 t1
 	t0=$(date +%s%N)
@@ -256,11 +256,6 @@ files_part() {
 		printf "one-file restore, %d -> %d files: %.2fx (target <= 1.2x)\n", m, n, b / a
 		printf "one-file ls, %d -> %d files: %.2fx (target <= 1.2x)\n", m, n, d / c
 		printf "ls of everything, %d -> %d files: %.2fx per file with an empty cache, %.2fx with the cache (target: linear, 1x)\n", m, n, h / g * m / n, f / e * m / n }'
-}
-
-drop_caches() {
-	sync
-	[ -w /proc/sys/vm/drop_caches ] && echo 3 >/proc/sys/vm/drop_caches || true
 }
 
 # open_time: starts a server on $dir/big, waits until it listens, stops it;
