@@ -15,6 +15,7 @@
 #include "log.h"
 #include "materialize.h"
 #include "util.h"
+#include "version.h"
 
 #ifndef RENAME_NOREPLACE
 #define RENAME_NOREPLACE (1 << 0)
@@ -29,11 +30,13 @@ static bool session_open_for(const char *abs)
 	return open;
 }
 
-/* Visible in the catalog, or being written by this process. */
+/* Visible in the catalog (its newest version damaged too, as stat shows
+ * it), or being written by this process. */
 static bool captured_exists(const char *abs)
 {
 	struct stg_file_state st;
-	if (stg_catalog_state(shim.cache, abs, &st) == 0 && st.exists && !st.deleted)
+	int r = stg_catalog_state(shim.cache, abs, &st);
+	if ((r == 0 || st.damaged) && st.exists && !st.deleted)
 		return true;
 	return session_open_for(abs);
 }
@@ -192,8 +195,14 @@ static long rename_handler(int od, const char *op, int nd, const char *np, unsig
 		} else if (rn) {
 			struct stg_file_state s;
 			struct stg_catalog_moved mv = {0};
-			r = 0;
-			if (stg_catalog_state(shim.cache, oabs, &s) == 0 && s.exists && !s.deleted)
+			r = stg_catalog_state(shim.cache, oabs, &s);
+			if (r < 0 && s.damaged)
+				shim_log(STG_LOG_ERROR, "version %llu of '%s' is damaged in the cache: "
+					 "it cannot be renamed; an open with O_TRUNC writes a new "
+					 "version", (unsigned long long)stg_version_seq(s.damaged), oabs);
+			if (r < 0)
+				r = r == -EBADMSG ? -EIO : r;
+			else if (s.exists && !s.deleted)
 				r = stg_catalog_rename(shim.cache, oabs, nabs, sync_for(rn), rn->keep,
 						       &mv);
 			if (r == 0) {

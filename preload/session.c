@@ -683,8 +683,10 @@ static int open_past_damage(const char *path, int flags, const struct stg_file_s
 {
 	unsigned long long seq = stg_version_seq(state->damaged);
 	const char *why = r == -EBADMSG ? "its manifest is corrupt" : strerror(-r);
-	if (flags & O_DIRECTORY)
-		return 0; /* a probe, which fails with ENOTDIR: nothing read */
+	/* (a probe, which fails with ENOTDIR; or no version reads, and the
+	 * path is as stat shows it: absent) */
+	if ((flags & O_DIRECTORY) || !state->exists)
+		return 0;
 	if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) {
 		shim_log(STG_LOG_WARN, "version %llu of '%s' is damaged in the cache (%s); "
 			 "the new version replaces it", seq, path, why);

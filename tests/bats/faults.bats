@@ -176,6 +176,27 @@ sys.exit(0)"
 	shim cmp "$REF/c" "$CKPT/f"
 }
 
+@test "a damaged newest manifest: rename fails saying so, nothing moves; rm deletes the file" {
+	random_file "$REF/a" 100000
+	shim cp "$REF/a" "$CKPT/f"
+	random_file "$REF/b" 100000
+	shim cp "$REF/b" "$CKPT/f"
+	mf=$(find "$CACHE/files" -name 'v*.mf' | sort | tail -n 1)
+	dd if=/dev/zero of="$mf" bs="$(stat -c %s "$mf")" count=1 conv=notrunc status=none
+	run shim mv "$CKPT/f" "$CKPT/g"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"version 2 of '$CKPT/f' is damaged in the cache: it cannot be renamed"* ]]
+	run shim ls "$CKPT"
+	[ "$output" = f ]
+	assert_restores "$REF/a" "$CKPT/f" 1
+	run shim rm "$CKPT/f"
+	[ "$status" -eq 0 ]
+	run shim ls "$CKPT"
+	[ -z "$output" ]
+	# (the deleted versions are there for restore, the good one whole)
+	assert_restores "$REF/a" "$CKPT/f" 1
+}
+
 @test "a malformed policy: file:line named, everything passed through, commands fail" {
 	printf '[cache]\ndir = %s\n[path %s/*]\nchunk_size = 3M\n' "$CACHE" "$CKPT" >"$POLICY"
 	run shim sh -c "echo data > '$CKPT/f'"

@@ -79,7 +79,6 @@ static uint8_t *read_version(struct stg_cache *c, const char *path, uint64_t ver
 	return buf;
 }
 
-/* The flusher re-mints a version whose id a server holds for another node. */
 /* The newest manifest zeroed, as a disk that dropped its writes leaves it:
  * the state says so, and is the version's before it. */
 static void check_damaged_state(struct stg_cache *c, const char *path, uint64_t before,
@@ -109,6 +108,7 @@ static void check_damaged_state(struct stg_cache *c, const char *path, uint64_t 
 	CHECK_EQ(s.latest, newest);
 }
 
+/* The flusher re-mints a version whose id a server holds for another node. */
 static void test_remint(struct stg_cache *c, const uint8_t *data, size_t n)
 {
 	const uint64_t step = UINT64_C(1) << STG_VERSION_SEQ_BITS;
