@@ -12,6 +12,7 @@ packages=(
 	libxxhash-dev liblz4-dev libzstd-dev liburing-dev libjemalloc-dev libinih-dev
 	libibverbs-dev librdmacm-dev libssl-dev libmunge-dev libslurm-dev
 	help2man # the man pages, from --help
+	procps # the demo stops the flusher of the node it wipes (pkill)
 )
 tests=0
 case "${1:-}" in
@@ -29,7 +30,7 @@ esac
 [ $tests = 0 ] || packages+=(
 	g++ gfortran munge slurm-wlm lua5.1
 	bats rsync tar python3 python3-numpy python3-h5py python3-venv time strace util-linux
-	iproute2 netcat-openbsd procps bindfs fuse3
+	iproute2 netcat-openbsd bindfs fuse3
 	mpich libmpich-dev libhdf5-mpich-dev
 	cargo golang-go
 	restic # bench/reduction.sh compares stored bytes and speed with it
