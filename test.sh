@@ -16,9 +16,9 @@ STAGEHAND_FAST=0 meson test -C build --suite shim --print-errorlogs --num-proces
 # The cluster tests over RDMA, in a QEMU guest with soft-RoCE (minutes under
 # software emulation; a skip where the guest cannot run).
 meson test -C build --suite rdma --print-errorlogs
-# Power cuts replayed at a sample of each workload's flushes, on ext4 and
-# XFS, and failing disks, in the same kind of guest (tests/crash/run.sh
-# --full: every flush).
+# Power cuts replayed at a sample of each workload's flushes, each on ext4
+# or XFS, and failing disks, in the same kind of guest (tests/crash/run.sh:
+# every workload on both; --marks 200 or --full, the long runs).
 meson test -C build --suite crash --print-errorlogs
 [ -f build-asan/build.ninja ] ||
 	meson setup build-asan -Db_sanitize=address,undefined -Dbats=disabled >/dev/null

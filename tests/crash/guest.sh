@@ -23,9 +23,9 @@
 #                  flushes more: more than 200 flushes each, on either file
 #                  system)
 #   --keep-logs    keep the logs and images (in $TMPDIR/crash.*) to look into
-#   WORKLOAD       shim-local, shim-async, flusher, server, and
+#   WORKLOAD[:FS]  shim-local, shim-async, flusher, server, and
 #                  disk-errors: tests/crash/disk-errors.sh, failing disks
-#                  (default: all)
+#                  (default: all); with :FS, on that file system alone
 #
 # The workloads:
 #   shim-local   the shim writes successive versions of a file with
@@ -98,16 +98,18 @@ workloads=("$@")
 [[ "$marks" =~ ^[0-9]+$ ]] || die "--marks must be a whole number"
 [[ "$versions_asked" =~ ^[0-9]*$ ]] && [ "${versions_asked:-1}" -ge 1 ] ||
 	die "--versions must be 1 or more"
+valid_fs() {
+	case "$1" in ext4 | xfs) ;; *) die "unknown file system '$1' (ext4, xfs)" ;; esac
+}
 for w in "${workloads[@]}"; do
-	case "$w" in
-	shim-local | shim-async | flusher | server | disk-errors) ;;
+	case "${w%%:*}" in
+	shim-local | shim-async | flusher | server) [ "$w" = "${w%%:*}" ] || valid_fs "${w#*:}" ;;
+	disk-errors) [ "$w" = disk-errors ] || die "disk-errors takes no file system" ;;
 	*) die "unknown workload '$w'" ;;
 	esac
 done
 IFS=, read -r -a filesystems <<<"$fs_list"
-for fs in "${filesystems[@]}"; do
-	case "$fs" in ext4 | xfs) ;; *) die "unknown file system '$fs' (ext4, xfs)" ;; esac
-done
+for fs in "${filesystems[@]}"; do valid_fs "$fs"; done
 [ "$(id -u)" -eq 0 ] || die "needs root: it makes devices (tests/crash/run.sh boots a guest)"
 build="$(cd "$build" && pwd)" || die "no build directory '$build'"
 STAGEHAND="$build/tools/stagehand"
@@ -546,8 +548,10 @@ for workload in "${workloads[@]}"; do
 		"$repo/tests/crash/disk-errors.sh" --build "$build" || status=1
 		continue
 	fi
-	for fs in "${filesystems[@]}"; do
-		run_one "$workload" "$fs" || status=1
+	fss=("${filesystems[@]}")
+	[ "$workload" = "${workload%%:*}" ] || fss=("${workload#*:}")
+	for fs in "${fss[@]}"; do
+		run_one "${workload%%:*}" "$fs" || status=1
 	done
 done
 exit "$status"
