@@ -154,13 +154,21 @@ sys.exit(0)"
 # A disk that dropped the writes of the newest version (its manifest
 # reads back as zeros) must not wedge the path: what does not need the
 # damaged bytes goes on, what needs them fails.
-@test "a damaged newest manifest: a new whole version is taken, an append or a read fails" {
+
+# Versions 1 ($REF/a) and 2 ($REF/b) of $CKPT/f, version 2's manifest then
+# zeroed.
+newest_damaged() {
 	random_file "$REF/a" 100000
 	shim cp "$REF/a" "$CKPT/f"
 	random_file "$REF/b" 100000
 	shim cp "$REF/b" "$CKPT/f"
+	local mf
 	mf=$(find "$CACHE/files" -name 'v*.mf' | sort | tail -n 1)
 	dd if=/dev/zero of="$mf" bs="$(stat -c %s "$mf")" count=1 conv=notrunc status=none
+}
+
+@test "a damaged newest manifest: a new whole version is taken, an append or a read fails" {
+	newest_damaged
 	run shim sh -c "echo more >> '$CKPT/f'"
 	[ "$status" -ne 0 ]
 	[[ "$output" == *"version 2 of '$CKPT/f' is damaged in the cache"* ]]
@@ -177,12 +185,7 @@ sys.exit(0)"
 }
 
 @test "a damaged newest manifest: rename fails saying so, nothing moves; rm deletes the file" {
-	random_file "$REF/a" 100000
-	shim cp "$REF/a" "$CKPT/f"
-	random_file "$REF/b" 100000
-	shim cp "$REF/b" "$CKPT/f"
-	mf=$(find "$CACHE/files" -name 'v*.mf' | sort | tail -n 1)
-	dd if=/dev/zero of="$mf" bs="$(stat -c %s "$mf")" count=1 conv=notrunc status=none
+	newest_damaged
 	run shim mv "$CKPT/f" "$CKPT/g"
 	[ "$status" -ne 0 ]
 	[[ "$output" == *"version 2 of '$CKPT/f' is damaged in the cache: it cannot be renamed"* ]]
